@@ -1,0 +1,245 @@
+"""Read-only access to one safetensors checkpoint directory.
+
+For format plugins (which inspect the tensor inventory and config.json) and
+for the load pipeline (which reads whole tensors or slices). Supports a single
+``model.safetensors``, shards listed by a ``*.safetensors.index.json``, or a
+directory of ``*.safetensors`` files, plus an optional ``config.json``.
+
+Headers are parsed by :mod:`flexq.header`, so every dtype string works; data is
+read through read-only memory maps, touching only the bytes a slice needs, and
+every byte copied out is counted in :attr:`Checkpoint.bytes_read`. Nothing is
+ever written into the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from flexq.dtypes import storage_dtype
+from flexq.errors import CheckpointError
+from flexq.header import TensorInfo, read_header
+
+CONFIG_NAME = "config.json"
+INDEX_SUFFIX = ".safetensors.index.json"
+PREFERRED_INDEX = "model.safetensors.index.json"
+
+
+class Checkpoint:
+    """A safetensors checkpoint directory: tensor inventory, config, and reads.
+
+    :param path: the checkpoint directory.
+    :raises CheckpointError: when the directory, an index, a header or
+        config.json is malformed or points outside the directory.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise CheckpointError(f"{self.path}: not a checkpoint directory")
+        self._root = self.path.resolve()
+        self.config: dict[str, Any] = self._read_config()
+        self.tensors: dict[str, TensorInfo] = self._read_headers(self._data_files())
+        #: bytes copied out of the files by :meth:`read`, in total and per file.
+        self.bytes_read = 0
+        self.bytes_read_by_file: Counter[str] = Counter()
+        self._maps: dict[str, mmap.mmap] = {}
+
+    # -- inventory -----------------------------------------------------------
+    @property
+    def quantization_config(self) -> dict[str, Any]:
+        """``config.json``'s ``quantization_config`` (or ``compression_config``), or {}."""
+        for name in ("quantization_config", "compression_config"):
+            value = self.config.get(name)
+            if isinstance(value, dict):
+                return value
+        return {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def info(self, key: str) -> TensorInfo:
+        """The header entry of physical tensor ``key``."""
+        try:
+            return self.tensors[key]
+        except KeyError:
+            raise CheckpointError(f"{self.path}: no tensor named {key!r}") from None
+
+    # -- reads ---------------------------------------------------------------
+    def read(
+        self,
+        key: str,
+        offset: Sequence[int] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> np.ndarray:
+        """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a numpy array.
+
+        Offsets and shapes are in header elements. The array dtype is the
+        storage dtype (:mod:`flexq.dtypes`): F8/F4 come back as uint8 bytes (F4
+        with the last dimension halved), BF16 as uint16 bits.
+        """
+        info = self.info(key)
+        full = info.shape
+        offset = tuple(offset) if offset is not None else (0,) * len(full)
+        shape = tuple(shape) if shape is not None else tuple(full)
+        box = self._check_box(info, offset, shape)
+        sd = storage_dtype(info.dtype)
+        if sd.bits % 8:
+            # F6 packs elements across byte boundaries: only whole reads are possible.
+            if box != tuple(slice(0, d) for d in full):
+                raise CheckpointError(f"{info.file}: tensor {key!r}: {info.dtype} cannot be sliced")
+            items: tuple[int, ...] = (info.nbytes,)
+            box = (slice(0, info.nbytes),)
+        else:
+            items = self._item_shape(info.shape, sd.elems_per_item)
+            box = self._item_box(box, sd.elems_per_item)
+        if info.nbytes == 0:
+            return np.zeros([s.stop - s.start for s in box], dtype=sd.numpy)
+        whole = np.ndarray(items, dtype=sd.numpy, buffer=self._map(info.file), offset=info.start)
+        out = np.array(whole[box], copy=True)
+        self.bytes_read += out.nbytes
+        self.bytes_read_by_file[info.file] += out.nbytes
+        return out
+
+    def close(self) -> None:
+        """Release the memory maps (arrays returned by :meth:`read` stay valid)."""
+        for m in self._maps.values():
+            m.close()
+        self._maps.clear()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- helpers -------------------------------------------------------------
+    def _check_box(
+        self, info: TensorInfo, offset: tuple[int, ...], shape: tuple[int, ...]
+    ) -> tuple[slice, ...]:
+        if len(offset) != len(info.shape) or len(shape) != len(info.shape):
+            raise CheckpointError(
+                f"{info.file}: tensor {info.key!r} has rank {len(info.shape)}, "
+                f"asked for offset {offset} shape {shape}"
+            )
+        for o, s, d in zip(offset, shape, info.shape, strict=True):
+            if o < 0 or s < 0 or o + s > d:
+                raise CheckpointError(
+                    f"{info.file}: tensor {info.key!r} of shape {info.shape}: "
+                    f"slice offset {offset} shape {shape} is out of bounds"
+                )
+        return tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))
+
+    @staticmethod
+    def _item_shape(shape: tuple[int, ...], per_item: int) -> tuple[int, ...]:
+        if per_item == 1 or not shape:
+            return shape
+        return (*shape[:-1], shape[-1] // per_item)
+
+    def _item_box(self, box: tuple[slice, ...], per_item: int) -> tuple[slice, ...]:
+        if per_item == 1 or not box:
+            return box
+        last = box[-1]
+        if last.start % per_item or last.stop % per_item:
+            raise CheckpointError(
+                f"{self.path}: a packed slice must start and end on a byte boundary, "
+                f"got [{last.start}, {last.stop})"
+            )
+        return (*box[:-1], slice(last.start // per_item, last.stop // per_item))
+
+    def _map(self, file: str) -> mmap.mmap:
+        if file not in self._maps:
+            with open(self._safe_path(file), "rb") as fh:
+                self._maps[file] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._maps[file]
+
+    def _safe_path(self, name: object) -> Path:
+        """Resolve a file name from the index, refusing anything outside the directory."""
+        if (
+            not isinstance(name, str)
+            or not name
+            or name in (".", "..")
+            or "/" in name
+            or "\\" in name
+            or "\0" in name
+        ):
+            raise CheckpointError(f"{self.path}: file name {name!r} is not a plain file name")
+        resolved = (self._root / name).resolve()
+        if resolved.parent != self._root:
+            raise CheckpointError(
+                f"{self.path}: {name!r} resolves to {resolved}, outside the checkpoint directory"
+            )
+        if not resolved.is_file():
+            raise CheckpointError(f"{self.path}: file {name!r} is missing")
+        return resolved
+
+    def _read_config(self) -> dict[str, Any]:
+        if not (self.path / CONFIG_NAME).exists():
+            return {}
+        raw = self._safe_path(CONFIG_NAME).read_bytes()
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{self.path / CONFIG_NAME}: not valid JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise CheckpointError(f"{self.path / CONFIG_NAME}: not a JSON object")
+        return doc
+
+    def _data_files(self) -> dict[str, set[str] | None]:
+        """Data file names, each with the keys the index assigns to it (None: no index)."""
+        indexes = sorted(p.name for p in self.path.glob(f"*{INDEX_SUFFIX}"))
+        if PREFERRED_INDEX in indexes:
+            indexes = [PREFERRED_INDEX]
+        if len(indexes) > 1:
+            raise CheckpointError(f"{self.path}: several index files {indexes}")
+        if not indexes:
+            files = sorted(p.name for p in self.path.glob("*.safetensors"))
+            if not files:
+                raise CheckpointError(f"{self.path}: no *.safetensors files")
+            return dict.fromkeys(files)
+        index = self.path / indexes[0]
+        try:
+            weight_map = json.loads(self._safe_path(indexes[0]).read_bytes())["weight_map"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{index}: not an index with a weight_map ({exc})") from None
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: weight_map is not a JSON object")
+        files: dict[str, set[str] | None] = {}
+        for key, name in weight_map.items():
+            self._safe_path(name)
+            keys = files.setdefault(name, set())
+            assert keys is not None
+            keys.add(key)
+        return files
+
+    def _read_headers(self, files: dict[str, set[str] | None]) -> dict[str, TensorInfo]:
+        tensors: dict[str, TensorInfo] = {}
+        for name, indexed in files.items():
+            path = self._safe_path(name)
+            with open(path, "rb") as fh:
+                header = read_header(fh, os.fstat(fh.fileno()).st_size, name)
+            for key, info in header.tensors.items():
+                if key in tensors:
+                    raise CheckpointError(
+                        f"{self.path}: tensor {key!r} is in both {tensors[key].file} and {name}"
+                    )
+                tensors[key] = info
+            missing = sorted((indexed or set()) - header.tensors.keys())
+            if missing:
+                raise CheckpointError(
+                    f"{self.path}: the index puts {missing[0]!r} in {name}, which has no such tensor"
+                )
+        return tensors

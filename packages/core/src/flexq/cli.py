@@ -1,0 +1,120 @@
+"""The ``flexq`` command: list-formats, inspect (convert and demo join them later).
+
+Errors on bad input print one line on stderr and exit with code 2; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.table import Table
+
+from flexq.compose import ComposedTransform, compose
+from flexq.errors import FlexqError
+from flexq.plugins import list_formats
+
+EXIT_BAD_INPUT = 2
+
+
+def _list_formats(args: argparse.Namespace) -> int:
+    rows = list_formats()
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return 0
+    table = Table("name", "version", "distribution", "source", "description")
+    for r in rows:
+        table.add_row(r.name, r.version, r.distribution, r.source, r.error or r.description)
+    Console().print(table)
+    return 0
+
+
+def inspect_report(ct: ComposedTransform) -> dict[str, object]:
+    """What ``flexq inspect --json`` prints for a composed checkpoint."""
+    ckpt = ct.checkpoint
+    tensors = []
+    for key, e in sorted(ct.entries.items()):
+        comps = [
+            {"key": s, "dtype": ckpt.info(s).dtype, "shape": list(ckpt.info(s).shape),
+             "file": ckpt.info(s).file}
+            for s in e.sources
+        ]
+        tensors.append(
+            {"key": key, "format": e.owner, "shape": list(e.shape), "dtype": e.dtype,
+             "components": comps}
+        )
+    return {
+        "path": str(ckpt.path),
+        "formats": ct.formats,
+        "tensors": tensors,
+        "problems": ct.problems,
+        "total_bytes": sum(t.nbytes for t in ckpt.tensors.values()),
+    }
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    ct = compose(args.path, args.formats, strict=False)
+    report = inspect_report(ct)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        table = Table("logical tensor", "format", "shape", "dtype", "components")
+        for t in ct.entries.values():
+            comps = ", ".join(f"{s} {ct.checkpoint.info(s).dtype}" for s in t.sources)
+            table.add_row(t.key, t.owner or "passthrough", str(list(t.shape)), t.dtype, comps)
+        console = Console()
+        console.print(table)
+        console.print(f"total bytes: {report['total_bytes']:,}")
+        for p in ct.problems:
+            console.print(f"problem: {p}", style="red", markup=False)
+    if ct.problems:
+        print(f"flexq: {len(ct.problems)} problem(s) in {args.path}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def _formats_arg(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flexq", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list-formats", help="list installed quantization formats")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_list_formats)
+    p = sub.add_parser("inspect", help="show the logical tensors of a checkpoint")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--formats", type=_formats_arg, default=None, help="comma-separated names")
+    p.set_defaults(func=_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flexq`` command; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (FlexqError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"flexq: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"flexq: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

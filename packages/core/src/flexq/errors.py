@@ -1,0 +1,28 @@
+"""The exception types flexq raises, for callers who want to catch flexq's errors only.
+
+Every error flexq raises on bad input is a :class:`FlexqError`; the subclasses
+say which part of the input was wrong. Messages name the file, tensor, format
+or plugin involved so that one line on stderr is enough to act on.
+"""
+
+from __future__ import annotations
+
+
+class FlexqError(Exception):
+    """Base class of every error flexq raises on bad input or a failed load."""
+
+
+class CheckpointError(FlexqError):
+    """A checkpoint directory, safetensors file or index is malformed or unsafe."""
+
+
+class FormatError(FlexqError):
+    """A format found tensors it cannot decode (missing scale, wrong grid, bad config)."""
+
+
+class PluginError(FlexqError):
+    """A format plugin failed to load, misbehaved in a hook, or conflicts with another."""
+
+
+class TargetError(FlexqError):
+    """A load target does not match the checkpoint (shape, dtype, missing key)."""

@@ -1,0 +1,86 @@
+"""The value types formats and the composer exchange: logical tensors, target slices, read plans.
+
+A *logical tensor* is what a model sees (``X.weight`` of shape [out, in]); its
+*sources* are the physical checkpoint tensors it is built from. A *target
+slice* is the box of a logical tensor one rank wants (Paddle's
+``LocalTensorMetadata``). A *read plan* says which boxes of which sources are
+needed to produce that box.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: A box of a tensor: (global_offset, local_shape).
+Box = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class LogicalTensor:
+    """Shape and natural dtype of one logical tensor a format offers.
+
+    :ivar shape: global shape of the logical tensor.
+    :ivar dtype: Paddle dtype name (no ``paddle.`` prefix) of the values when no
+        output dtype is asked for, e.g. ``"bfloat16"``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class TargetSlice:
+    """The box of a logical tensor one target shard holds (Paddle's LocalTensorMetadata).
+
+    :ivar dtype: Paddle dtype name of the target, without the ``paddle.`` prefix.
+    """
+
+    global_shape: tuple[int, ...]
+    local_shape: tuple[int, ...]
+    global_offset: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def whole(cls, shape: Sequence[int], dtype: str) -> TargetSlice:
+        """The slice that covers the whole tensor."""
+        return cls(tuple(shape), tuple(shape), (0,) * len(shape), dtype)
+
+    @property
+    def is_whole(self) -> bool:
+        return self.local_shape == self.global_shape and not any(self.global_offset)
+
+    @property
+    def box(self) -> Box:
+        return self.global_offset, self.local_shape
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """Which source boxes produce ``target`` (duck-types Paddle's read plan).
+
+    :ivar mode: ``"local"``: apply() receives exactly the ``source_slices`` boxes
+        and returns the ``target`` box; ``"global"``: apply() receives whole
+        sources and returns the whole logical tensor.
+    :ivar source_slices: source key -> (global_offset, local_shape) to read.
+    :ivar target: the box of the logical tensor this plan produces.
+    """
+
+    mode: Literal["local", "global"]
+    source_slices: Mapping[str, Box]
+    target: TargetSlice
+    #: format-private details computed while planning (e.g. offsets inside a block).
+    detail: Mapping[str, object] = field(default_factory=dict)
+
+
+def block_cover(offset: int, size: int, block: int, extent: int) -> tuple[int, int]:
+    """Blocks of ``block`` elements (ceil grid over ``extent``) covering [offset, offset+size).
+
+    :return: (first block index, number of blocks). Zero blocks for an empty range.
+    """
+    if size == 0:
+        return offset // block if block else 0, 0
+    first = offset // block
+    last = min(offset + size - 1, extent - 1) // block
+    return first, last - first + 1

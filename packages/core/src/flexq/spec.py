@@ -1,0 +1,101 @@
+"""The hook specifications a flexq format plugin implements.
+
+A format is a plugin object (usually a module) with functions named like the
+hooks below, marked with :data:`flexq.hookimpl`. The core calls
+:func:`flexq_logical_metadata` and :func:`flexq_recognized_keys` on every
+installed format, then routes each per-tensor hook only to the format that
+claimed the logical tensor, so a format never sees another format's keys.
+
+Arrays passed to :func:`flexq_apply` are either numpy arrays in the reader's
+storage dtype (F8/F4/E8M0 as uint8, BF16 as uint16 bits; see
+:mod:`flexq.dtypes`) or Paddle tensors (one-byte formats as uint8, BF16 as
+bfloat16) on whatever device FlexCheckpoint put them. :mod:`flexq.ops` gives
+one set of operations over both, so the math is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from flexq.checkpoint import Checkpoint
+    from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
+
+NAME = "flexq"
+hookspec = pluggy.HookspecMarker(NAME)
+hookimpl = pluggy.HookimplMarker(NAME)
+
+
+@hookspec
+def flexq_logical_metadata(checkpoint: Checkpoint) -> Mapping[str, LogicalTensor] | None:
+    """Claim the logical tensors this format builds from ``checkpoint``.
+
+    Look at ``checkpoint.tensors`` (header entries) and ``checkpoint.config``;
+    read no tensor data. Raise :class:`flexq.FormatError` for tensors that are
+    clearly yours but broken (an F8 weight without a scale).
+
+    :param checkpoint: the checkpoint being loaded.
+    :return: logical key -> :class:`flexq.LogicalTensor`; None or {} if the
+        format is not present. Each logical key must have exactly one owner.
+    """
+
+
+@hookspec
+def flexq_recognized_keys(checkpoint: Checkpoint) -> Collection[str] | None:
+    """Physical tensors that belong to this format whether or not a logical tensor uses them.
+
+    The core reports a recognised key that no logical tensor consumes (an
+    orphaned scale) as an error instead of passing it through silently.
+
+    :return: physical keys, e.g. every ``*.weight_scale_inv``; None for none.
+    """
+
+
+@hookspec
+def flexq_source_keys(checkpoint: Checkpoint, logical_key: str) -> Sequence[str] | None:
+    """The physical tensors ``logical_key`` is built from (called on its owner only).
+
+    :param logical_key: a key this format returned from flexq_logical_metadata.
+    :return: physical keys present in ``checkpoint``, each used by this key
+        only. Returning None for a key the format claimed is an error.
+    """
+
+
+@hookspec
+def flexq_read_plan(
+    checkpoint: Checkpoint, logical_key: str, target: TargetSlice, force_global: bool
+) -> ReadPlan | None:
+    """Plan the source boxes needed to produce the box ``target`` of ``logical_key``.
+
+    Return a ``"local"`` plan that reads only what the box needs (including
+    the quantization blocks that cover its edges), or a ``"global"`` plan. When
+    ``force_global`` is true, return a global plan. Not implementing this hook
+    means every load reads whole sources.
+
+    :param target: the box of the logical tensor one rank wants.
+    :param force_global: the loader needs the whole logical tensor.
+    :return: the plan, or None to let the core read whole sources.
+    """
+
+
+@hookspec
+def flexq_apply(
+    checkpoint: Checkpoint,
+    logical_key: str,
+    sources: Mapping[str, Any],
+    plan: ReadPlan,
+    output_dtype: str,
+) -> Any:
+    """Dequantize: build the ``plan.target`` box of ``logical_key`` from ``sources``.
+
+    :param sources: source key -> array holding exactly the box the plan named
+        (the whole tensor for a global plan); numpy or Paddle, see module doc.
+    :param plan: the plan the sources were read for.
+    :param output_dtype: Paddle dtype name the caller wants.
+    :return: an array of shape ``plan.target.local_shape`` on the sources'
+        device, computed in float32. Return float32 and let the core round once
+        to ``output_dtype``, or return ``output_dtype`` directly.
+    """
