@@ -95,7 +95,7 @@ class Checkpoint:
         shape = tuple(shape) if shape is not None else tuple(full)
         box = self._check_box(info, offset, shape)
         sd = storage_dtype(info.dtype)
-        if sd.bits % 8:
+        if (sd.bits * sd.elems_per_item) % 8:
             # F6 packs elements across byte boundaries: only whole reads are possible.
             if box != tuple(slice(0, d) for d in full):
                 raise CheckpointError(f"{info.file}: tensor {key!r}: {info.dtype} cannot be sliced")

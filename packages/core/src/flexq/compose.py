@@ -127,11 +127,10 @@ class ComposedTransform:
             target=target,
             force_global=force_global,
         )
-        if plan is None or (force_global and plan.mode == "local" and not target.is_whole):
-            plan = ReadPlan("global", {}, whole)
-        if plan.mode != "local":
+        if plan is not None:
+            check_plan(self.checkpoint, entry.owner, logical_key, plan, target, entry.sources)
+        if plan is None or plan.mode != "local" or (force_global and not target.is_whole):
             plan = ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole)
-        check_plan(self.checkpoint, entry.owner, logical_key, plan, target, entry.sources)
         return plan
 
     def read_sources(self, logical_key: str, plan: ReadPlan) -> dict[str, np.ndarray]:
@@ -204,8 +203,8 @@ def compose(
     :raises FlexqError: on a malformed checkpoint, a conflict between formats,
         an orphaned component or an element format no installed format decodes.
     """
-    ckpt = path if isinstance(path, Checkpoint) else Checkpoint(path)
     names = _registry.active(formats)
+    ckpt = path if isinstance(path, Checkpoint) else Checkpoint(path)
     entries: dict[str, LogicalEntry] = {}
     problems: list[str] = []
     used: dict[str, str] = {}  # physical key -> logical key using it

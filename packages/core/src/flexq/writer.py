@@ -59,7 +59,8 @@ def save_file(
     tensors: Mapping[str, RawTensor], path: str | os.PathLike[str], metadata: dict[str, str] | None
 ) -> None:
     """Write ``tensors`` to one safetensors file at ``path``."""
-    arrays = {k: np.ascontiguousarray(t.data) for k, t in tensors.items()}
+    # np.require, not ascontiguousarray: the latter turns 0-d scales into shape (1,).
+    arrays = {k: np.require(t.data, requirements="C") for k, t in tensors.items()}
     specs = {
         k: TensorSpec(
             dtype=_SPEC_NAMES[t.dtype],

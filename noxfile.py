@@ -1,0 +1,63 @@
+"""Sessions for the flexq workspace: tests, lint, typecheck, demo, bench, fuzz.
+
+Every session builds its own virtualenv and installs the workspace members
+from packages/ (editable) plus the dependency group it needs from the root
+pyproject.toml, so `pip install nox && nox -s <name>` works on a fresh machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+MEMBERS = sorted(str(p.parent) for p in (ROOT / "packages").glob("*/pyproject.toml"))
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def install_workspace(session: nox.Session, *groups: str) -> None:
+    """Install every workspace member (editable) and the named dependency groups."""
+    editable = [arg for m in MEMBERS for arg in ("-e", m)]
+    extra = [dep for g in groups for dep in nox.project.dependency_groups(PYPROJECT, g)]
+    session.install(*editable, *extra)
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """The whole test suite (unit, property, plugin-install and multi-rank tests)."""
+    install_workspace(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package's sources and tests."""
+    install_workspace(session, "typecheck")
+    targets = [str(Path(m) / d) for m in MEMBERS for d in ("src", "tests") if (Path(m) / d).is_dir()]
+    session.run("mypy", *targets, "tests", "noxfile.py")
+
+
+@nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """The README's main job: `flexq demo`."""
+    install_workspace(session, "demo")
+    session.run("flexq", "demo", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmarks; torch (for DCP comparisons) is pip-installed into this session only."""
+    install_workspace(session, "bench")
+    session.run("python", "bench/run.py", *session.posargs)
