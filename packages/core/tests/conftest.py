@@ -28,7 +28,9 @@ class ScaledFormat:
     __version__ = "9.9"
 
     @flexq.hookimpl
-    def flexq_logical_metadata(self, checkpoint: flexq.Checkpoint) -> dict[str, flexq.LogicalTensor]:
+    def flexq_logical_metadata(
+        self, checkpoint: flexq.Checkpoint
+    ) -> dict[str, flexq.LogicalTensor]:
         return {
             k[:-2]: flexq.LogicalTensor(i.shape, "float32")
             for k, i in checkpoint.tensors.items()

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import flexq
 from flexq.errors import CheckpointError
 
-from .conftest import snapshot  # type: ignore[import-not-found]
+from .conftest import snapshot
 
 
 def make(tmp_path: Path, **kwargs: object) -> Path:
@@ -45,7 +45,9 @@ def test_slices_read_only_the_bytes_they_need(tmp_path: Path) -> None:
         ck.read("w", (1, 2), (3, 4)), np.arange(60, dtype=np.uint8).reshape(6, 10)[1:4, 2:6]
     )
     assert ck.bytes_read == 12
-    np.testing.assert_array_equal(ck.read("p", (1, 2), (2, 4)), np.arange(12).reshape(3, 4)[1:3, 1:3])
+    np.testing.assert_array_equal(
+        ck.read("p", (1, 2), (2, 4)), np.arange(12).reshape(3, 4)[1:3, 1:3]
+    )
     assert ck.bytes_read == 16
     assert sum(ck.bytes_read_by_file.values()) == 16
 
@@ -60,7 +62,11 @@ def test_slices_read_only_the_bytes_they_need(tmp_path: Path) -> None:
     ],
 )
 def test_bad_slices_are_checkpoint_errors(
-    tmp_path: Path, key: str, offset: tuple[int, ...] | None, shape: tuple[int, ...] | None, message: str
+    tmp_path: Path,
+    key: str,
+    offset: tuple[int, ...] | None,
+    shape: tuple[int, ...] | None,
+    message: str,
 ) -> None:
     ck = flexq.Checkpoint(make(tmp_path))
     with pytest.raises(CheckpointError, match=message):

@@ -69,7 +69,7 @@ def test_force_global_plans_read_whole_sources(scaled_ckpt: Path, scaled_format:
 def test_two_formats_claiming_one_logical_tensor_is_an_error(
     scaled_ckpt: Path, scaled_format: object, registered: list[str]
 ) -> None:
-    from .conftest import ScaledFormat  # type: ignore[import-not-found]
+    from .conftest import ScaledFormat
 
     add(registered, ScaledFormat(), "scaled-twin")
     with pytest.raises(PluginError, match="'a' is claimed by formats 'scaled' and 'scaled-twin'"):
@@ -82,7 +82,10 @@ def test_a_component_used_by_two_logical_tensors_is_an_error(
     class Greedy:
         @flexq.hookimpl
         def flexq_logical_metadata(self) -> dict[str, flexq.LogicalTensor]:
-            return {"x": flexq.LogicalTensor((3, 4), "float32"), "y": flexq.LogicalTensor((3, 4), "float32")}
+            return {
+                "x": flexq.LogicalTensor((3, 4), "float32"),
+                "y": flexq.LogicalTensor((3, 4), "float32"),
+            }
 
         @flexq.hookimpl
         def flexq_source_keys(self) -> list[str]:

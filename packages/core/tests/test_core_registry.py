@@ -15,7 +15,7 @@ from flexq.errors import PluginError
 def test_register_format_makes_compose_use_it_and_unregister_removes_it(
     scaled_ckpt: Path,
 ) -> None:
-    from .conftest import ScaledFormat  # type: ignore[import-not-found]
+    from .conftest import ScaledFormat
 
     name = flexq.register_format(ScaledFormat())
     try:

@@ -53,7 +53,7 @@ def to_paddle(x: Any, output_dtype: str) -> Any:
 
     if is_paddle(x):
         return x if paddle_dtype_name(x.dtype) == output_dtype else x.astype(output_dtype)
-    t = paddle.to_tensor(round_numpy(np.require(x, requirements='C'), output_dtype))
+    t = paddle.to_tensor(round_numpy(np.require(x, requirements="C"), output_dtype))
     return t.view(paddle.bfloat16) if output_dtype == "bfloat16" else t
 
 
@@ -61,7 +61,7 @@ def source_to_paddle(x: np.ndarray, st_dtype: str) -> Any:
     """A reader array as a Paddle tensor in its transport dtype (BF16 -> bfloat16, F8 -> uint8)."""
     import paddle
 
-    t = paddle.to_tensor(np.require(x, requirements='C'))
+    t = paddle.to_tensor(np.require(x, requirements="C"))
     return t.view(paddle.bfloat16) if st_dtype == "BF16" else t
 
 

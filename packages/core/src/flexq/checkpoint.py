@@ -206,10 +206,10 @@ class Checkpoint:
         if len(indexes) > 1:
             raise CheckpointError(f"{self.path}: several index files {indexes}")
         if not indexes:
-            files = sorted(p.name for p in self.path.glob("*.safetensors"))
-            if not files:
+            names = sorted(p.name for p in self.path.glob("*.safetensors"))
+            if not names:
                 raise CheckpointError(f"{self.path}: no *.safetensors files")
-            return dict.fromkeys(files)
+            return dict.fromkeys(names)
         index = self.path / indexes[0]
         try:
             weight_map = json.loads(self._safe_path(indexes[0]).read_bytes())["weight_map"]
@@ -240,6 +240,7 @@ class Checkpoint:
             missing = sorted((indexed or set()) - header.tensors.keys())
             if missing:
                 raise CheckpointError(
-                    f"{self.path}: the index puts {missing[0]!r} in {name}, which has no such tensor"
+                    f"{self.path}: the index puts {missing[0]!r} in {name}, "
+                    "which has no such tensor"
                 )
         return tensors

@@ -40,13 +40,22 @@ def inspect_report(ct: ComposedTransform) -> dict[str, object]:
     tensors = []
     for key, e in sorted(ct.entries.items()):
         comps = [
-            {"key": s, "dtype": ckpt.info(s).dtype, "shape": list(ckpt.info(s).shape),
-             "file": ckpt.info(s).file}
+            {
+                "key": s,
+                "dtype": ckpt.info(s).dtype,
+                "shape": list(ckpt.info(s).shape),
+                "file": ckpt.info(s).file,
+            }
             for s in e.sources
         ]
         tensors.append(
-            {"key": key, "format": e.owner, "shape": list(e.shape), "dtype": e.dtype,
-             "components": comps}
+            {
+                "key": key,
+                "format": e.owner,
+                "shape": list(e.shape),
+                "dtype": e.dtype,
+                "components": comps,
+            }
         )
     return {
         "path": str(ckpt.path),
@@ -111,8 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        print(f"flexq: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
-              file=sys.stderr)
+        print(
+            f"flexq: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
+            file=sys.stderr,
+        )
         return 1
 
 

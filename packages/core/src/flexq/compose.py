@@ -130,8 +130,9 @@ class ComposedTransform:
         if plan is not None:
             check_plan(self.checkpoint, entry.owner, logical_key, plan, target, entry.sources)
         if plan is None or plan.mode != "local" or (force_global and not target.is_whole):
-            plan = ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole)
-        return plan
+            return ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole)
+        local: ReadPlan = plan
+        return local
 
     def read_sources(self, logical_key: str, plan: ReadPlan) -> dict[str, np.ndarray]:
         """Read exactly the source boxes ``plan`` names, straight from the files."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import BinaryIO
 
 from flexq.dtypes import SAFETENSORS_DTYPES, byte_length
@@ -136,7 +137,7 @@ def _entry(key: str, value: object, file: str, data_start: int, data_len: int) -
 
 def _check_overlaps(tensors: dict[str, TensorInfo], file: str, data_start: int) -> None:
     spans = sorted((t.start, t.start + t.nbytes, t.key) for t in tensors.values() if t.nbytes)
-    for (_, end_a, key_a), (start_b, _, key_b) in zip(spans, spans[1:], strict=False):
+    for (_, end_a, key_a), (start_b, _, key_b) in pairwise(spans):
         if start_b < end_a:
             raise CheckpointError(
                 f"{file}: tensors {key_a!r} and {key_b!r} overlap at byte {start_b - data_start}"

@@ -76,7 +76,9 @@ class FormatRegistry:
                 plugin = ep.load()
                 self._add(plugin, ep.name)
             except PluginError as exc:
-                self._infos[ep.name] = FormatInfo(ep.name, version, dist, "entry point", "", str(exc))
+                self._infos[ep.name] = FormatInfo(
+                    ep.name, version, dist, "entry point", "", str(exc)
+                )
                 continue
             except Exception as exc:
                 error = f"format {ep.name!r} from {dist}: entry point {ep.value} failed: {exc!r}"
@@ -116,14 +118,14 @@ class FormatRegistry:
         if self.manager.get_plugin(name) is not None:
             self.manager.unregister(name=name)
 
-    def list(self) -> list[FormatInfo]:
+    def rows(self) -> list[FormatInfo]:
         """Every known format, working or broken, sorted by name."""
         self.manager  # noqa: B018 - discovery happens on first access
         return sorted(self._infos.values(), key=lambda i: i.name)
 
     def active(self, names: list[str] | None = None) -> list[str]:
         """Names of the working formats to use: all of them, or exactly ``names``."""
-        working = [i.name for i in self.list() if i.error is None]
+        working = [i.name for i in self.rows() if i.error is None]
         if names is None:
             return working
         for n in names:
@@ -185,4 +187,4 @@ def unregister_format(name: str) -> None:
 
 def list_formats() -> list[FormatInfo]:
     """Installed and registered formats: name, version, distribution, source, description."""
-    return registry.list()
+    return registry.rows()

@@ -6,11 +6,13 @@ written (apply results).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flexq.checkpoint import Checkpoint
 from flexq.errors import PluginError
 from flexq.plan import ReadPlan, TargetSlice
+
+if TYPE_CHECKING:
+    from flexq.checkpoint import Checkpoint
 
 
 def check_plan(
@@ -31,8 +33,10 @@ def check_plan(
         if key not in sources:
             raise PluginError(f"{where} reads {key!r}, which is not one of its sources {sources}")
         full = ckpt.info(key).shape
-        if len(offset) != len(full) or len(shape) != len(full) or any(
-            o < 0 or s < 0 or o + s > d for o, s, d in zip(offset, shape, full, strict=True)
+        if (
+            len(offset) != len(full)
+            or len(shape) != len(full)
+            or any(o < 0 or s < 0 or o + s > d for o, s, d in zip(offset, shape, full, strict=True))
         ):
             raise PluginError(
                 f"{where} reads box {offset}+{shape} of {key!r}, outside its shape {full}"

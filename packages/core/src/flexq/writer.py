@@ -50,8 +50,17 @@ class RawTensor:
     @classmethod
     def of(cls, array: np.ndarray) -> RawTensor:
         """Wrap a plain numpy array (float32, float16, int32, uint8, ...)."""
-        names = {"float32": "F32", "float16": "F16", "float64": "F64", "int32": "I32",
-                 "int64": "I64", "int8": "I8", "int16": "I16", "uint8": "U8", "bool": "BOOL"}
+        names = {
+            "float32": "F32",
+            "float16": "F16",
+            "float64": "F64",
+            "int32": "I32",
+            "int64": "I64",
+            "int8": "I8",
+            "int16": "I16",
+            "uint8": "U8",
+            "bool": "BOOL",
+        }
         return cls(names[array.dtype.name], array)
 
 
