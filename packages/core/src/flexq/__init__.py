@@ -11,6 +11,7 @@ from flexq.checkpoint import Checkpoint
 from flexq.compose import ComposedTransform, LogicalEntry, compose
 from flexq.errors import CheckpointError, FlexqError, FormatError, PluginError, TargetError
 from flexq.header import TensorInfo
+from flexq.load import load_state_dict
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, block_cover
 from flexq.plugins import FormatInfo, list_formats, register_format, unregister_format
 from flexq.spec import hookimpl
@@ -37,6 +38,7 @@ __all__ = [
     "compose",
     "hookimpl",
     "list_formats",
+    "load_state_dict",
     "register_format",
     "save_checkpoint",
     "unregister_format",

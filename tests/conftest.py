@@ -1,0 +1,92 @@
+"""Fixtures for the cross-package tests: quantized checkpoints of a tiny model in every format."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import flexq
+
+HERE = Path(__file__).parent
+EXAMPLE = HERE / "plugins" / "flexq-format-int8row" / "src" / "flexq_int8row" / "__init__.py"
+
+#: HF-layout [out, in] linear weights of a tiny model (hidden 64, 2 heads of 32, ffn 96).
+LINEARS = {
+    "model.layers.0.self_attn.q_proj.weight": (64, 64),
+    "model.layers.0.self_attn.k_proj.weight": (64, 64),
+    "model.layers.0.self_attn.v_proj.weight": (64, 64),
+    "model.layers.0.mlp.gate_proj.weight": (96, 64),
+    "model.layers.0.mlp.up_proj.weight": (96, 64),
+    "model.layers.0.mlp.down_proj.weight": (64, 96),
+}
+NORM = "model.norm.weight"
+
+
+def example_module() -> ModuleType:
+    """The plugin-guide example format, imported from its source tree."""
+    name = "flexq_int8row"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, EXAMPLE)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture
+def int8row() -> Iterator[str]:
+    """The example int8row format registered at run time."""
+    name = flexq.register_format(example_module(), name="int8row")
+    try:
+        yield name
+    finally:
+        flexq.unregister_format(name)
+
+
+def weights(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s).astype(np.float32) * 0.05 for k, s in LINEARS.items()}
+
+
+def int8row_tensors(w: dict[str, np.ndarray]) -> dict[str, flexq.RawTensor]:
+    out: dict[str, flexq.RawTensor] = {}
+    for key, value in w.items():
+        base = key.removesuffix(".weight")
+        scale = (np.abs(value).max(axis=1) / 127).astype(np.float32)
+        q = np.clip(np.rint(value / scale[:, None]), -127, 127).astype(np.int8)
+        out[base + ".weight_q"] = flexq.RawTensor.of(q)
+        out[base + ".weight_qscale"] = flexq.RawTensor.of(scale)
+    return out
+
+
+Builder = Callable[[Path], Path]
+
+
+@pytest.fixture
+def int8row_ckpt(tmp_path: Path, int8row: str) -> Path:
+    """A sharded int8row checkpoint of the tiny model plus a BF16 norm (passthrough)."""
+    tensors = int8row_tensors(weights())
+    norm = np.linspace(0.5, 1.5, 64, dtype=np.float32)
+    tensors[NORM] = flexq.RawTensor("BF16", flexq.dtypes.float32_to_bfloat16_bits(norm))
+    return flexq.save_checkpoint(
+        tmp_path / "int8row", tensors, config={"model_type": "llama"}, max_shard_bytes=20_000
+    )
+
+
+def dequantized_copy(src: Path, dst: Path, formats: list[str] | None = None) -> Path:
+    """The same checkpoint with every logical tensor dequantized to float32 (plain safetensors)."""
+    ct = flexq.compose(src, formats)
+    tensors: dict[str, Any] = {}
+    for key, entry in ct.entries.items():
+        dtype = "float32" if entry.dtype in ("bfloat16", "float16", "float32") else entry.dtype
+        tensors[key] = flexq.RawTensor.of(ct.load(key, dtype))
+    return flexq.save_checkpoint(dst, tensors)

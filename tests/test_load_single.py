@@ -1,0 +1,170 @@
+"""flexq.load_state_dict in one process: every target kind, every AOA feature, vs Paddle's own path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paddle
+import pytest
+from paddle.distributed.flex_checkpoint.dcp.load_state_dict import load_state_dict as paddle_load
+from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+import flexq
+from flexq.errors import FlexqError, TargetError
+
+from .conftest import NORM, dequantized_copy
+
+L0 = "model.layers.0"
+AOA = [
+    f"{L0}.self_attn.q_proj.weight^T -> tq",
+    f"{L0}.self_attn.k_proj.weight^T -> tk",
+    f"{L0}.self_attn.v_proj.weight^T -> tv",
+    "tq, tk, tv -> layers.0.qkv.weight, fused_qkv, num_heads=2, num_key_value_groups=1",
+    f"{L0}.mlp.gate_proj.weight^T -> tg",
+    f"{L0}.mlp.up_proj.weight^T -> tu",
+    "tg, tu -> layers.0.gate_up.weight, fused_ffn",
+    f"{L0}.mlp.down_proj.weight^T -> layers.0.down.weight",
+    f"{NORM} -> norm.weight, dtype='float32'",
+]
+SHAPES = {
+    "layers.0.qkv.weight": (64, 192),
+    "layers.0.gate_up.weight": (64, 192),
+    "layers.0.down.weight": (96, 64),
+    "norm.weight": (64,),
+}
+
+
+def targets(kind: str, dtype: str = "float32") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, shape in SHAPES.items():
+        t = paddle.full(list(shape), 7.0, dtype=dtype if key != "norm.weight" else "float32")
+        if kind == "sharded":
+            out[key] = ShardedWeight(key, t, shape, shape, (0,) * len(shape))
+        elif kind == "nested":
+            head, _, rest = key.partition(".")
+            out.setdefault(head, {})[rest] = t
+        else:
+            out[key] = t
+    return out
+
+
+def values(sd: dict[str, Any]) -> dict[str, np.ndarray]:
+    flat = flexq.targets.flatten(sd)
+    out = {}
+    for key, v in flat.items():
+        t = v.local_tensor if isinstance(v, ShardedWeight) else v
+        out[key] = t.astype("float32").numpy()
+    return out
+
+
+def reference(ckpt: Path, tmp_path: Path, formats: list[str] | None) -> dict[str, np.ndarray]:
+    """Paddle's own FlexCheckpoint + AOA on the equivalent dequantized checkpoint."""
+    plain = dequantized_copy(ckpt, tmp_path / "ref", formats)
+    sd = targets("sharded")
+    paddle_load(sd, str(plain), safetensors=True, aoa_config={"aoa_statements": AOA})
+    return values(sd)
+
+
+@pytest.mark.parametrize("kind", ["plain", "sharded", "nested"])
+def test_aoa_load_matches_paddles_own_path_on_the_dequantized_checkpoint(
+    int8row_ckpt: Path, tmp_path: Path, kind: str
+) -> None:
+    expected = reference(int8row_ckpt, tmp_path, ["int8row"])
+    sd = targets(kind)
+    flexq.load_state_dict(sd, int8row_ckpt, aoa_config={"aoa_statements": AOA})
+    got = values(sd)
+    assert set(got) == set(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+
+
+def test_bfloat16_targets_are_rounded_once_from_float32(int8row_ckpt: Path) -> None:
+    ct = flexq.compose(int8row_ckpt)
+    f32 = ct.load(f"{L0}.mlp.down_proj.weight", "float32")
+    bf16 = paddle.zeros([96, 64], dtype="bfloat16")
+    flexq.load_state_dict(
+        {"down": bf16},
+        int8row_ckpt,
+        aoa_config={"aoa_statements": [f"{L0}.mlp.down_proj.weight^T -> down"]},
+    )
+    expected = flexq.dtypes.float32_to_bfloat16_bits(f32.T.copy())
+    np.testing.assert_array_equal(bf16.numpy(), expected)
+
+
+def test_a_wrong_target_shape_leaves_every_target_unchanged(int8row_ckpt: Path) -> None:
+    sd = targets("plain")
+    sd["layers.0.down.weight"] = paddle.full([64, 96], 7.0)
+    before = values(sd)
+    with pytest.raises(TargetError, match="target 'layers.0.down.weight': shape"):
+        flexq.load_state_dict(sd, int8row_ckpt, aoa_config={"aoa_statements": AOA})
+    after = values(sd)
+    for key in before:
+        np.testing.assert_array_equal(after[key], before[key])
+
+
+def test_a_key_missing_from_the_checkpoint_is_a_target_error(int8row_ckpt: Path) -> None:
+    with pytest.raises(TargetError, match="target 'nope': no tensor of that name"):
+        flexq.load_state_dict({"nope": paddle.zeros([2])}, int8row_ckpt)
+
+
+def test_aoa_statement_naming_an_unknown_key_is_a_target_error(int8row_ckpt: Path) -> None:
+    with pytest.raises(TargetError, match="AOA"):
+        flexq.load_state_dict(
+            {"x": paddle.zeros([2])},
+            int8row_ckpt,
+            aoa_config={"aoa_statements": ["no.such.tensor -> x"]},
+        )
+
+
+def test_passthrough_dtype_mismatch_without_cast_is_an_error(int8row_ckpt: Path) -> None:
+    with pytest.raises(TargetError, match="add dtype='float32'"):
+        flexq.load_state_dict({NORM: paddle.zeros([64])}, int8row_ckpt)
+
+
+def test_plugin_failure_in_a_later_batch_restores_earlier_batches(
+    int8row_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flexq_int8row
+
+    sd = targets("plain")
+    before = values(sd)
+    calls = {"n": 0}
+    real = flexq_int8row.flexq_apply
+
+    def flaky(logical_key: str, sources: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("disk on fire")
+        return real(logical_key, sources)
+
+    # pluggy holds the original function object, so patch the hookimpl it calls.
+    impl = next(
+        i
+        for i in flexq.plugins.registry.manager.hook.flexq_apply.get_hookimpls()
+        if i.plugin_name == "int8row"
+    )
+    monkeypatch.setattr(impl, "function", flaky)
+    with pytest.raises(FlexqError, match="int8row.*disk on fire"):
+        flexq.load_state_dict(
+            sd, int8row_ckpt, aoa_config={"aoa_statements": AOA}, max_inflight_bytes=1
+        )
+    assert calls["n"] == 4
+    after = values(sd)
+    for key in before:
+        np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+
+
+def test_loading_never_touches_the_checkpoint_directory(int8row_ckpt: Path) -> None:
+    def snap() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in int8row_ckpt.iterdir()}
+
+    before = snap()
+    flexq.load_state_dict(targets("plain"), int8row_ckpt, aoa_config={"aoa_statements": AOA})
+    assert snap() == before
+
+
+def test_unknown_engine_is_an_error(int8row_ckpt: Path) -> None:
+    with pytest.raises(FlexqError, match="unknown engine"):
+        flexq.load_state_dict({}, int8row_ckpt, engine="warp")  # type: ignore[arg-type]
