@@ -11,7 +11,7 @@ from flexq.checkpoint import Checkpoint
 from flexq.compose import ComposedTransform, LogicalEntry, compose
 from flexq.errors import CheckpointError, FlexqError, FormatError, PluginError, TargetError
 from flexq.header import TensorInfo
-from flexq.load import load_state_dict
+from flexq.load import LoadReport, load_state_dict
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, block_cover
 from flexq.plugins import FormatInfo, list_formats, register_format, unregister_format
 from flexq.spec import hookimpl
@@ -26,6 +26,7 @@ __all__ = [
     "FlexqError",
     "FormatError",
     "FormatInfo",
+    "LoadReport",
     "LogicalEntry",
     "LogicalTensor",
     "PluginError",

@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from flexq.arrays import to_paddle
@@ -45,7 +46,7 @@ def load_state_dict(
     offload: bool = False,
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT,
     **flexcheckpoint_options: Any,
-) -> None:
+) -> LoadReport:
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
 
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts).
@@ -55,13 +56,14 @@ def load_state_dict(
         (each rank reads exactly its plan slices from the files, no collective
         communication), or ``"auto"`` (native where Paddle has it, else direct).
     :param max_inflight_bytes: bound on dequantized float32 bytes staged at once.
+    :return: what the load did (engine, pieces, bytes read by this rank).
     :raises FlexqError: on any problem; the targets are then unchanged.
     """
     ct = compose(path, formats)
     chosen = _choose(engine)
     if chosen == "native":
         _native(ct, state_dict, path, aoa_config, process_group, offload, flexcheckpoint_options)
-        return
+        return LoadReport(chosen, 0, 0, ct.checkpoint.bytes_read)
     targets = describe(state_dict)
     pieces = map_targets(ct, targets, aoa_config)
     check_shapes(pieces)
@@ -79,6 +81,20 @@ def load_state_dict(
         for piece, old in reversed(undo):
             _write(piece, old, transposed=False)
         raise
+    return LoadReport(chosen, len(pieces), len(batches), ct.checkpoint.bytes_read)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What one :func:`load_state_dict` call did on this rank.
+
+    :ivar bytes_read: bytes this rank read from the checkpoint files.
+    """
+
+    engine: str
+    pieces: int
+    batches: int
+    bytes_read: int
 
 
 def _choose(engine: str) -> str:
