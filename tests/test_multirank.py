@@ -73,7 +73,7 @@ def test_direct_engine_reads_exactly_each_ranks_plan_slices(
     ranks = launch(tmp_path, int8row_ckpt, "direct", "int8row")
     ct = flexq.compose(int8row_ckpt, ["int8row"])
     expected = 0
-    for key, entry in ct.entries.items():
+    for entry in ct.entries.values():
         if entry.owner is None:
             continue
         rows, cols = entry.shape

@@ -49,7 +49,11 @@ def main(ckpt: str, out: str, engine: str, formats: str) -> None:
             state[name] = dist.shard_tensor(zeros, mesh, [placement])
     # One statement per target: AOA allows one logical tensor to feed several targets.
     report = flexq.load_state_dict(
-        state, ckpt, aoa_config={"aoa_statements": statements}, engine=engine, formats=[formats]
+        state,
+        ckpt,
+        aoa_config={"aoa_statements": statements},
+        engine=engine,  # type: ignore[arg-type]
+        formats=[formats],
     )
     arrays = {k: v._local_value().numpy() for k, v in state.items()}
     arrays["__bytes_read__"] = np.array(report.bytes_read)
