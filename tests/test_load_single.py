@@ -67,13 +67,20 @@ def reference(ckpt: Path, tmp_path: Path, formats: list[str] | None) -> dict[str
     return values(sd)
 
 
+@pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
 @pytest.mark.parametrize("kind", ["plain", "sharded", "nested"])
 def test_aoa_load_matches_paddles_own_path_on_the_dequantized_checkpoint(
-    int8row_ckpt: Path, tmp_path: Path, kind: str
+    int8row_ckpt: Path, tmp_path: Path, kind: str, engine: str
 ) -> None:
     expected = reference(int8row_ckpt, tmp_path, ["int8row"])
     sd = targets(kind)
-    flexq.load_state_dict(sd, int8row_ckpt, aoa_config={"aoa_statements": AOA})
+    report = flexq.load_state_dict(
+        sd,
+        int8row_ckpt,
+        aoa_config={"aoa_statements": AOA},
+        engine=engine,  # type: ignore[arg-type]
+    )
+    assert report.engine == engine
     got = values(sd)
     assert set(got) == set(expected)
     for key in expected:
@@ -156,12 +163,18 @@ def test_plugin_failure_in_a_later_batch_restores_earlier_batches(
         np.testing.assert_array_equal(after[key], before[key], err_msg=key)
 
 
-def test_loading_never_touches_the_checkpoint_directory(int8row_ckpt: Path) -> None:
+@pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
+def test_loading_never_touches_the_checkpoint_directory(int8row_ckpt: Path, engine: str) -> None:
     def snap() -> dict[str, tuple[int, int]]:
         return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in int8row_ckpt.iterdir()}
 
     before = snap()
-    flexq.load_state_dict(targets("plain"), int8row_ckpt, aoa_config={"aoa_statements": AOA})
+    flexq.load_state_dict(
+        targets("plain"),
+        int8row_ckpt,
+        aoa_config={"aoa_statements": AOA},
+        engine=engine,  # type: ignore[arg-type]
+    )
     assert snap() == before
 
 

@@ -48,10 +48,9 @@ def launch(tmp_path: Path, ckpt: Path, engine: str, formats: str) -> list[dict[s
     return [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
 
 
-def test_direct_engine_gives_each_rank_exactly_its_shard(
-    tmp_path: Path, int8row_ckpt: Path
-) -> None:
-    ranks = launch(tmp_path, int8row_ckpt, "direct", "int8row")
+@pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
+def test_each_rank_gets_exactly_its_shard(tmp_path: Path, int8row_ckpt: Path, engine: str) -> None:
+    ranks = launch(tmp_path, int8row_ckpt, engine, "int8row")
     ct = flexq.compose(int8row_ckpt, ["int8row"])
     linear = sorted(k for k, e in ct.entries.items() if e.owner is not None)
     for i, key in enumerate(linear):

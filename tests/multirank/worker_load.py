@@ -32,7 +32,16 @@ def register_example() -> None:
     flexq.register_format(module, name="int8row")
 
 
+def cuda_shim() -> None:
+    """TEST-ONLY: 3.3.1's reshard communicators call .cuda() unconditionally; on a
+    CPU-only build make it (and pin_memory) a no-op so resharding can run here."""
+    paddle.Tensor.cuda = lambda self, *args, **kwargs: self
+    paddle.Tensor.pin_memory = lambda self, *args, **kwargs: self
+
+
 def main(ckpt: str, out: str, engine: str, formats: str) -> None:
+    if engine == "flexcheckpoint":
+        cuda_shim()
     if formats == "int8row":
         register_example()
     dist.init_parallel_env()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -15,6 +15,9 @@ import flexq
 from flexq.errors import CheckpointError
 
 from .conftest import snapshot
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def make(tmp_path: Path, **kwargs: object) -> Path:

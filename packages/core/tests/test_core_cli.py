@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 import flexq
 from flexq.cli import main
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

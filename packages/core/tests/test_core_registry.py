@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
 import flexq
 from flexq.errors import PluginError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_register_format_makes_compose_use_it_and_unregister_removes_it(

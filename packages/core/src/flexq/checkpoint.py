@@ -17,16 +17,18 @@ import json
 import mmap
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flexq.dtypes import storage_dtype
 from flexq.errors import CheckpointError
 from flexq.header import TensorInfo, read_header
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from types import TracebackType
 
 CONFIG_NAME = "config.json"
 INDEX_SUFFIX = ".safetensors.index.json"

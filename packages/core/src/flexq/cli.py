@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -18,6 +18,9 @@ from rich.table import Table
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError
 from flexq.plugins import list_formats
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 EXIT_BAD_INPUT = 2
 

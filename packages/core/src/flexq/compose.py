@@ -11,10 +11,9 @@ nobody decodes) is a problem that names the tensor and the formats.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +24,9 @@ from flexq.ops import is_paddle, ops_for
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 from flexq.plugins import FormatRegistry, registry
 from flexq.validate import check_plan, check_result
+
+if TYPE_CHECKING:
+    import os
 
 
 @dataclass(frozen=True)

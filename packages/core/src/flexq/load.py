@@ -18,21 +18,24 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from flexq.arrays import to_paddle
+from flexq import fcfetch
+from flexq.arrays import to_numpy, to_paddle
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError
 from flexq.mapping import Piece, check_shapes, map_targets
 from flexq.plan import ReadPlan, TargetSlice
 from flexq.targets import describe
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
 log = logging.getLogger("flexq")
-Engine = Literal["auto", "native", "direct"]
+Engine = Literal["auto", "native", "flexcheckpoint", "direct"]
 DEFAULT_MAX_INFLIGHT = 1 << 30
-_announced: set[str] = set()
+_announced: set[tuple[str, str]] = set()
 
 
 def load_state_dict(
@@ -52,15 +55,18 @@ def load_state_dict(
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts).
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.
     :param formats: format names to use (default: every installed format).
-    :param engine: ``"native"`` (Paddle's own ``load_transform``), ``"direct"``
-        (each rank reads exactly its plan slices from the files, no collective
-        communication), or ``"auto"`` (native where Paddle has it, else direct).
+    :param engine: ``"native"`` (Paddle's own ``load_transform``),
+        ``"flexcheckpoint"`` (components fetched through Paddle's loader and
+        resharder: files balanced over ranks, each read once), ``"direct"`` (each
+        rank reads exactly its plan slices from the files, no collective
+        communication), or ``"auto"``: native, else flexcheckpoint, else direct
+        where Paddle's communicators cannot run (several ranks, CPU-only build).
     :param max_inflight_bytes: bound on dequantized float32 bytes staged at once.
     :return: what the load did (engine, pieces, bytes read by this rank).
     :raises FlexqError: on any problem; the targets are then unchanged.
     """
     ct = compose(path, formats)
-    chosen = _choose(engine)
+    chosen = _choose(engine, ct)
     if chosen == "native":
         _native(ct, state_dict, path, aoa_config, process_group, offload, flexcheckpoint_options)
         return LoadReport(chosen, 0, 0, ct.checkpoint.bytes_read)
@@ -68,11 +74,21 @@ def load_state_dict(
     pieces = map_targets(ct, targets, aoa_config)
     check_shapes(pieces)
     plans = [ct.plan(p.logical_key, _box(ct, p)) for p in pieces]
-    batches = list(_batches(pieces, plans, max_inflight_bytes))
+    fetched: list[dict[str, Any]] | None = None
+    if chosen == "flexcheckpoint":
+        # One collective call for every rank's plans: ranks may need different numbers
+        # of batches, and 3.3.1 reads whole files per rank anyway.
+        fetched = fcfetch.fetch(
+            ct.checkpoint, plans, process_group, offload, **flexcheckpoint_options
+        )
+    batches = list(_batches(list(range(len(pieces))), pieces, max_inflight_bytes))
     undo: list[tuple[Piece, Any]] = []
     try:
         for batch in batches:
-            staged = [(p, _dequantize(ct, p, plan)) for p, plan in batch]
+            staged = []
+            for i in batch:
+                sources = fetched[i] if fetched is not None else None
+                staged.append((pieces[i], _dequantize(ct, pieces[i], plans[i], sources)))
             for piece, value in staged:
                 if len(batches) > 1:
                     undo.append((piece, _region(piece).clone()))
@@ -97,24 +113,38 @@ class LoadReport:
     bytes_read: int
 
 
-def _choose(engine: str) -> str:
+def _choose(engine: str, ct: ComposedTransform) -> str:
+    """The engine to run: as asked, or for "auto" the best one this Paddle supports."""
+    import paddle
     from paddle.distributed.flex_checkpoint.dcp.load_state_dict import (
         load_state_dict as paddle_load,
     )
 
     native = "load_transform" in inspect.signature(paddle_load).parameters
-    if engine == "auto":
-        chosen = "native" if native else "direct"
-        if chosen not in _announced:
-            _announced.add(chosen)
-            why = "Paddle has load_transform" if native else "Paddle has no load_transform"
-            log.info("flexq: engine %r (%s)", chosen, why)
-        return chosen
+    if engine not in ("auto", "native", "flexcheckpoint", "direct"):
+        raise FlexqError(
+            f"unknown engine {engine!r}: use 'auto', 'native', 'flexcheckpoint' or 'direct'"
+        )
     if engine == "native" and not native:
         raise FlexqError("engine 'native' needs a Paddle whose load_state_dict has load_transform")
-    if engine not in ("native", "direct"):
-        raise FlexqError(f"unknown engine {engine!r}: use 'auto', 'native' or 'direct'")
-    return engine
+    if engine != "auto":
+        return engine
+    # 3.3.1's reshard communicators call .cuda() unconditionally: with several
+    # processes on a CPU-only build they cannot run, so read directly instead.
+    cpu_only = not paddle.is_compiled_with_cuda() and not paddle.device.get_all_custom_device_type()
+    components = {s for e in ct.entries.values() for s in e.sources}
+    if native:
+        chosen, why = "native", "Paddle has load_transform"
+    elif paddle.distributed.get_world_size() > 1 and cpu_only:
+        chosen, why = "direct", "several ranks on a CPU-only Paddle build"
+    elif not fcfetch.transportable(ct.checkpoint, components):
+        chosen, why = "direct", "the checkpoint has element formats FlexCheckpoint cannot carry"
+    else:
+        chosen, why = "flexcheckpoint", "Paddle has no load_transform"
+    if (chosen, why) not in _announced:
+        _announced.add((chosen, why))
+        log.info("flexq: engine %r (%s)", chosen, why)
+    return chosen
 
 
 def _native(
@@ -151,24 +181,30 @@ def _box(ct: ComposedTransform, p: Piece) -> TargetSlice:
     )
 
 
-def _batches(
-    pieces: list[Piece], plans: list[ReadPlan], limit: int
-) -> Iterator[list[tuple[Piece, ReadPlan]]]:
-    batch: list[tuple[Piece, ReadPlan]] = []
+def _batches(indexes: list[int], pieces: list[Piece], limit: int) -> Iterator[list[int]]:
+    """Indexes of pieces, grouped so each group's float32 bytes stay under ``limit``."""
+    batch: list[int] = []
     size = 0
-    for piece, plan in zip(pieces, plans, strict=True):
-        if batch and size + piece.nbytes > limit:
+    for i in indexes:
+        if batch and size + pieces[i].nbytes > limit:
             yield batch
             batch, size = [], 0
-        batch.append((piece, plan))
-        size += piece.nbytes
+        batch.append(i)
+        size += pieces[i].nbytes
     if batch:
         yield batch
 
 
-def _dequantize(ct: ComposedTransform, p: Piece, plan: ReadPlan) -> Any:
-    sources = ct.read_sources(p.logical_key, plan)
-    return to_paddle(ct.dequantize(p.logical_key, sources, plan, p.target.dtype), p.target.dtype)
+def _dequantize(
+    ct: ComposedTransform, p: Piece, plan: ReadPlan, sources: dict[str, Any] | None
+) -> Any:
+    """Dequantize one piece from fetched sources (or from direct reads when None)."""
+    if sources is None:
+        found: dict[str, Any] = ct.read_sources(p.logical_key, plan)
+    else:
+        # CPU tensors go through numpy, the fastest CPU path; device tensors stay put.
+        found = {k: to_numpy(v) if v.place.is_cpu_place() else v for k, v in sources.items()}
+    return to_paddle(ct.dequantize(p.logical_key, found, plan, p.target.dtype), p.target.dtype)
 
 
 def _region(p: Piece) -> Any:

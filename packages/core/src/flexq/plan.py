@@ -9,9 +9,11 @@ needed to produce that box.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 #: A box of a tensor: (global_offset, local_shape).
 Box = tuple[tuple[int, ...], tuple[int, ...]]

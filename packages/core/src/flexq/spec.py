@@ -15,12 +15,13 @@ one set of operations over both, so the math is written once.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+
     from flexq.checkpoint import Checkpoint
     from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 

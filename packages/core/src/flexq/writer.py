@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors import TensorSpec, serialize_file
 
 from flexq.dtypes import storage_dtype
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 #: safetensors header dtype -> the dtype name TensorSpec takes.
 _SPEC_NAMES = {
