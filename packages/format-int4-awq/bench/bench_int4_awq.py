@@ -1,0 +1,105 @@
+"""Dequantize throughput of the int4-awq format next to a numpy memcpy of the same output bytes.
+
+Run ``python bench_int4_awq.py`` (or ``nox -s bench``). Builds a 4096 x 4096
+linear (group size 128) in a temporary checkpoint, reads its components once,
+then times the CPU dequantize to float32 (GEMM and GEMV layouts) and
+``np.copyto`` of an equally large float32 array, alternating, median of 5.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from flexq import ComposedTransform, RawTensor, ReadPlan, TargetSlice, compose, save_checkpoint
+from flexq_int4_awq import quantization_config
+
+OUT_FEATURES = 4096
+IN_FEATURES = 4096
+GROUP_SIZE = 128
+ROUNDS = 5
+
+
+def _tensors(version: str, rng: np.random.Generator) -> dict[str, RawTensor]:
+    """Random words and scales in the layout's shapes (decode cost does not depend on values)."""
+    ng = IN_FEATURES // GROUP_SIZE
+
+    def words(*shape: int) -> np.ndarray:
+        return rng.integers(-(2**31), 2**31, size=shape, dtype=np.int64).astype(np.int32)
+
+    scales = (rng.standard_normal((max(OUT_FEATURES, IN_FEATURES), ng)) * 0.01).astype(np.float16)
+    if version == "gemm":
+        qw, qz = words(IN_FEATURES, OUT_FEATURES // 8), words(ng, OUT_FEATURES // 8)
+        sc = np.ascontiguousarray(scales[:OUT_FEATURES].T)
+    else:
+        width = -(-ng // 8)  # g = 128: no extra padding multiple
+        qw, qz = words(OUT_FEATURES, IN_FEATURES // 8), words(OUT_FEATURES, width)
+        sc = np.zeros((OUT_FEATURES, 8 * width), dtype=np.float16)
+        sc[:, :ng] = scales[:OUT_FEATURES]
+    return {
+        "fc.qweight": RawTensor.of(qw),
+        "fc.qzeros": RawTensor.of(qz),
+        "fc.scales": RawTensor.of(sc),
+    }
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure() -> dict[str, float]:
+    """GB/s of float32 output: dequantize (GEMM, GEMV) and np.copyto of the same bytes."""
+    rng = np.random.default_rng(0)
+    out_bytes = OUT_FEATURES * IN_FEATURES * 4
+    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
+    dst = np.empty_like(src)
+    times: dict[str, list[float]] = {"gemm": [], "gemv": [], "memcpy": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
+        for version in ("gemm", "gemv"):
+            path = save_checkpoint(
+                f"{tmp}/{version}",
+                _tensors(version, rng),
+                config={"quantization_config": quantization_config(GROUP_SIZE, version)},
+            )
+            ct = compose(path, ["int4-awq"])
+            whole = TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32")
+            plan = ct.plan("fc.weight", whole)
+            runs[version] = _dequantizer(ct, plan, ct.read_sources("fc.weight", plan))
+        for name in runs:  # warm-up: page faults and allocator growth
+            runs[name]()
+        for _ in range(ROUNDS):
+            for name, fn in runs.items():
+                times[name].append(_seconds(fn))
+    return {
+        "int4_awq_gemm_gbps": out_bytes / statistics.median(times["gemm"]) / 1e9,
+        "int4_awq_gemv_gbps": out_bytes / statistics.median(times["gemv"]) / 1e9,
+        "memcpy_gbps": out_bytes / statistics.median(times["memcpy"]) / 1e9,
+    }
+
+
+def _dequantizer(
+    ct: ComposedTransform, plan: ReadPlan, sources: dict[str, np.ndarray]
+) -> Callable[[], object]:
+    return lambda: ct.dequantize("fc.weight", sources, plan, "float32")
+
+
+def main() -> None:
+    """Print the figures of :func:`measure`."""
+    figures = measure()
+    print(
+        f"int4-awq dequantize {OUT_FEATURES}x{IN_FEATURES} g={GROUP_SIZE} -> float32 "
+        f"(median of {ROUNDS}):"
+    )
+    for name, value in figures.items():
+        print(f"  {name:22s} {value:7.2f} GB/s")
+
+
+if __name__ == "__main__":
+    main()

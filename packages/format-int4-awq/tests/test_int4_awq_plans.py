@@ -1,0 +1,158 @@
+"""Local read plans: any box equals the same slice of the whole weight, reading only covering words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexq import ComposedTransform, TargetSlice, compose
+
+# (version, out, in, group_size); boxes of every alignment are drawn over these.
+CASES = [
+    ("gemm", 24, 64, 16),
+    ("gemm", 40, 24, 8),
+    ("gemm", 16, 96, 32),
+    ("gemm", 32, 40, -1),
+    ("gemv", 24, 128, 32),
+    ("gemv", 16, 192, 64),
+    ("gemv", 8, 256, 128),
+    ("gemv", 12, 64, -1),
+]
+
+
+class Built:
+    """One checkpoint per case, its composed transform, whole result and oracle."""
+
+    def __init__(self, root: Path, oracle: Any) -> None:
+        rng = np.random.default_rng(11)
+        from flexq import save_checkpoint
+
+        self.items: list[tuple[ComposedTransform, np.ndarray, Any]] = []
+        for n, (version, out_f, in_f, group) in enumerate(CASES):
+            awq = oracle.random_awq(rng, version, out_f, in_f, group)
+            path = save_checkpoint(
+                root / f"c{n}", awq.raw("fc"), config=oracle.awq_config(version, group)
+            )
+            ct = compose(path, ["int4-awq"])
+            self.items.append((ct, ct.load("fc.weight", "float32"), awq))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, oracle: Any) -> Built:
+    return Built(tmp_path_factory.mktemp("awq_plans"), oracle)
+
+
+def expected_bytes(version: str, g: int, o0: int, no: int, i0: int, ni: int) -> int:
+    """Bytes a local plan reads: covering int32 words, covering groups, exact scale columns."""
+
+    def cover(start: int, size: int, block: int) -> int:
+        return (start + size - 1) // block - start // block + 1
+
+    ng = cover(i0, ni, g)
+    if version == "gemm":
+        nc = cover(o0, no, 8)
+        return 4 * ni * nc + 4 * ng * nc + 2 * ng * no
+    nz = cover(i0 // g, ng, 8)
+    return 4 * no * cover(i0, ni, 8) + 4 * no * nz + 2 * no * ng
+
+
+@st.composite
+def boxes(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
+    case = draw(st.integers(0, len(CASES) - 1))
+    _, out_f, in_f, _ = CASES[case]
+    o0 = draw(st.integers(0, out_f - 1))
+    no = draw(st.integers(1, out_f - o0))
+    i0 = draw(st.integers(0, in_f - 1))
+    ni = draw(st.integers(1, in_f - i0))
+    return case, o0, no, i0, ni
+
+
+@settings(max_examples=100, deadline=None)
+@given(box=boxes(), dtype=st.sampled_from(["float32", "bfloat16"]))
+def test_local_plan_equals_slice_of_global_and_reads_only_covering_words(
+    built: Built, oracle: Any, box: tuple[int, int, int, int, int], dtype: str
+) -> None:
+    case, o0, no, i0, ni = box
+    version, out_f, in_f, group = CASES[case]
+    ct, whole, _ = built.items[case]
+    target = TargetSlice((out_f, in_f), (no, ni), (o0, i0), dtype)
+    plan = ct.plan("fc.weight", target)
+    assert plan.mode == "local"
+    assert plan.target == target
+    before = ct.checkpoint.bytes_read
+    sources = ct.read_sources("fc.weight", plan)
+    g = in_f if group == -1 else group
+    assert ct.checkpoint.bytes_read - before == expected_bytes(version, g, o0, no, i0, ni)
+    got = ct.dequantize("fc.weight", sources, plan, dtype)
+    oracle.same_bits(got, oracle.round_to(whole[o0 : o0 + no, i0 : i0 + ni], dtype))
+
+
+@settings(max_examples=25, deadline=None)
+@given(box=boxes())
+def test_paddle_sources_of_a_local_plan_match_numpy(
+    built: Built, oracle: Any, box: tuple[int, int, int, int, int]
+) -> None:
+    from flexq.arrays import source_to_paddle
+
+    case, o0, no, i0, ni = box
+    _, out_f, in_f, _ = CASES[case]
+    ct, whole, _ = built.items[case]
+    plan = ct.plan("fc.weight", TargetSlice((out_f, in_f), (no, ni), (o0, i0), "float32"))
+    sources = ct.read_sources("fc.weight", plan)
+    on_device = {k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()}
+    got = ct.dequantize("fc.weight", on_device, plan, "float32")
+    oracle.same_bits(got.numpy(), whole[o0 : o0 + no, i0 : i0 + ni])
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_whole_weight_equals_the_oracle(built: Built, oracle: Any, case: int) -> None:
+    _, whole, awq = built.items[case]
+    oracle.same_bits(whole, awq.reference())
+
+
+def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Built) -> None:
+    ct, whole, _ = built.items[0]
+    target = TargetSlice((24, 64), (5, 7), (3, 9), "float32")
+    plan = ct.plan("fc.weight", target, force_global=True)
+    assert plan.mode == "global"
+    assert plan.source_slices["fc.qweight"] == ((0, 0), (64, 3))
+    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
+
+
+def test_unaligned_gemm_row_slice_reads_the_covering_packed_columns(built: Built) -> None:
+    ct, whole, _ = built.items[0]  # gemm out=24 in=64 g=16
+    plan = ct.plan("fc.weight", TargetSlice((24, 64), (6, 64), (5, 0), "float32"))
+    # out rows 5..10 live in packed columns 0 and 1; all 4 groups; scales exactly 5..10.
+    assert dict(plan.source_slices) == {
+        "fc.qweight": ((0, 0), (64, 2)),
+        "fc.qzeros": ((0, 0), (4, 2)),
+        "fc.scales": ((0, 5), (4, 6)),
+    }
+    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    np.testing.assert_array_equal(got, whole[5:11])
+
+
+def test_gemm_column_slice_reads_qweight_rows_and_whole_groups(built: Built) -> None:
+    ct, whole, _ = built.items[0]  # gemm out=24 in=64 g=16
+    plan = ct.plan("fc.weight", TargetSlice((24, 64), (24, 10), (0, 30), "float32"))
+    # in columns 30..39 = qweight rows 30..39; groups 1 and 2 (rows 16..47).
+    assert dict(plan.source_slices) == {
+        "fc.qweight": ((30, 0), (10, 3)),
+        "fc.qzeros": ((1, 0), (2, 3)),
+        "fc.scales": ((1, 0), (2, 24)),
+    }
+    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    np.testing.assert_array_equal(got, whole[:, 30:40])
+
+
+def test_empty_box_gives_an_empty_result(built: Built) -> None:
+    ct, _, _ = built.items[4]
+    plan = ct.plan("fc.weight", TargetSlice((24, 128), (0, 5), (24, 3), "float32"))
+    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    assert got.shape == (0, 5)

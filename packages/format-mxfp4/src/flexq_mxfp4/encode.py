@@ -1,0 +1,125 @@
+"""The MXFP4 encoder: float arrays -> MXFP4 checkpoint tensors (gpt-oss or compressed-tensors).
+
+For tests, demos and ``flexq convert``-style tools that need MXFP4 checkpoints.
+The rule is the OCP MX / torchao / microxcaling one: per block of 32 elements
+along the last axis, ``shared_exp = floor(log2(amax)) - 2`` clamped to
+[-127, 127] (an all-zero block gets -127), stored biased by 127; a block with a
+NaN or infinity gets scale 0xFF (decodes as NaN). Elements are ``x / 2^shared_exp``
+rounded to the nearest E2M1 value, ties to even, saturated at +-6; element 2b
+goes to the low nibble of byte b.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from flexq import RawTensor
+from flexq_mxfp4.layout import (
+    BLOCK,
+    CT_PACKED,
+    CT_SCALE,
+    GPT_OSS_BLOCKS,
+    GPT_OSS_SCALES,
+    PACKED_DTYPES,
+    SCALE_DTYPES,
+    Layout,
+    n_blocks,
+)
+
+#: E2M1 magnitudes in code order (codes 0..7).
+_GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+_EMAX_E2M1 = 2  # floor(log2(6))
+_NAN_SCALE = 0xFF
+
+
+def quantize(
+    tensors: Mapping[str, npt.ArrayLike],
+    *,
+    layout: Layout = "gpt-oss",
+    packed_dtype: str = "U8",
+    scale_dtype: str = "U8",
+) -> dict[str, RawTensor]:
+    """Quantize float tensors to MXFP4 checkpoint tensors (for :func:`flexq.save_checkpoint`).
+
+    :param tensors: logical key -> float array ``[..., n]``, blocked along the last axis.
+    :param layout: ``"gpt-oss"`` writes ``P_blocks`` U8 [..., n/32, 16] and
+        ``P_scales`` [..., n/32] (n must be a multiple of 32);
+        ``"compressed-tensors"`` writes ``X_packed`` [..., n/2] and ``X_scale``
+        [..., ceil(n/32)] (name the key ``X.weight``; n must be even).
+    :param packed_dtype: ``"U8"`` (what producers write) or ``"F4"``.
+    :param scale_dtype: ``"U8"`` (what producers write) or ``"F8_E8M0"``.
+    :raises ValueError: on an unsupported layout, dtype or shape.
+    """
+    if packed_dtype not in PACKED_DTYPES or scale_dtype not in SCALE_DTYPES:
+        raise ValueError(
+            f"packed_dtype must be one of {PACKED_DTYPES} and scale_dtype one of "
+            f"{SCALE_DTYPES}, got {packed_dtype!r}, {scale_dtype!r}"
+        )
+    out: dict[str, RawTensor] = {}
+    for key, value in tensors.items():
+        x = np.asarray(value, dtype=np.float64)
+        n = x.shape[-1] if x.ndim else 0
+        if layout == "gpt-oss":
+            if x.ndim < 1 or n % BLOCK:
+                raise ValueError(f"{key!r}: gpt-oss layout needs [..., 32*G], got {x.shape}")
+            packed, scales = quantize_array(x)
+            blocks = packed.reshape(*x.shape[:-1], n // BLOCK, BLOCK // 2)
+            out[key + GPT_OSS_BLOCKS] = RawTensor(packed_dtype, blocks)
+            out[key + GPT_OSS_SCALES] = RawTensor(scale_dtype, scales)
+        elif layout == "compressed-tensors":
+            if x.ndim < 1 or n % 2:
+                raise ValueError(
+                    f"{key!r}: compressed-tensors layout needs [..., 2k], got {x.shape}"
+                )
+            packed, scales = quantize_array(x)
+            out[key + CT_PACKED] = RawTensor(packed_dtype, packed)
+            out[key + CT_SCALE] = RawTensor(scale_dtype, scales)
+        else:
+            raise ValueError(f"unknown MXFP4 layout {layout!r}")
+    return out
+
+
+def quantize_array(x: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize ``x`` [..., n] (n even) to codes [..., n/2] and E8M0 scales [..., ceil(n/32)].
+
+    A partial last block is quantized as if padded with zeros.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    nblk = n_blocks(n)
+    blocks = np.zeros((*lead, nblk * BLOCK))
+    blocks[..., :n] = x
+    blocks = blocks.reshape(*lead, nblk, BLOCK)
+    with np.errstate(invalid="ignore"):
+        amax = np.max(np.abs(blocks), axis=-1)
+    finite = np.isfinite(amax)
+    # frexp: amax = f * 2^k with f in [0.5, 1), so floor(log2(amax)) = k - 1 exactly.
+    _, k = np.frexp(np.where(finite, amax, 0.0))
+    shared = np.where(amax > 0, k - 1 - _EMAX_E2M1, -127)
+    shared = np.clip(shared, -127, 127)
+    scales = np.where(finite, shared + 127, _NAN_SCALE).astype(np.uint8)
+    # Dividing by a power of two is exact in float64 for every float32 input.
+    m = np.where(finite[..., None], np.ldexp(blocks, -shared[..., None]), 0.0)
+    codes = _e2m1_codes(m).reshape(*lead, nblk * BLOCK)[..., :n]
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    return packed, scales
+
+
+def _e2m1_codes(m: np.ndarray) -> np.ndarray:
+    """Nearest E2M1 code (ties to even, saturating at 6) of each value of ``m``."""
+    mag = np.abs(m)
+    # The E2M1 grid has spacing 0.5 below 2, 1 below 4, 2 above; np.rint rounds
+    # ties to even, and on each stretch an even multiple of the spacing is an
+    # even code, so this is round-to-nearest-even on the codes.
+    q = np.where(
+        mag < 2, np.rint(mag * 2) / 2, np.where(mag < 4, np.rint(mag), 2 * np.rint(mag / 2))
+    )
+    q = np.minimum(q, 6.0)
+    codes: np.ndarray = np.searchsorted(_GRID, q).astype(np.uint8)
+    signs: np.ndarray = np.signbit(m).astype(np.uint8) << 3
+    out: np.ndarray = codes | signs
+    return out

@@ -1,0 +1,148 @@
+"""Fixtures for the mxfp4 tests: the ml_dtypes reference decoder and tiny checkpoint builders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import flexq
+
+RefDecode = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+Build = Callable[..., Path]
+
+
+def reference_decode(packed: np.ndarray, scales: np.ndarray, n: int) -> np.ndarray:
+    """The oracle: MXFP4 bytes [..., nbytes] + E8M0 bytes [..., nblk] -> float32 [..., n].
+
+    Independent of flexq_mxfp4: nibbles are split with shifts, decoded by
+    ml_dtypes' float4_e2m1fn, scales by its float8_e8m0fnu, multiplied in float32.
+    """
+    packed = np.asarray(packed, dtype=np.uint8)
+    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1)
+    codes = codes.reshape(*packed.shape[:-1], 2 * packed.shape[-1])[..., :n]
+    elems = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    scale = np.asarray(scales, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
+    with np.errstate(over="ignore"):
+        out: np.ndarray = elems * np.repeat(scale, 32, axis=-1)[..., :n]
+    return out
+
+
+@pytest.fixture(scope="session")
+def ref_decode() -> RefDecode:
+    """The reference decoder (session-scoped so hypothesis tests can use it)."""
+    return reference_decode
+
+
+def random_mx(
+    rng: np.random.Generator, lead: tuple[int, ...], n: int, *, specials: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random packed bytes [..., n/2] and scales [..., ceil(n/32)] around 2^0.
+
+    With ``specials`` a few scales are 0x00 (2^-127), 0xFF (NaN) and 0xFE (overflow).
+    """
+    packed = rng.integers(0, 256, (*lead, n // 2), dtype=np.uint8)
+    scales = rng.integers(110, 145, (*lead, -(-n // 32)), dtype=np.uint8)
+    if specials and scales.size:
+        flat = scales.reshape(-1)
+        pick = rng.integers(0, flat.size, 3)
+        flat[pick] = [0x00, 0xFF, 0xFE]
+    return packed, scales
+
+
+@pytest.fixture(scope="session")
+def random_mx_data() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    return random_mx
+
+
+def build_checkpoint(
+    directory: Path,
+    tensors: Mapping[str, flexq.RawTensor],
+    config: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> Path:
+    """Write ``tensors`` (plus a config.json when given) as a checkpoint in ``directory``."""
+    return flexq.save_checkpoint(directory, tensors, config=config, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def build() -> Build:
+    return build_checkpoint
+
+
+GPT_OSS_CONFIG = {
+    "architectures": ["GptOssForCausalLM"],
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    },
+}
+
+CT_CONFIG = {
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "compressed-tensors",
+        "format": "mxfp4-pack-quantized",
+        "config_groups": {
+            "group_0": {
+                "format": "mxfp4-pack-quantized",
+                "targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group"},
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+}
+
+
+@pytest.fixture
+def gpt_oss_config() -> dict[str, Any]:
+    return GPT_OSS_CONFIG
+
+
+@pytest.fixture
+def ct_config() -> dict[str, Any]:
+    return CT_CONFIG
+
+
+class FakeFp8:
+    """A stand-in FP8 format claiming ``X.weight`` (F8_E4M3) + ``X.weight_scale``.
+
+    Lets hybrid-checkpoint tests compose strictly without depending on the real
+    fp8 package; the values it produces are not checked.
+    """
+
+    FORMAT_NAME = "fake-fp8"
+
+    @flexq.hookimpl
+    def flexq_logical_metadata(
+        self, checkpoint: flexq.Checkpoint
+    ) -> dict[str, flexq.LogicalTensor]:
+        return {
+            k: flexq.LogicalTensor(i.shape, "bfloat16")
+            for k, i in checkpoint.tensors.items()
+            if i.dtype == "F8_E4M3" and k + "_scale" in checkpoint.tensors
+        }
+
+    @flexq.hookimpl
+    def flexq_source_keys(self, logical_key: str) -> list[str]:
+        return [logical_key, logical_key + "_scale"]
+
+
+@pytest.fixture
+def fake_fp8() -> Iterator[str]:
+    name = flexq.register_format(FakeFp8())
+    try:
+        yield name
+    finally:
+        flexq.unregister_format(name)
