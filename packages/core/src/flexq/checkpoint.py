@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 CONFIG_NAME = "config.json"
+QUANT_CONFIG_NAME = "quant_config.json"
 INDEX_SUFFIX = ".safetensors.index.json"
 PREFERRED_INDEX = "model.safetensors.index.json"
 
@@ -48,7 +49,9 @@ class Checkpoint:
         if not self.path.is_dir():
             raise CheckpointError(f"{self.path}: not a checkpoint directory")
         self._root = self.path.resolve()
-        self.config: dict[str, Any] = self._read_config()
+        self.config: dict[str, Any] = self._read_json(CONFIG_NAME)
+        # Older AutoAWQ checkpoints keep their settings beside config.json.
+        self._quant_file = self._read_json(QUANT_CONFIG_NAME)
         self.tensors: dict[str, TensorInfo] = self._read_headers(self._data_files())
         #: bytes copied out of the files by :meth:`read`, in total and per file.
         self.bytes_read = 0
@@ -58,12 +61,13 @@ class Checkpoint:
     # -- inventory -----------------------------------------------------------
     @property
     def quantization_config(self) -> dict[str, Any]:
-        """``config.json``'s ``quantization_config`` (or ``compression_config``), or {}."""
+        """``config.json``'s ``quantization_config`` (or ``compression_config``), else
+        ``quant_config.json`` (older AutoAWQ checkpoints), else {}."""
         for name in ("quantization_config", "compression_config"):
             value = self.config.get(name)
             if isinstance(value, dict):
                 return value
-        return {}
+        return self._quant_file
 
     def __contains__(self, key: object) -> bool:
         return key in self.tensors
@@ -188,16 +192,17 @@ class Checkpoint:
             raise CheckpointError(f"{self.path}: file {name!r} is missing")
         return resolved
 
-    def _read_config(self) -> dict[str, Any]:
-        if not (self.path / CONFIG_NAME).exists():
+    def _read_json(self, name: str) -> dict[str, Any]:
+        """An optional JSON object file of the checkpoint ({} when absent)."""
+        if not (self.path / name).exists():
             return {}
-        raw = self._safe_path(CONFIG_NAME).read_bytes()
+        raw = self._safe_path(name).read_bytes()
         try:
             doc = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{self.path / CONFIG_NAME}: not valid JSON ({exc})") from None
+            raise CheckpointError(f"{self.path / name}: not valid JSON ({exc})") from None
         if not isinstance(doc, dict):
-            raise CheckpointError(f"{self.path / CONFIG_NAME}: not a JSON object")
+            raise CheckpointError(f"{self.path / name}: not a JSON object")
         return doc
 
     def _data_files(self) -> dict[str, set[str] | None]:

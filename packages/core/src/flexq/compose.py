@@ -19,7 +19,7 @@ import numpy as np
 
 from flexq.arrays import paddle_dtype_name, passthrough_dtype, round_numpy, to_paddle
 from flexq.checkpoint import Checkpoint
-from flexq.errors import FlexqError, FormatError, PluginError
+from flexq.errors import FlexqError, FormatError, PluginError, TargetError
 from flexq.ops import is_paddle, ops_for
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 from flexq.plugins import FormatRegistry, registry
@@ -113,10 +113,20 @@ class ComposedTransform:
     def plan(self, logical_key: str, target: TargetSlice, force_global: bool = False) -> ReadPlan:
         """The owner's read plan for ``target`` (a whole-source plan if it has none)."""
         entry = self.entry(logical_key)
-        if target.global_shape != entry.shape:
-            raise FlexqError(
-                f"{logical_key!r}: target global shape {target.global_shape} does not match "
-                f"the logical shape {entry.shape} in {self.checkpoint.path}"
+        if (
+            target.global_shape != entry.shape
+            or len(target.local_shape) != len(entry.shape)
+            or any(
+                o < 0 or n < 0 or o + n > d
+                for o, n, d in zip(
+                    target.global_offset, target.local_shape, entry.shape, strict=False
+                )
+            )
+        ):
+            raise TargetError(
+                f"{logical_key!r}: target box {target.global_offset}+{target.local_shape} of "
+                f"{target.global_shape} does not fit the logical shape {entry.shape} "
+                f"in {self.checkpoint.path}"
             )
         if entry.owner is None:
             return ReadPlan("local", {entry.key: target.box}, target)

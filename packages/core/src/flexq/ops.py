@@ -32,7 +32,7 @@ class ArrayOps(Protocol):
         """``table[codes]`` for an integer code array; same shape as ``codes``."""
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
-        """Repeat each element ``n`` times along ``axis``."""
+        """Repeat each element ``n`` times along ``axis`` (float32/int32/int64 arrays)."""
 
     def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
         """``x`` with a new shape."""
@@ -50,7 +50,8 @@ class NumpyOps:
         return np.asarray(x, dtype=np.float32)
 
     def lut(self, table: np.ndarray, codes: Any) -> Any:
-        return np.take(table, codes)
+        # Fancy indexing with small unsigned codes is ~2x faster than np.take.
+        return table[codes]
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
         return np.repeat(x, n, axis=axis)
@@ -92,7 +93,8 @@ class PaddleOps:
         # sign is masked off, so the shift is logical and no sign bit leaks.
         width = {p.uint8: 0xFF, p.int8: 0xFF, p.int16: 0xFFFF, p.int32: 0xFFFFFFFF}[x.dtype]
         wide = p.bitwise_and(x.astype("int64"), p.to_tensor(width, dtype="int64", place=x.place))
-        shifted = p.floor_divide(wide, p.to_tensor(1 << shift, dtype="int64", place=x.place))
+        by = p.to_tensor(shift, dtype="int64", place=x.place)
+        shifted = p.bitwise_right_shift(wide, by, is_arithmetic=False)
         return p.bitwise_and(shifted, p.to_tensor(mask, dtype="int64", place=x.place))
 
 

@@ -1,0 +1,84 @@
+"""The one rounding step and the shared numpy/Paddle operations formats build on."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import ml_dtypes
+import numpy as np
+import paddle
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import flexq
+from flexq.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from flexq.errors import TargetError
+from flexq.ops import NumpyOps, PaddleOps
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(np.float32, st.integers(0, 64), elements=st.floats(width=32)))
+def test_bfloat16_rounding_matches_ml_dtypes_bit_for_bit(x: np.ndarray) -> None:
+    ours = float32_to_bfloat16_bits(x)
+    theirs = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    finite = ~np.isnan(x)
+    np.testing.assert_array_equal(ours[finite], theirs[finite])
+    assert np.isnan(bfloat16_bits_to_float32(ours[~finite])).all()
+
+
+def test_bfloat16_rounding_ties_to_even_and_keeps_specials() -> None:
+    x = np.array([1 + 2**-8, 1 + 3 * 2**-8, np.inf, -np.inf, -0.0, 3.4e38], np.float32)
+    bits = float32_to_bfloat16_bits(x)
+    np.testing.assert_array_equal(bits[:5], [0x3F80, 0x3F82, 0x7F80, 0xFF80, 0x8000])
+    assert bits[5] == 0x7F80  # rounds up past bfloat16's largest finite value
+
+
+def test_bfloat16_nan_stays_nan_with_its_sign() -> None:
+    x = np.array([np.nan, -np.nan], np.float32)
+    bits = float32_to_bfloat16_bits(x)
+    assert (bits & 0x7FFF > 0x7F80).all()
+    assert bits[1] >> 15 == 1
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32])
+def test_shift_and_is_logical_and_the_same_on_numpy_and_paddle(dtype: type) -> None:
+    x = np.array([0, 1, -1, -268435456, 0x7FFFFFFF], dtype=np.int64).astype(dtype)
+    for shift in (0, 4, 28):
+        want = NumpyOps().shift_and(x, shift, 0xF)
+        got = PaddleOps().shift_and(paddle.to_tensor(x), shift, 0xF).numpy()
+        np.testing.assert_array_equal(got, want)
+    assert NumpyOps().shift_and(np.array([-268435456], np.int32), 28, 0xF)[0] == 15
+
+
+def test_lut_and_repeat_agree_on_numpy_and_paddle() -> None:
+    table = np.arange(256, dtype=np.float32) / 3
+    codes = np.arange(24, dtype=np.uint8).reshape(4, 6)
+    n, p = NumpyOps(), PaddleOps()
+    np.testing.assert_array_equal(
+        p.lut(table, paddle.to_tensor(codes)).numpy(), n.lut(table, codes)
+    )
+    scales = table[:24].reshape(4, 6)
+    np.testing.assert_array_equal(
+        p.repeat(paddle.to_tensor(scales), 3, 1).numpy(), n.repeat(scales, 3, 1)
+    )
+
+
+def test_a_target_box_outside_the_logical_tensor_is_a_target_error(
+    scaled_ckpt: Path, scaled_format: object
+) -> None:
+    ct = flexq.compose(scaled_ckpt)
+    with pytest.raises(TargetError, match="does not fit the logical shape"):
+        ct.plan("a", flexq.TargetSlice((3, 4), (2, 4), (2, 0), "float32"))
+
+
+def test_quant_config_json_is_read_when_config_has_no_quantization_config(
+    scaled_ckpt: Path,
+) -> None:
+    (scaled_ckpt / "quant_config.json").write_text(json.dumps({"w_bit": 4, "q_group_size": 128}))
+    assert flexq.Checkpoint(scaled_ckpt).quantization_config == {"w_bit": 4, "q_group_size": 128}
