@@ -48,7 +48,7 @@ def test_bfloat16_nan_stays_nan_with_its_sign() -> None:
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32])
 def test_shift_and_is_logical_and_the_same_on_numpy_and_paddle(dtype: type) -> None:
-    x = np.array([0, 1, -1, -268435456, 0x7FFFFFFF], dtype=np.int64).astype(dtype)
+    x: np.ndarray = np.array([0, 1, -1, -268435456, 0x7FFFFFFF], dtype=np.int64).astype(dtype)
     for shift in (0, 4, 28):
         want = NumpyOps().shift_and(x, shift, 0xF)
         got = PaddleOps().shift_and(paddle.to_tensor(x), shift, 0xF).numpy()

@@ -1,0 +1,101 @@
+"""The one definition of FP8 dequantization: ``decode(q) * scale`` in float32.
+
+Written once against :mod:`flexq.ops`, so the same code runs on numpy arrays
+(CPU reads) and on Paddle tensors on their device (only the uint8 codes and the
+small scale grid cross the bus). Every step is exact: table lookups, repeats,
+slices and one float32 product per element; the core then rounds once to the
+output dtype. Used by :func:`flexq_fp8.plugin.flexq_apply` and the bench.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexq.ops import ArrayOps, ops_for
+
+if TYPE_CHECKING:
+    from flexq_fp8.layout import Fp8Layout
+
+
+def _e4m3_table() -> np.ndarray:
+    """float32 value of every E4M3FN byte; 0x7F / 0xFF are NaN (sign kept), no infinities."""
+    codes = np.arange(256, dtype=np.uint32)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> 3) & 0xF
+    man = (codes & 0x7).astype(np.float64)
+    normal = (1.0 + man / 8.0) * np.exp2(exp.astype(np.float64) - 7.0)
+    subnormal = man * 2.0**-9
+    table = (sign * np.where(exp == 0, subnormal, normal)).astype(np.float32)
+    nan = (exp == 0xF) & ((codes & 0x7) == 0x7)
+    table[nan] = np.copysign(np.float32(np.nan), sign[nan]).astype(np.float32)
+    return table
+
+
+def _e8m0_table() -> np.ndarray:
+    """float32 value of every E8M0 byte: 2^(e-127); 0xFF is NaN; 0x00 is the subnormal 2^-127."""
+    finite = np.ldexp(np.float32(1.0), np.arange(255) - 127).astype(np.float32)
+    return np.append(finite, np.float32(np.nan)).astype(np.float32)
+
+
+#: E4M3FN byte -> float32 (256 entries).
+E4M3_TO_FLOAT32 = _e4m3_table()
+#: E8M0 byte -> float32 (256 entries).
+E8M0_TO_FLOAT32 = _e8m0_table()
+
+
+def scale_to_float32(ops: ArrayOps, scale: Any, dtype: str) -> Any:
+    """A scale tensor of safetensors ``dtype`` as float32 values (U8 scales are E8M0)."""
+    if dtype in ("U8", "F8_E8M0"):
+        return ops.lut(E8M0_TO_FLOAT32, scale)
+    return ops.float32(scale, dtype)
+
+
+def dequantize(
+    layout: Fp8Layout,
+    weight: Any,
+    scale: Any,
+    offset: Sequence[int],
+    shape: Sequence[int],
+) -> Any:
+    """The box ``offset`` + ``shape`` of the logical weight as float32.
+
+    :param weight: exactly that box of the F8 weight (uint8 codes).
+    :param scale: the stored-scale box :meth:`Fp8Layout.scale_box` names for
+        the grid blocks covering the box.
+    """
+    ops = ops_for(weight)
+    values = ops.lut(E4M3_TO_FLOAT32, weight)
+    if 0 in tuple(shape):
+        return values  # an empty box has no scale blocks to broadcast
+    grid_offset, grid_shape = layout.grid_cover(offset, shape)
+    s = ops.reshape(scale_to_float32(ops, scale, layout.scale_dtype), grid_shape)
+    last = len(shape) - 1
+    for d, (o, n, b, g) in enumerate(zip(offset, shape, layout.block, grid_shape, strict=True)):
+        start = o - grid_offset[d] * b
+        # One block along d broadcasts by itself; blocks of one element already
+        # line up with the box.
+        if g <= 1 or b <= 1:
+            continue
+        if d == last and start == 0 and n == g * b:
+            # The box is whole blocks along the last dim: view the values as
+            # [..., g, b] and broadcast the scales instead of spreading them
+            # over a full-size float32 array.
+            split = (*tuple(shape[:-1]), g, b)
+            values = ops.reshape(values, split)
+            with _overflow_is_inf():
+                values *= ops.reshape(s, (*tuple(s.shape), 1))
+            return ops.reshape(values, tuple(shape))
+        # Spread each scale over its block and cut out the box, which may start
+        # and end inside a block.
+        s = ops.repeat(s, b, axis=d)[(slice(None),) * d + (slice(start, start + n),)]
+    with _overflow_is_inf():
+        values *= s
+    return values
+
+
+def _overflow_is_inf() -> Any:
+    """A product beyond float32 range is inf by definition, not a numpy warning."""
+    return np.errstate(over="ignore")

@@ -1,0 +1,261 @@
+"""Which tensors the fp8 format claims, which it leaves alone, and the errors it raises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import flexq
+from flexq import FormatError, RawTensor
+from flexq_fp8.detect import analyse
+
+F8 = "F8_E4M3"
+
+
+def f8(rows: int = 16, cols: int = 8) -> RawTensor:
+    return RawTensor(F8, (np.arange(rows * cols) % 120).astype(np.uint8).reshape(rows, cols))
+
+
+def f32(*shape: int, value: float = 0.5) -> RawTensor:
+    return RawTensor.of(np.full(shape, value, dtype=np.float32))
+
+
+def bf16(*shape: int) -> RawTensor:
+    return RawTensor("BF16", np.full(shape, 0x3F80, dtype=np.uint16))
+
+
+def save(path: Path, tensors: dict[str, RawTensor], qc: dict[str, Any] | None = None) -> Path:
+    config = None if qc is None else {"torch_dtype": "bfloat16", "quantization_config": qc}
+    return flexq.save_checkpoint(path, tensors, config=config)
+
+
+def owners(path: Path) -> dict[str, str | None]:
+    return {k: e.owner for k, e in flexq.compose(path, formats=["fp8"]).entries.items()}
+
+
+def test_f8_weight_without_scale_is_an_error_naming_file_tensor_and_format(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8()})
+    with pytest.raises(FormatError, match=r"model\.safetensors: tensor 'a\.weight'.*fp8"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_block_scale_without_its_weight_is_reported_as_orphan(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32(), "b.weight_scale_inv": f32(1, 1)})
+    with pytest.raises(FormatError, match=r"'b\.weight_scale_inv' belongs to format 'fp8'.*orphan"):
+        flexq.compose(tmp_path, formats=["fp8"])
+    problems = flexq.compose(tmp_path, formats=["fp8"], strict=False).problems
+    assert len(problems) == 1
+    assert "b.weight_scale_inv" in problems[0]
+
+
+def test_weight_scale_beside_a_bf16_weight_is_reported_as_orphan(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": bf16(4, 4), "a.weight_scale": f32()})
+    problems = flexq.compose(tmp_path, formats=["fp8"], strict=False).problems
+    assert len(problems) == 1
+    assert "'a.weight_scale' belongs to format 'fp8'" in problems[0]
+
+
+def test_weight_with_two_scales_is_an_error(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32(), "a.weight_scale_inv": f32(1, 1)})
+    with pytest.raises(FormatError, match=r"'a\.weight' has two scales"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_fp8_weight_with_a_zero_point_is_an_error(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32(), "a.weight_zero_point": f32()})
+    with pytest.raises(FormatError, match=r"'a\.weight_zero_point': asymmetric FP8.*fp8"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_scale_of_an_integer_dtype_is_an_error(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": RawTensor.of(np.ones((16, 1), np.int32))})
+    with pytest.raises(FormatError, match=r"tensor 'a\.weight_scale'.*dtype I32.*fp8"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_scale_grid_that_contradicts_weight_block_size_is_an_error(tmp_path: Path) -> None:
+    # 300 x 260 in 64x64 blocks is a 5x5 grid; the config says 128x128 (3x3).
+    save(
+        tmp_path,
+        {"a.weight": f8(300, 260), "a.weight_scale_inv": f32(5, 5)},
+        {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    )
+    with pytest.raises(FormatError, match=r"'a\.weight_scale_inv'.*grid \(5, 5\).*128x128"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_scale_grid_no_block_size_can_produce_is_an_error(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(10, 8), "a.weight_scale_inv": f32(6, 1)})
+    with pytest.raises(FormatError, match=r"no block size splits 10 elements into 6"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_per_tensor_scale_is_accepted_under_a_block_config(tmp_path: Path) -> None:
+    save(
+        tmp_path,
+        {"a.weight": f8(300, 260), "a.weight_scale": f32(value=2.0)},
+        {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    )
+    assert analyse(flexq.Checkpoint(tmp_path)).layouts["a.weight"].block == (300, 260)
+
+
+@pytest.mark.parametrize(
+    "qc",
+    [
+        {"quant_method": "fp8", "weight_block_size": [128]},
+        {"quant_method": "fp8", "weight_block_size": [128, 0]},
+        {"quant_method": "fp8", "weight_block_size": "128x128"},
+    ],
+)
+def test_malformed_weight_block_size_is_an_error_naming_config(
+    tmp_path: Path, qc: dict[str, Any]
+) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale_inv": f32(1, 1)}, qc)
+    with pytest.raises(FormatError, match=r"config\.json: quantization_config\.weight_block_size"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_unknown_compressed_tensors_strategy_is_an_error(tmp_path: Path) -> None:
+    qc = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "token"}}},
+    }
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32(16, 1)}, qc)
+    with pytest.raises(FormatError, match=r"config_groups\.g\.weights\.strategy 'token'"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+@pytest.mark.parametrize(
+    ("field", "entries"),
+    [
+        ("ignored_layers", ["lm_head", "model.layers.0.mlp.gate"]),
+        ("modules_to_not_convert", ["lm_head", "gate"]),
+        ("ignore", ["re:.*lm_head", "re:.*mlp\\.gate$"]),
+    ],
+)
+def test_ignored_modules_pass_through_and_their_scales_are_not_orphans(
+    tmp_path: Path, field: str, entries: list[str]
+) -> None:
+    qc: dict[str, Any] = {"quant_method": "fp8", field: entries}
+    tensors = {
+        "lm_head.weight": bf16(4, 4),
+        "model.layers.0.mlp.gate.weight": bf16(4, 16),
+        # a leftover scale in an ignored module is not an FP8 component
+        "model.layers.0.mlp.gate.weight_scale": f32(),
+        # component matching: "gate" does not cover "gate_proj"
+        "model.layers.0.mlp.gate_proj.weight": f8(),
+        "model.layers.0.mlp.gate_proj.weight_scale": f32(),
+    }
+    save(tmp_path, tensors, qc)
+    assert owners(tmp_path) == {
+        "lm_head.weight": None,
+        "model.layers.0.mlp.gate.weight": None,
+        "model.layers.0.mlp.gate.weight_scale": None,
+        "model.layers.0.mlp.gate_proj.weight": "fp8",
+    }
+
+
+def test_f8_weight_in_an_ignored_module_is_an_error(tmp_path: Path) -> None:
+    save(
+        tmp_path,
+        {"lm_head.weight": f8(), "lm_head.weight_scale": f32()},
+        {"quant_method": "fp8", "ignored_layers": ["lm_head"]},
+    )
+    with pytest.raises(
+        FormatError, match=r"'lm_head\.weight' is F8_E4M3.*ignored_layers.*'lm_head'"
+    ):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_input_and_kv_cache_scales_pass_through_untouched(tmp_path: Path) -> None:
+    tensors = {
+        "attn.q_proj.weight": f8(),
+        "attn.q_proj.weight_scale": f32(),
+        "attn.q_proj.input_scale": f32(value=0.25),
+        "attn.k_scale": f32(value=3.0),
+        "attn.v_scale": f32(value=5.0),
+    }
+    save(tmp_path, tensors, {"quant_method": "fp8", "activation_scheme": "static"})
+    ct = flexq.compose(tmp_path, formats=["fp8"])
+    assert {k: e.owner for k, e in ct.entries.items()} == {
+        "attn.q_proj.weight": "fp8",
+        "attn.q_proj.input_scale": None,
+        "attn.k_scale": None,
+        "attn.v_scale": None,
+    }
+    assert ct.load("attn.k_scale", "float32").tolist() == 3.0
+    assert ct.load("attn.q_proj.input_scale", "float32").tolist() == 0.25
+
+
+def test_fp8_weights_are_detected_from_tensors_without_config(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32(value=2.0), "b.weight": bf16(2, 2)})
+    assert not (tmp_path / "config.json").exists()
+    ct = flexq.compose(tmp_path, formats=["fp8"])
+    assert ct.entries["a.weight"].owner == "fp8"
+    assert ct.entries["a.weight"].sources == ("a.weight", "a.weight_scale")
+    assert ct.load("a.weight", "float32")[0, 1] == np.float32(2.0 * 2.0**-9)
+
+
+def test_nvfp4_style_f8_scale_is_not_taken_for_a_weight(tmp_path: Path) -> None:
+    # NVFP4 stores E4M3 *group scales* beside a packed U8 weight: not an fp8 weight.
+    tensors = {
+        "a.weight": RawTensor("U8", np.zeros((16, 4), np.uint8)),
+        "a.weight_scale": RawTensor(F8, np.zeros((16, 1), np.uint8)),
+        "a.weight_scale_2": f32(),
+    }
+    save(tmp_path, tensors)
+    ckpt = flexq.Checkpoint(tmp_path)
+    found = analyse(ckpt)
+    assert found.layouts == {}
+    assert found.recognized == frozenset()
+    problems = flexq.compose(ckpt, formats=["fp8"], strict=False).problems
+    assert problems == [
+        "model.safetensors: tensor 'a.weight_scale' has element format F8_E4M3, which no "
+        "format in ['fp8'] decodes"
+    ]
+
+
+def test_packed_mxfp4_scale_is_left_to_its_format(tmp_path: Path) -> None:
+    tensors = {
+        "a.weight_packed": RawTensor("U8", np.zeros((16, 4), np.uint8)),
+        "a.weight_scale": RawTensor("U8", np.zeros((16, 1), np.uint8)),
+    }
+    save(tmp_path, tensors)
+    assert analyse(flexq.Checkpoint(tmp_path)).recognized == frozenset()
+
+
+def test_analysis_runs_once_per_checkpoint(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32()})
+    ckpt = flexq.Checkpoint(tmp_path)
+    assert analyse(ckpt) is analyse(ckpt)
+    assert analyse(flexq.Checkpoint(tmp_path)) is not analyse(ckpt)
+
+
+def test_apply_rejects_sources_of_the_wrong_shape(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale_inv": f32(2, 1)}, None)
+    ct = flexq.compose(tmp_path, formats=["fp8"])
+    plan = ct.plan("a.weight", flexq.TargetSlice.whole((16, 8), "float32"))
+    sources = ct.read_sources("a.weight", plan)
+    with pytest.raises(FormatError, match=r"'a\.weight_scale_inv' arrived with shape \(1, 1\)"):
+        ct.dequantize(
+            "a.weight",
+            {**sources, "a.weight_scale_inv": np.ones((1, 1), np.float32)},
+            plan,
+            "float32",
+        )
+    with pytest.raises(FormatError, match=r"'a\.weight' arrived with shape \(8, 8\)"):
+        ct.dequantize("a.weight", {**sources, "a.weight": sources["a.weight"][:8]}, plan, "float32")
+    with pytest.raises(FormatError, match=r"needs \['a\.weight_scale_inv'\]"):
+        ct.dequantize("a.weight", {"a.weight": sources["a.weight"]}, plan, "float32")
+
+
+def test_logical_key_of_another_format_is_refused(tmp_path: Path) -> None:
+    save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32()})
+    from flexq_fp8 import plugin
+
+    with pytest.raises(FormatError, match=r"'b\.weight' is not an FP8 weight"):
+        plugin.flexq_source_keys(flexq.Checkpoint(tmp_path), "b.weight")

@@ -1,0 +1,205 @@
+"""Local read plans: any box of an FP8 weight, read with only the bytes it needs.
+
+Property (hypothesis): for random shapes, layouts, block sizes and boxes, the
+local-plan result equals the same box of the global result and of the
+reference, and the bytes read are the box's weight bytes plus the covering
+scale blocks, within the box's rows/columns plus one block on each side.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import flexq
+from flexq import RawTensor, TargetSlice
+from flexq.plan import block_cover
+
+ITEMSIZE = {"F32": 4, "BF16": 2, "F16": 2, "U8": 1, "F8_E8M0": 1}
+
+
+@dataclass(frozen=True)
+class Example:
+    shape: tuple[int, ...]
+    block: tuple[int, ...]
+    scale_dtype: str
+    offset: tuple[int, ...]
+    size: tuple[int, ...]
+    seed: int
+
+
+@st.composite
+def examples(draw: st.DrawFn) -> Example:
+    experts = draw(st.sampled_from([(), (1,), (3,)]))
+    out, inp = draw(st.integers(1, 96)), draw(st.integers(1, 96))
+    layout = draw(st.sampled_from(["tensor", "channel", "group", "block"]))
+    if layout == "tensor":
+        last: tuple[int, int] = (out, inp)
+    elif layout == "channel":
+        last = (1, inp)
+    elif layout == "group":
+        last = (1, draw(st.integers(1, 40)))
+    else:
+        last = (draw(st.integers(1, 40)), draw(st.integers(1, 40)))
+    shape = (*experts, out, inp)
+    block = (1,) * len(experts) + last
+    offset, size = [], []
+    for n in shape:
+        o = draw(st.integers(0, n - 1))
+        offset.append(o)
+        size.append(draw(st.integers(1, n - o)))
+    scale_dtype = draw(st.sampled_from(sorted(ITEMSIZE)))
+    return Example(shape, block, scale_dtype, tuple(offset), tuple(size), draw(st.integers(0, 9)))
+
+
+def write(
+    ex: Example, path: Path, make_codes: Any, make_scale: Any
+) -> tuple[np.ndarray, RawTensor]:
+    rng = np.random.default_rng(ex.seed)
+    grid = [-(-n // b) for n, b in zip(ex.shape, ex.block, strict=True)]
+    codes = make_codes(rng, ex.shape)
+    scale = make_scale(rng, grid, ex.scale_dtype)
+    qc = {"quant_method": "fp8", "weight_block_size": list(ex.block[-2:])}
+    flexq.save_checkpoint(
+        path,
+        {"w": RawTensor("F8_E4M3", codes), "w_scale_inv": scale},
+        config={"quantization_config": qc},
+        shard_of={"w_scale_inv": 1},
+    )
+    return codes, scale
+
+
+@settings(max_examples=100, deadline=None)
+@given(ex=examples())
+def test_local_plan_equals_slice_of_global_and_reads_only_covering_bytes(
+    ex: Example,
+    make_codes: Callable[..., np.ndarray],
+    make_scale: Callable[..., RawTensor],
+    reference: Callable[..., np.ndarray],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        codes, scale = write(ex, Path(tmp), make_codes, make_scale)
+        ct = flexq.compose(tmp, formats=["fp8"])
+        target = TargetSlice(ex.shape, ex.size, ex.offset, "float32")
+        plan = ct.plan("w", target)
+        assert plan.mode == "local"
+        assert plan.target == target
+        before = ct.checkpoint.bytes_read_by_file.copy()
+        sources = ct.read_sources("w", plan)
+        delta = ct.checkpoint.bytes_read_by_file - before
+        local = ct.dequantize("w", sources, plan, "float32")
+        whole = ct.load("w", "float32")
+        box = tuple(slice(o, o + n) for o, n in zip(ex.offset, ex.size, strict=True))
+        np.testing.assert_array_equal(local.view(np.uint32), whole[box].view(np.uint32))
+        want = reference(codes, scale, ex.block)[box]
+        np.testing.assert_array_equal(local.view(np.uint32), want.view(np.uint32))
+
+        weight_file = ct.checkpoint.info("w").file
+        scale_file = ct.checkpoint.info("w_scale_inv").file
+        # the weight box exactly, never a byte more
+        assert delta[weight_file] == math.prod(ex.size)
+        covering = [
+            block_cover(o, n, b, d)[1]
+            for o, n, b, d in zip(ex.offset, ex.size, ex.block, ex.shape, strict=True)
+        ]
+        assert delta[scale_file] == math.prod(covering) * ITEMSIZE[ex.scale_dtype]
+        # the bound of the issue: box rows/columns plus one block on each side
+        padded = [min(n + 2 * b, d) for n, b, d in zip(ex.size, ex.block, ex.shape, strict=True)]
+        assert delta[weight_file] <= math.prod(padded)
+        assert math.prod(covering) <= math.prod(
+            -(-p // b) + 1 for p, b in zip(padded, ex.block, strict=True)
+        )
+
+
+def _block_checkpoint(
+    path: Path, make_codes: Callable[..., np.ndarray], make_scale: Callable[..., RawTensor]
+) -> flexq.ComposedTransform:
+    rng = np.random.default_rng(7)
+    flexq.save_checkpoint(
+        path,
+        {
+            "w": RawTensor("F8_E4M3", make_codes(rng, (300, 260))),
+            "w_scale_inv": make_scale(rng, (3, 3), "F32"),
+        },
+        config={"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+    )
+    return flexq.compose(path, formats=["fp8"])
+
+
+def test_shard_smaller_than_a_block_reads_one_scale_block(
+    tmp_path: Path,
+    make_codes: Callable[..., np.ndarray],
+    make_scale: Callable[..., RawTensor],
+) -> None:
+    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+    # tensor parallel with 64-row shards over 128-row blocks: rank 1 holds rows 64..127
+    target = TargetSlice((300, 260), (64, 260), (64, 0), "bfloat16")
+    plan = ct.plan("w", target)
+    assert plan.source_slices == {"w": ((64, 0), (64, 260)), "w_scale_inv": ((0, 0), (1, 3))}
+    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "bfloat16")
+    np.testing.assert_array_equal(got, ct.load("w", "bfloat16")[64:128])
+
+
+def test_box_starting_and_ending_inside_blocks_covers_both_edge_blocks(
+    tmp_path: Path,
+    make_codes: Callable[..., np.ndarray],
+    make_scale: Callable[..., RawTensor],
+) -> None:
+    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+    target = TargetSlice((300, 260), (200, 10), (100, 250), "float32")
+    plan = ct.plan("w", target)
+    # rows 100..299 touch blocks 0, 1, 2; columns 250..259 the end of block 1 and
+    # the partial edge block 2 (columns 256..259)
+    assert plan.source_slices == {"w": ((100, 250), (200, 10)), "w_scale_inv": ((0, 1), (3, 2))}
+    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    np.testing.assert_array_equal(
+        got.view(np.uint32), ct.load("w", "float32")[100:, 250:].view(np.uint32)
+    )
+
+
+def test_force_global_reads_whole_sources(
+    tmp_path: Path,
+    make_codes: Callable[..., np.ndarray],
+    make_scale: Callable[..., RawTensor],
+) -> None:
+    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+    plan = ct.plan("w", TargetSlice((300, 260), (64, 260), (64, 0), "float32"), force_global=True)
+    assert plan.mode == "global"
+    assert plan.target == TargetSlice.whole((300, 260), "float32")
+    assert plan.source_slices == {"w": ((0, 0), (300, 260)), "w_scale_inv": ((0, 0), (3, 3))}
+    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    np.testing.assert_array_equal(got.view(np.uint32), ct.load("w", "float32").view(np.uint32))
+
+
+def test_per_tensor_scalar_scale_is_read_whole_for_any_box(tmp_path: Path) -> None:
+    codes = np.full((40, 30), 0x38, np.uint8)  # 1.0
+    flexq.save_checkpoint(
+        tmp_path,
+        {"w": RawTensor("F8_E4M3", codes), "w_scale": RawTensor.of(np.array(0.75, np.float32))},
+    )
+    ct = flexq.compose(tmp_path, formats=["fp8"])
+    plan = ct.plan("w", TargetSlice((40, 30), (5, 7), (33, 20), "float32"))
+    assert plan.source_slices["w_scale"] == ((), ())
+    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    np.testing.assert_array_equal(got, np.full((5, 7), 0.75, np.float32))
+
+
+def test_empty_box_reads_nothing_and_gives_an_empty_result(
+    tmp_path: Path,
+    make_codes: Callable[..., np.ndarray],
+    make_scale: Callable[..., RawTensor],
+) -> None:
+    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+    plan = ct.plan("w", TargetSlice((300, 260), (0, 260), (300, 0), "float32"))
+    before = ct.checkpoint.bytes_read
+    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    assert ct.checkpoint.bytes_read == before
+    assert got.shape == (0, 260)
