@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -68,15 +68,42 @@ def int8row_tensors(w: dict[str, np.ndarray]) -> dict[str, flexq.RawTensor]:
     return out
 
 
-Builder = Callable[[Path], Path]
+def installed_formats() -> list[str]:
+    """Working installed formats that can encode, plus the example format."""
+    reg = flexq.plugins.registry
+    names = [n for n in reg.active() if reg.implements(n, "flexq_encode")]
+    return [*names, "int8row"]
+
+
+def norm_tensor() -> flexq.RawTensor:
+    norm = np.linspace(0.5, 1.5, 64, dtype=np.float32)
+    return flexq.RawTensor("BF16", flexq.dtypes.float32_to_bfloat16_bits(norm))
+
+
+@pytest.fixture(params=installed_formats())
+def format_ckpt(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """(format name, checkpoint) of the tiny model in each format, written by its encoder."""
+    name: str = request.param
+    if name == "int8row":
+        flexq.register_format(example_module(), name="int8row")
+    try:
+        path = tmp_path / name
+        path.mkdir()
+        tolerance = flexq.plugins.registry.call(
+            name, "flexq_encode", directory=path, weights=weights(), others={NORM: norm_tensor()}
+        )
+        assert isinstance(tolerance, float)
+        yield name, path
+    finally:
+        if name == "int8row":
+            flexq.unregister_format(name)
 
 
 @pytest.fixture
 def int8row_ckpt(tmp_path: Path, int8row: str) -> Path:
     """A sharded int8row checkpoint of the tiny model plus a BF16 norm (passthrough)."""
     tensors = int8row_tensors(weights())
-    norm = np.linspace(0.5, 1.5, 64, dtype=np.float32)
-    tensors[NORM] = flexq.RawTensor("BF16", flexq.dtypes.float32_to_bfloat16_bits(norm))
+    tensors[NORM] = norm_tensor()
     return flexq.save_checkpoint(
         tmp_path / "int8row", tensors, config={"model_type": "llama"}, max_shard_bytes=20_000
     )

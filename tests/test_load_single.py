@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import paddle
+import paddle.distributed as dist
 import pytest
 from paddle.distributed.flex_checkpoint.dcp.load_state_dict import load_state_dict as paddle_load
 from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
@@ -42,6 +43,9 @@ def targets(kind: str, dtype: str = "float32") -> dict[str, Any]:
         t = paddle.full(list(shape), 7.0, dtype=dtype if key != "norm.weight" else "float32")
         if kind == "sharded":
             out[key] = ShardedWeight(key, t, shape, shape, (0,) * len(shape))
+        elif kind == "dist":
+            mesh = dist.ProcessMesh([0], dim_names=["x"])
+            out[key] = dist.shard_tensor(t, mesh, [dist.Replicate()])
         elif kind == "nested":
             head, _, rest = key.partition(".")
             out.setdefault(head, {})[rest] = t
@@ -55,6 +59,7 @@ def values(sd: dict[str, Any]) -> dict[str, np.ndarray]:
     out = {}
     for key, v in flat.items():
         t = v.local_tensor if isinstance(v, ShardedWeight) else v
+        t = t._local_value() if t.is_dist() else t
         out[key] = t.astype("float32").numpy()
     return out
 
@@ -68,17 +73,19 @@ def reference(ckpt: Path, tmp_path: Path, formats: list[str] | None) -> dict[str
 
 
 @pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
-@pytest.mark.parametrize("kind", ["plain", "sharded", "nested"])
+@pytest.mark.parametrize("kind", ["plain", "sharded", "nested", "dist"])
 def test_aoa_load_matches_paddles_own_path_on_the_dequantized_checkpoint(
-    int8row_ckpt: Path, tmp_path: Path, kind: str, engine: str
+    format_ckpt: tuple[str, Path], tmp_path: Path, kind: str, engine: str
 ) -> None:
-    expected = reference(int8row_ckpt, tmp_path, ["int8row"])
+    name, ckpt = format_ckpt
+    expected = reference(ckpt, tmp_path, [name])
     sd = targets(kind)
     report = flexq.load_state_dict(
         sd,
-        int8row_ckpt,
+        ckpt,
         aoa_config={"aoa_statements": AOA},
         engine=engine,  # type: ignore[arg-type]
+        formats=[name],
     )
     assert report.engine == engine
     got = values(sd)

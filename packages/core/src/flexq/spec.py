@@ -21,9 +21,13 @@ import pluggy
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
+    from pathlib import Path
+
+    import numpy as np
 
     from flexq.checkpoint import Checkpoint
     from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
+    from flexq.writer import RawTensor
 
 NAME = "flexq"
 hookspec = pluggy.HookspecMarker(NAME)
@@ -99,4 +103,20 @@ def flexq_apply(
     :return: an array of shape ``plan.target.local_shape`` on the sources'
         device, computed in float32. Return float32 and let the core round once
         to ``output_dtype``, or return ``output_dtype`` directly.
+    """
+
+
+@hookspec
+def flexq_encode(
+    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+) -> float | None:
+    """Write a checkpoint in this format (optional; used by ``flexq demo`` and tests).
+
+    Quantize ``weights`` (HF names, float32 ``[out, in]`` linear weights) with the
+    format's encoder, add ``others`` unchanged, and write the checkpoint with its
+    config.json into ``directory`` (which exists and is empty).
+
+    :return: the smallest cosine similarity between a model's logits with these
+        weights and with the unquantized ones that the format promises (its
+        documented tolerance); None when the format cannot encode.
     """

@@ -9,13 +9,17 @@ The flexq hook implementations of the ``fp8`` format (entry point
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
 from flexq_fp8.dequant import dequantize
 from flexq_fp8.detect import analyse, layout_of
 from flexq_fp8.plan import local_plan
+from flexq_fp8.save import save_fp8_checkpoint
 
 FORMAT_NAME = "fp8"
 
@@ -77,3 +81,16 @@ def flexq_apply(
             f"(format fp8)"
         )
     return dequantize(layout, weight, scale, target.global_offset, target.local_shape)
+
+
+#: Smallest logits cosine similarity promised for a model loaded from block-FP8
+#: weights (E4M3 keeps 3 mantissa bits: relative error <= 2^-4 per weight).
+MIN_LOGITS_COSINE = 0.995
+
+
+@flexq.hookimpl
+def flexq_encode(
+    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, flexq.RawTensor]
+) -> float:
+    save_fp8_checkpoint(directory, weights, layout="block", others=others)
+    return MIN_LOGITS_COSINE

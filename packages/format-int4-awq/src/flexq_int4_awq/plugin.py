@@ -10,10 +10,23 @@ unquantized tensors are left to pass through.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
-from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice, hookimpl
+import numpy as np
+
+from flexq import (
+    Checkpoint,
+    FormatError,
+    LogicalTensor,
+    RawTensor,
+    ReadPlan,
+    TargetSlice,
+    hookimpl,
+    save_checkpoint,
+)
 from flexq_int4_awq.dequant import dequantize
+from flexq_int4_awq.encoder import quantization_config, quantize
 from flexq_int4_awq.layout import FORMAT_NAME, SCALE_DTYPES, AwqLinear, analyze
 from flexq_int4_awq.planning import local_plan
 
@@ -68,3 +81,21 @@ def flexq_apply(
     output_dtype: str,
 ) -> Any:
     return dequantize(_linear(checkpoint, logical_key), sources, plan)
+
+
+#: Smallest logits cosine similarity promised for a model loaded from INT4 AWQ
+#: weights with groups of 32 (16 levels per group: the coarsest of the formats).
+MIN_LOGITS_COSINE = 0.97
+DEMO_GROUP_SIZE = 32
+
+
+@hookimpl
+def flexq_encode(
+    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+) -> float:
+    tensors = dict(others)
+    for key, w in weights.items():
+        tensors.update(quantize(w, DEMO_GROUP_SIZE, prefix=key.removesuffix(".weight")))
+    config = {"quantization_config": quantization_config(DEMO_GROUP_SIZE)}
+    save_checkpoint(directory, tensors, config=config)
+    return MIN_LOGITS_COSINE

@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
 from flexq_mxfp4.decode import dequantize
 from flexq_mxfp4.detect import FORMAT, analyze
+from flexq_mxfp4.encode import quantize
 from flexq_mxfp4.readplan import covering_blocks, local_plan, trim_of
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from flexq_mxfp4.layout import MxTensor
 
 FORMAT_NAME = FORMAT
@@ -79,3 +84,29 @@ def _tensor(checkpoint: Checkpoint, logical_key: str) -> MxTensor:
         raise FormatError(
             f"{checkpoint.path}: format {FORMAT!r} has no logical tensor {logical_key!r}"
         ) from None
+
+
+#: Smallest logits cosine similarity promised for a model loaded from MXFP4
+#: weights (E2M1 keeps one mantissa bit per element, one power-of-two per 32).
+MIN_LOGITS_COSINE = 0.95
+#: What llm-compressor writes for ``mxfp4-pack-quantized`` linears.
+CT_MXFP4_CONFIG = {
+    "quant_method": "compressed-tensors",
+    "format": "mxfp4-pack-quantized",
+    "config_groups": {
+        "group_0": {
+            "format": "mxfp4-pack-quantized",
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group"},
+        }
+    },
+}
+
+
+@flexq.hookimpl
+def flexq_encode(
+    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, flexq.RawTensor]
+) -> float:
+    tensors = {**others, **quantize(weights, layout="compressed-tensors")}
+    flexq.save_checkpoint(directory, tensors, config={"quantization_config": CT_MXFP4_CONFIG})
+    return MIN_LOGITS_COSINE
