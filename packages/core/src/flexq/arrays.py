@@ -35,6 +35,11 @@ def paddle_dtype_name(dtype: object) -> str:
     return name.removeprefix("paddle.").removeprefix("VarType.").lower()
 
 
+def itemsize(dtype: str) -> int:
+    """Bytes per element of Paddle dtype name ``dtype``."""
+    return int(np.dtype(_NUMPY_OUTPUT[dtype]).itemsize)
+
+
 def round_numpy(x: np.ndarray, output_dtype: str) -> np.ndarray:
     """Round a numpy array once to ``output_dtype`` (bfloat16 as uint16 bits)."""
     if output_dtype == "bfloat16":

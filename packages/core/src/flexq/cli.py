@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flexq.compose import ComposedTransform, compose
+from flexq.convert import FLOATS, convert, parse_size
 from flexq.errors import FlexqError
 from flexq.plugins import list_formats
 
@@ -90,6 +91,46 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert(args: argparse.Namespace) -> int:
+    progress = None
+    if sys.stderr.isatty():
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            MofNCompleteColumn,
+            Progress,
+            TransferSpeedColumn,
+        )
+
+        ct_total = len(compose(args.src, args.formats).entries)
+        bar = Progress(
+            "{task.description}", BarColumn(), MofNCompleteColumn(), DownloadColumn(),
+            TransferSpeedColumn(), transient=True,
+        )  # fmt: skip
+        task = bar.add_task("converting", total=ct_total)
+        bar.start()
+
+        def progress(key: str, nbytes: int) -> None:
+            bar.update(task, advance=1, description=key[-40:])
+
+    try:
+        report = convert(
+            args.src,
+            args.dst,
+            dtype=args.dtype,
+            formats=args.formats,
+            max_shard_bytes=parse_size(args.max_shard_size),
+            force=args.force,
+            progress=progress,
+        )
+    finally:
+        if progress is not None:
+            bar.stop()
+    shards = f"{report.shards} shard(s)"
+    print(f"wrote {report.tensors} tensors ({report.bytes:,} bytes) in {shards} to {args.dst}")
+    return 0
+
+
 def _formats_arg(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -106,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--formats", type=_formats_arg, default=None, help="comma-separated names")
     p.set_defaults(func=_inspect)
+    p = sub.add_parser("convert", help="dequantize a checkpoint into plain safetensors")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--dtype", choices=sorted(FLOATS), default="bfloat16")
+    p.add_argument("--formats", type=_formats_arg, default=None, help="comma-separated names")
+    p.add_argument("--max-shard-size", default="5GB")
+    p.add_argument("--force", action="store_true", help="replace an existing DST")
+    p.set_defaults(func=_convert)
     return parser
 
 

@@ -10,6 +10,9 @@ operations, float32 products), so both give bit-identical results.
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -40,6 +43,10 @@ class ArrayOps(Protocol):
     def shift_and(self, x: Any, shift: int, mask: int) -> Any:
         """``(x >> shift) & mask`` as a logical (unsigned) shift, result int64-safe."""
 
+    def mul_(self, x: Any, y: Any) -> Any:
+        """``x *= y`` in place (``y`` broadcasts to ``x``; products beyond float32 range
+        are inf by definition, not an error); returns ``x``."""
+
 
 class NumpyOps:
     """:class:`ArrayOps` on numpy arrays (the CPU path)."""
@@ -50,6 +57,8 @@ class NumpyOps:
         return np.asarray(x, dtype=np.float32)
 
     def lut(self, table: np.ndarray, codes: Any) -> Any:
+        if _pairable(table, codes):
+            return _pair_lut(table, codes)
         # Fancy indexing with small unsigned codes is ~2x faster than np.take.
         return table[codes]
 
@@ -62,6 +71,97 @@ class NumpyOps:
     def shift_and(self, x: Any, shift: int, mask: int) -> Any:
         unsigned = x.view(np.dtype(f"uint{x.dtype.itemsize * 8}"))
         return (unsigned >> np.uint8(shift)) & np.asarray(mask, dtype=unsigned.dtype)
+
+    def mul_(self, x: Any, y: Any) -> Any:
+        y = np.asarray(y)
+        rows = x.shape[0] if x.ndim else 0
+        # Split along the first axis (y too, where it has that axis) over the workers.
+        split = x.ndim == y.ndim and x.size >= _PAIR_MIN_CODES and rows > 1
+        step = max(1, -(-_CHUNK_PAIRS * 2 // max(1, x.size // max(1, rows)))) if split else rows
+
+        def chunk(start: int) -> None:
+            part = y[start : start + step] if y.ndim and y.shape[0] == rows else y
+            with np.errstate(over="ignore"):
+                x[start : start + step] *= part
+
+        starts = range(0, rows, step) if split else range(1)
+        if not split:
+            with np.errstate(over="ignore"):
+                x *= y
+        elif len(starts) > 1:
+            list(_workers().map(chunk, starts))
+        else:
+            chunk(0)
+        return x
+
+
+#: Byte-code arrays smaller than this are looked up directly (the pair table
+#: costs ~1 ms to build once and threads cost more than they save).
+_PAIR_MIN_CODES = 1 << 16
+#: Codes per chunk of a pair lookup: 2 MB of codes, 8 MB of float32 results,
+#: small enough that each chunk's writes stay near the cache.
+_CHUNK_PAIRS = 1 << 20
+_pair_tables: dict[bytes, np.ndarray] = {}
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _pairable(table: np.ndarray, codes: Any) -> bool:
+    """Whether ``table[codes]`` can go through the two-codes-at-once pair table."""
+    return (
+        isinstance(codes, np.ndarray)
+        and codes.dtype == np.uint8
+        and table.shape == (256,)
+        and table.dtype.itemsize == 4
+        and codes.flags.c_contiguous
+        and codes.size % 2 == 0
+        and codes.size >= _PAIR_MIN_CODES
+    )
+
+
+def _pair_table(table: np.ndarray) -> np.ndarray:
+    """``table`` over every pair of byte codes: 65536 entries of two values (as uint64)."""
+    key = table.dtype.str.encode() + table.tobytes()
+    pairs = _pair_tables.get(key)
+    if pairs is None:
+        both = np.arange(1 << 16, dtype=np.uint32)
+        first, second = (both & 0xFF, both >> 8) if np.little_endian else (both >> 8, both & 0xFF)
+        two = np.empty((1 << 16, 2), dtype=table.dtype)
+        two[:, 0] = table[first]
+        two[:, 1] = table[second]
+        pairs = two.view(np.uint64).reshape(1 << 16)
+        _pair_tables[key] = pairs
+    return pairs
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(min(4, len(os.sched_getaffinity(0))), "flexq-lut")
+        return _pool
+
+
+def _pair_lut(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``table[codes]`` for uint8 codes, two codes per lookup, in chunks over worker threads.
+
+    Exact: every result is a copy of a table entry's bits. numpy releases the GIL
+    inside ``take``, so the chunks run in parallel on several cores.
+    """
+    pairs = _pair_table(table)
+    flat = codes.reshape(-1).view(np.uint16)
+    out = np.empty(flat.size, dtype=np.uint64)
+
+    def chunk(start: int) -> None:
+        stop = start + _CHUNK_PAIRS
+        np.take(pairs, flat[start:stop], out=out[start:stop], mode="clip")
+
+    starts = range(0, flat.size, _CHUNK_PAIRS)
+    if len(starts) > 1:
+        list(_workers().map(chunk, starts))
+    else:
+        chunk(0)
+    return out.view(table.dtype).reshape(codes.shape)
 
 
 class PaddleOps:
@@ -96,6 +196,10 @@ class PaddleOps:
         by = p.to_tensor(shift, dtype="int64", place=x.place)
         shifted = p.bitwise_right_shift(wide, by, is_arithmetic=False)
         return p.bitwise_and(shifted, p.to_tensor(mask, dtype="int64", place=x.place))
+
+    def mul_(self, x: Any, y: Any) -> Any:
+        x *= y
+        return x
 
 
 _NUMPY = NumpyOps()

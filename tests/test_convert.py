@@ -1,0 +1,143 @@
+"""flexq convert: bit-identical to load_state_dict, plain safetensors output, atomic DST."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+from safetensors.paddle import load_file
+
+import flexq
+from flexq.convert import convert
+
+from .conftest import NORM
+
+
+def flexq_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flexq.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_convert_is_bit_identical_to_load_state_dict(
+    format_ckpt: tuple[str, Path], tmp_path: Path, dtype: str
+) -> None:
+    name, ckpt = format_ckpt
+    out = tmp_path / "out"
+    report = convert(ckpt, out, dtype=dtype, formats=[name], max_shard_bytes=40_000)
+    assert report.shards > 1
+    loaded = {}
+    for i in range(1, report.shards + 1):
+        loaded.update(load_file(str(out / f"model-{i:05d}-of-{report.shards:05d}.safetensors")))
+    ct = flexq.compose(ckpt, [name])
+    assert set(loaded) == set(ct.entries)
+    targets = {k: paddle.zeros(list(e.shape), dtype=dtype) for k, e in ct.entries.items()}
+    flexq.load_state_dict(
+        targets,
+        ckpt,
+        formats=[name],
+        aoa_config={"aoa_statements": [f"{NORM} -> {NORM}, dtype='{dtype}'"]},
+    )
+    for key, t in targets.items():
+        assert str(loaded[key].dtype) == str(t.dtype)
+        np.testing.assert_array_equal(loaded[key].numpy(), t.numpy(), err_msg=key)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(ct.entries)
+
+
+def test_config_loses_its_quantization_section_and_small_files_are_copied(
+    format_ckpt: tuple[str, Path], tmp_path: Path
+) -> None:
+    name, ckpt = format_ckpt
+    (ckpt / "tokenizer.json").write_text('{"vocab": {}}')
+    proc = flexq_cli("convert", str(ckpt), str(tmp_path / "out"), "--formats", name)
+    if name == "int8row":  # the example format is registered at run time only
+        assert proc.returncode == 2
+        assert "not installed" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert (tmp_path / "out" / "tokenizer.json").read_text() == '{"vocab": {}}'
+    assert proc.stdout.startswith("wrote 7 tensors")
+
+
+def test_existing_dst_needs_force(format_ckpt: tuple[str, Path], tmp_path: Path) -> None:
+    name, ckpt = format_ckpt
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    with pytest.raises(flexq.FlexqError, match="exists; pass --force"):
+        convert(ckpt, out, formats=[name])
+    assert (out / "keep").read_text() == "x"
+    convert(ckpt, out, formats=[name], force=True)
+    assert not (out / "keep").exists()
+    assert (out / "model.safetensors").exists()
+
+
+def test_output_inside_the_checkpoint_is_refused(format_ckpt: tuple[str, Path]) -> None:
+    name, ckpt = format_ckpt
+    before = sorted(os.listdir(ckpt))
+    with pytest.raises(flexq.FlexqError, match="may not be inside the checkpoint"):
+        convert(ckpt, ckpt / "plain", formats=[name])
+    assert sorted(os.listdir(ckpt)) == before
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.safetensors").write_bytes(b"\xff" * 16)
+    proc = flexq_cli("convert", str(tmp_path / "src"), str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "model.safetensors" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_killed_convert_leaves_no_dst_and_the_next_one_cleans_up(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    many = {
+        f"t{i:03d}": flexq.RawTensor.of(rng.standard_normal((64, 64)).astype(np.float32))
+        for i in range(400)
+    }
+    src = flexq.save_checkpoint(tmp_path / "src", many)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flexq.cli",
+            "convert",
+            str(src),
+            str(out),
+            "--max-shard-size",
+            "20KB",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    tmp_dirs: list[Path] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        tmp_dirs = list(tmp_path.glob(".out.flexq-tmp-*"))
+        if tmp_dirs and len(list(tmp_dirs[0].glob("*.safetensors"))) >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "convert finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    assert tmp_dirs
+    report = convert(src, out, dtype="float32", max_shard_bytes=20_000)
+    assert not list(tmp_path.glob(".out.flexq-tmp-*"))
+    assert report.shards == 400
+    first = load_file(str(out / "model-00001-of-00400.safetensors"))
+    np.testing.assert_array_equal(first["t000"].numpy(), many["t000"].data)
