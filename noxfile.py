@@ -55,9 +55,9 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The README's main job (until `flexq demo` lands: the installed formats)."""
+    """The README's main job: `flexq demo`."""
     install_workspace(session, "demo")
-    session.run("flexq", "list-formats", *session.posargs)
+    session.run("flexq", "demo", *session.posargs)
 
 
 @nox.session

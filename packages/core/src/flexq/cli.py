@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -131,6 +132,26 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from flexq.demo import print_table, run
+
+    if not args.debug:
+        # Paddle's loader logs every file it opens at INFO (its handler is set on import).
+        from paddle.distributed.fleet.utils.log_util import logger
+
+        logger.setLevel(logging.WARNING)
+    rows = run()
+    print_table(rows)
+    if not rows:
+        print("flexq: no installed format can encode; install a format package", file=sys.stderr)
+        return 1
+    drifted = [r.format for r in rows if not r.ok]
+    if drifted:
+        print(f"flexq: logits drifted beyond tolerance for {', '.join(drifted)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _formats_arg(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -155,12 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-shard-size", default="5GB")
     p.add_argument("--force", action="store_true", help="replace an existing DST")
     p.set_defaults(func=_convert)
+    p = sub.add_parser("demo", help="quantize a tiny model in every format and load it back")
+    p.set_defaults(func=_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flexq`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
+    if not args.debug:
+        logging.getLogger("flexq").setLevel(logging.WARNING)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -85,7 +85,7 @@ def flexq_apply(
 
 #: Smallest logits cosine similarity promised for a model loaded from block-FP8
 #: weights (E4M3 keeps 3 mantissa bits: relative error <= 2^-4 per weight).
-MIN_LOGITS_COSINE = 0.995
+MIN_LOGITS_COSINE = 0.99
 
 
 @flexq.hookimpl
