@@ -188,3 +188,35 @@ def test_loading_never_touches_the_checkpoint_directory(int8row_ckpt: Path, engi
 def test_unknown_engine_is_an_error(int8row_ckpt: Path) -> None:
     with pytest.raises(FlexqError, match="unknown engine"):
         flexq.load_state_dict({}, int8row_ckpt, engine="warp")  # type: ignore[arg-type]
+
+
+def test_layer_and_expert_id_macros_expand_over_logical_keys(
+    format_ckpt: tuple[str, Path], tmp_path: Path
+) -> None:
+    name, _ = format_ckpt
+    rng = np.random.default_rng(5)
+    w = {
+        f"model.layers.{i}.mlp.experts.{e}.down_proj.weight": rng.standard_normal((32, 64)).astype(
+            np.float32
+        )
+        for i in range(2)
+        for e in range(3)
+    }
+    ckpt = tmp_path / "moe"
+    ckpt.mkdir()
+    flexq.plugins.registry.call(name, "flexq_encode", directory=ckpt, weights=w, others={})
+    statements = [
+        "model.layers.$LAYER_ID.mlp.experts.$EXPERT_ID.down_proj.weight^T"
+        " -> layers.$LAYER_ID.experts.$EXPERT_ID.down.weight"
+    ]
+    sd = {
+        f"layers.{i}.experts.{e}.down.weight": paddle.zeros([64, 32])
+        for i in range(2)
+        for e in range(3)
+    }
+    flexq.load_state_dict(sd, ckpt, aoa_config={"aoa_statements": statements}, formats=[name])
+    ct = flexq.compose(ckpt, [name])
+    for i in range(2):
+        for e in range(3):
+            want = ct.load(f"model.layers.{i}.mlp.experts.{e}.down_proj.weight", "float32").T
+            np.testing.assert_array_equal(sd[f"layers.{i}.experts.{e}.down.weight"].numpy(), want)
