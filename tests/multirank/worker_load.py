@@ -66,6 +66,7 @@ def main(ckpt: str, out: str, engine: str, formats: str) -> None:
     )
     arrays = {k: v._local_value().numpy() for k, v in state.items()}
     arrays["__bytes_read__"] = np.array(report.bytes_read)
+    arrays["__planned_bytes__"] = np.array(report.planned_bytes)
     np.savez(f"{out}/rank{dist.get_rank()}.npz", **arrays)
 
 

@@ -82,6 +82,13 @@ class Checkpoint:
         except KeyError:
             raise CheckpointError(f"{self.path}: no tensor named {key!r}") from None
 
+    def box_bytes(self, key: str, shape: Sequence[int]) -> int:
+        """Bytes a box of ``shape`` elements of tensor ``key`` occupies on disk."""
+        count = 1
+        for dim in shape:
+            count *= dim
+        return count * storage_dtype(self.info(key).dtype).bits // 8
+
     # -- reads ---------------------------------------------------------------
     def read(
         self,

@@ -69,7 +69,7 @@ def load_state_dict(
     chosen = _choose(engine, ct)
     if chosen == "native":
         _native(ct, state_dict, path, aoa_config, process_group, offload, flexcheckpoint_options)
-        return LoadReport(chosen, 0, 0, ct.checkpoint.bytes_read)
+        return LoadReport(chosen, 0, 0, ct.checkpoint.bytes_read, 0)
     targets = describe(state_dict)
     pieces = map_targets(ct, targets, aoa_config)
     check_shapes(pieces)
@@ -97,20 +97,28 @@ def load_state_dict(
         for piece, old in reversed(undo):
             _write(piece, old, transposed=False)
         raise
-    return LoadReport(chosen, len(pieces), len(batches), ct.checkpoint.bytes_read)
+    planned = sum(
+        ct.checkpoint.box_bytes(key, shape)
+        for plan in plans
+        for key, (_, shape) in plan.source_slices.items()
+    )
+    return LoadReport(chosen, len(pieces), len(batches), ct.checkpoint.bytes_read, planned)
 
 
 @dataclass(frozen=True)
 class LoadReport:
     """What one :func:`load_state_dict` call did on this rank.
 
-    :ivar bytes_read: bytes this rank read from the checkpoint files.
+    :ivar bytes_read: bytes this rank read from the checkpoint files itself
+        (the direct engine; Paddle's loader does its own reads).
+    :ivar planned_bytes: bytes of the source boxes this rank's read plans name.
     """
 
     engine: str
     pieces: int
     batches: int
     bytes_read: int
+    planned_bytes: int
 
 
 def _choose(engine: str, ct: ComposedTransform) -> str:
