@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.dtypes import storage_dtype
+from flexq.dtypes import byte_length, storage_dtype
 from flexq.errors import CheckpointError
 from flexq.header import TensorInfo, read_header
 
@@ -84,10 +84,7 @@ class Checkpoint:
 
     def box_bytes(self, key: str, shape: Sequence[int]) -> int:
         """Bytes a box of ``shape`` elements of tensor ``key`` occupies on disk."""
-        count = 1
-        for dim in shape:
-            count *= dim
-        return count * storage_dtype(self.info(key).dtype).bits // 8
+        return byte_length(self.info(key).dtype, tuple(shape)) or 0
 
     # -- reads ---------------------------------------------------------------
     def read(
