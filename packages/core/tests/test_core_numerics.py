@@ -82,3 +82,22 @@ def test_quant_config_json_is_read_when_config_has_no_quantization_config(
 ) -> None:
     (scaled_ckpt / "quant_config.json").write_text(json.dumps({"w_bit": 4, "q_group_size": 128}))
     assert flexq.Checkpoint(scaled_ckpt).quantization_config == {"w_bit": 4, "q_group_size": 128}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    hnp.arrays(np.float32, st.integers(1, 64), elements=st.floats(width=32, allow_nan=True)),
+    st.sampled_from(["bfloat16", "float16", "float32"]),
+)
+def test_numpy_and_paddle_rounding_give_the_same_bits(x: np.ndarray, dtype: str) -> None:
+    from flexq.arrays import round_numpy, round_paddle
+
+    want = round_numpy(x, dtype)
+    got = round_paddle(paddle.to_tensor(x), dtype).numpy()
+    if dtype == "float16":
+        # float16 NaN payloads are Paddle's business; every number must agree.
+        finite = ~np.isnan(want)
+        np.testing.assert_array_equal(got.view(np.uint16)[finite], want.view(np.uint16)[finite])
+        assert np.isnan(got[~finite]).all()
+    else:
+        np.testing.assert_array_equal(got.view(want.dtype), want)

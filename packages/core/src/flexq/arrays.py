@@ -11,7 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from flexq.dtypes import float32_to_bfloat16_bits, storage_dtype
+from flexq.dtypes import (
+    BF16_NEGATIVE_NAN,
+    BF16_QUIET_NAN,
+    float32_to_bfloat16_bits,
+    storage_dtype,
+)
 from flexq.ops import is_paddle
 
 #: numpy dtype that holds each Paddle output dtype (bfloat16 as raw uint16 bits).
@@ -47,9 +52,44 @@ def round_numpy(x: np.ndarray, output_dtype: str) -> np.ndarray:
             return x
         return float32_to_bfloat16_bits(x)
     try:
-        return np.asarray(x, dtype=_NUMPY_OUTPUT[output_dtype])
+        target = _NUMPY_OUTPUT[output_dtype]
     except KeyError:
         raise ValueError(f"unsupported output dtype {output_dtype!r}") from None
+    # Beyond float16's range the rounded value is inf by definition, not an error.
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=target)
+
+
+def round_paddle(x: Any, output_dtype: str) -> Any:
+    """Round a Paddle tensor once to ``output_dtype``, on its device.
+
+    Paddle's own cast does the rounding (nearest, ties to even); NaN is then
+    made the canonical signed quiet NaN the numpy path writes, because Paddle
+    3.3.1 turns every NaN into 0x7FFF and drops its sign.
+    """
+    import paddle
+
+    if paddle_dtype_name(x.dtype) == output_dtype:
+        return x
+    out = x.astype(output_dtype)
+    if output_dtype != "bfloat16" or x.dtype != paddle.float32:
+        return out
+    nan = paddle.isnan(x)
+    if not bool(nan.any()):
+        return out
+    # Select in int32 (CPU Paddle has no bfloat16 `where`), then reinterpret.
+    negative = x.view(paddle.int32) < 0
+    bits = out.view(paddle.int16).astype("int32")
+    canon = paddle.where(
+        negative,
+        paddle.full_like(bits, _signed16(BF16_NEGATIVE_NAN)),
+        paddle.full_like(bits, BF16_QUIET_NAN),
+    )
+    return paddle.where(nan, canon, bits).astype("int16").view(paddle.bfloat16)
+
+
+def _signed16(bits: int) -> int:
+    return bits - 0x10000 if bits >= 0x8000 else bits
 
 
 def to_paddle(x: Any, output_dtype: str) -> Any:
@@ -57,7 +97,7 @@ def to_paddle(x: Any, output_dtype: str) -> Any:
     import paddle
 
     if is_paddle(x):
-        return x if paddle_dtype_name(x.dtype) == output_dtype else x.astype(output_dtype)
+        return round_paddle(x, output_dtype)
     t = paddle.to_tensor(round_numpy(np.require(x, requirements="C"), output_dtype))
     return t.view(paddle.bfloat16) if output_dtype == "bfloat16" else t
 

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.arrays import paddle_dtype_name, passthrough_dtype, round_numpy, to_paddle
+from flexq.arrays import (
+    paddle_dtype_name,
+    passthrough_dtype,
+    round_numpy,
+    round_paddle,
+    to_paddle,
+)
 from flexq.checkpoint import Checkpoint
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
 from flexq.ops import is_paddle, ops_for
@@ -177,8 +183,7 @@ class ComposedTransform:
             )
         check_result(entry.owner, logical_key, result, plan.target.local_shape)
         if is_paddle(result):
-            same = paddle_dtype_name(result.dtype) == output_dtype
-            return result if same else result.astype(output_dtype)
+            return round_paddle(result, output_dtype)
         return round_numpy(np.asarray(result), output_dtype)
 
     def load(self, logical_key: str, output_dtype: str | None = None) -> np.ndarray:

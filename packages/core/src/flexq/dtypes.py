@@ -88,9 +88,11 @@ def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
 def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
     """Round float32 to bfloat16 (nearest, ties to even) and return the uint16 bits.
 
-    NaN stays NaN (quiet, sign kept); infinities and signed zeros are kept. This
-    is the one rounding step of every float32 -> bfloat16 result flexq produces
-    on the CPU. Works in place on one uint32 copy: this runs over every weight.
+    NaN becomes the canonical quiet NaN with its sign kept (0x7FC0 / 0xFFC0, the
+    same bits :func:`flexq.arrays.to_paddle` gives on a device); infinities and
+    signed zeros are kept. This is the one rounding step of every float32 ->
+    bfloat16 result flexq produces on the CPU. Works in place on one uint32
+    copy: this runs over every weight.
     """
     bits = np.array(values, dtype=np.float32, copy=True).view(np.uint32)
     nan = np.isnan(values)
@@ -101,6 +103,11 @@ def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
     bits >>= 16
     out = bits.astype(np.uint16)
     if nan.any():
-        raw = np.asarray(values, dtype=np.float32).view(np.uint32)[nan]
-        out[nan] = ((raw >> 16) | 0x0040).astype(np.uint16)
+        sign = np.signbit(np.asarray(values, dtype=np.float32)[nan])
+        out[nan] = np.where(sign, BF16_NEGATIVE_NAN, BF16_QUIET_NAN).astype(np.uint16)
     return out
+
+
+#: Canonical bfloat16 NaN bit patterns flexq writes (positive and negative).
+BF16_QUIET_NAN = 0x7FC0
+BF16_NEGATIVE_NAN = 0xFFC0
