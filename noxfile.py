@@ -7,6 +7,7 @@ pyproject.toml, so `pip install nox && nox -s <name>` works on a fresh machine.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -61,7 +62,35 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """Documentation checks: embedded code matches the shipped code, links resolve."""
+    install_workspace(session, "test")
+    session.run("pytest", "tests/test_docs.py", "packages/core/tests/test_core_meta.py")
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks; torch (for DCP comparisons) is pip-installed into this session only."""
+    """Benchmarks; torch (for DCP comparisons) is pip-installed into this session only.
+
+    Writes bench/results/<date>.json, docs/performance.png and docs/performance.md.
+    """
     install_workspace(session, "bench")
+    # pip, not uv: the CPU wheel; a resolver that prefers the default index pulls CUDA.
+    session.run("python", "-m", "pip", "install", "torch==2.13.0")
     session.run("python", "bench/run.py", *session.posargs)
+
+
+@nox.session(default=False)
+def fuzz(session: nox.Session) -> None:
+    """Long hypothesis run of the reader and every decoder (not a default session).
+
+    ``FLEXQ_FUZZ_EXAMPLES`` (default here 2000 per test) sets the example count.
+    """
+    install_workspace(session, "test")
+    examples = os.environ.get("FLEXQ_FUZZ_EXAMPLES", "2000")
+    session.run(
+        "pytest",
+        "tests/test_reliability_fuzz.py",
+        *session.posargs,
+        env={"FLEXQ_FUZZ_EXAMPLES": examples},
+    )

@@ -33,3 +33,12 @@ def test_readme_starts_with_the_two_fresh_machine_commands() -> None:
     block = readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
     assert block[0].startswith("python -m pip install nox && python -m nox -s demo")
     assert block[1].startswith("python -m pip install nox && python -m nox -s tests")
+
+
+def test_relative_links_in_the_docs_resolve() -> None:
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"

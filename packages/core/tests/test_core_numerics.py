@@ -87,17 +87,22 @@ def test_quant_config_json_is_read_when_config_has_no_quantization_config(
 @settings(max_examples=100, deadline=None)
 @given(
     hnp.arrays(np.float32, st.integers(1, 64), elements=st.floats(width=32, allow_nan=True)),
-    st.sampled_from(["bfloat16", "float16", "float32"]),
+    st.sampled_from(["bfloat16", "float32"]),
 )
-def test_numpy_and_paddle_rounding_give_the_same_bits(x: np.ndarray, dtype: str) -> None:
-    from flexq.arrays import round_numpy, round_paddle
+def test_device_rounding_gives_the_same_bits_as_numpy(x: np.ndarray, dtype: str) -> None:
+    """The rounding used for tensors on a device, run here on CPU tensors."""
+    from flexq.arrays import _round_on_device, round_numpy
 
     want = round_numpy(x, dtype)
-    got = round_paddle(paddle.to_tensor(x), dtype).numpy()
-    if dtype == "float16":
-        # float16 NaN payloads are Paddle's business; every number must agree.
-        finite = ~np.isnan(want)
-        np.testing.assert_array_equal(got.view(np.uint16)[finite], want.view(np.uint16)[finite])
-        assert np.isnan(got[~finite]).all()
-    else:
-        np.testing.assert_array_equal(got.view(want.dtype), want)
+    got = _round_on_device(paddle.to_tensor(x), dtype).numpy()
+    np.testing.assert_array_equal(got.view(want.dtype), want)
+
+
+def test_cpu_paddle_results_round_through_numpy() -> None:
+    """Paddle 3.3.1's CPU float16 cast turns 1.75e-26 into a subnormal; flexq does not."""
+    from flexq.arrays import to_paddle
+
+    x = np.array([1.7543555e-26, 3e-7, 65520.0], np.float32)
+    assert paddle.to_tensor(x).astype("float16").numpy().view(np.uint16)[0] != 0
+    got = to_paddle(x, "float16").numpy().view(np.uint16)
+    np.testing.assert_array_equal(got, x.astype(np.float16).view(np.uint16))

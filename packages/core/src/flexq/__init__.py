@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from flexq.checkpoint import Checkpoint
 from flexq.compose import ComposedTransform, LogicalEntry, compose
-from flexq.errors import CheckpointError, FlexqError, FormatError, PluginError, TargetError
+from flexq.errors import (
+    CheckpointError,
+    FlexqError,
+    FormatError,
+    PluginError,
+    ScaleWarning,
+    TargetError,
+)
 from flexq.header import TensorInfo
 from flexq.load import LoadReport, load_state_dict
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, block_cover
@@ -32,6 +39,7 @@ __all__ = [
     "PluginError",
     "RawTensor",
     "ReadPlan",
+    "ScaleWarning",
     "TargetError",
     "TargetSlice",
     "TensorInfo",

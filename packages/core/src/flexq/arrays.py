@@ -7,6 +7,7 @@ rounded once to the caller's output dtype.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -61,16 +62,28 @@ def round_numpy(x: np.ndarray, output_dtype: str) -> np.ndarray:
 
 
 def round_paddle(x: Any, output_dtype: str) -> Any:
-    """Round a Paddle tensor once to ``output_dtype``, on its device.
+    """Round a Paddle tensor once to ``output_dtype``, where it lives.
 
-    Paddle's own cast does the rounding (nearest, ties to even); NaN is then
-    made the canonical signed quiet NaN the numpy path writes, because Paddle
-    3.3.1 turns every NaN into 0x7FFF and drops its sign.
+    Host tensors round through numpy: Paddle 3.3.1's CPU float16 cast
+    mis-rounds values far below float16's range (1.75e-26 becomes a subnormal).
+    Device tensors round with :func:`_round_on_device`.
     """
     import paddle
 
     if paddle_dtype_name(x.dtype) == output_dtype:
         return x
+    if not on_cpu(x):
+        return _round_on_device(x, output_dtype)
+    # Widening bfloat16 is exact; to_numpy would hand over its raw bits instead.
+    wide = x.astype("float32") if x.dtype == paddle.bfloat16 else x
+    return to_paddle(round_numpy(to_numpy(wide), output_dtype), output_dtype)
+
+
+def _round_on_device(x: Any, output_dtype: str) -> Any:
+    """Paddle's own cast (nearest, ties to even), with NaN made the canonical signed
+    quiet NaN the numpy path writes (Paddle 3.3.1 writes 0x7FFF and drops the sign)."""
+    import paddle
+
     out = x.astype(output_dtype)
     if output_dtype != "bfloat16" or x.dtype != paddle.float32:
         return out
@@ -108,6 +121,16 @@ def source_to_paddle(x: np.ndarray, st_dtype: str) -> Any:
 
     t = paddle.to_tensor(np.require(x, requirements="C"))
     return t.view(paddle.bfloat16) if st_dtype == "BF16" else t
+
+
+def on_cpu(x: Any) -> bool:
+    """True for numpy arrays and Paddle tensors in host memory."""
+    return not is_paddle(x) or bool(x.place.is_cpu_place())
+
+
+def host_to_numpy(sources: Mapping[str, Any]) -> dict[str, Any]:
+    """Sources in host memory as numpy (the fastest CPU path); device tensors stay put."""
+    return {k: to_numpy(v) if on_cpu(v) else v for k, v in sources.items()}
 
 
 def to_numpy(x: Any) -> np.ndarray:

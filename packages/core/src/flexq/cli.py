@@ -10,8 +10,9 @@ import argparse
 import json
 import logging
 import sys
+import warnings
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -152,6 +153,18 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Warnings as one ``flexq: warning: ...`` line on stderr (no source line)."""
+    print(f"flexq: warning: {message}", file=sys.stderr)
+
+
 def _formats_arg(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -186,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.debug:
         logging.getLogger("flexq").setLevel(logging.WARNING)
+        warnings.showwarning = _one_line_warning
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

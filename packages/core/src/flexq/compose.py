@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.arrays import (
+    host_to_numpy,
     paddle_dtype_name,
     passthrough_dtype,
     round_numpy,
@@ -105,7 +106,8 @@ class ComposedTransform:
             logical_key, TargetSlice.whole(entry.shape, entry.dtype), force_global=True
         )
         out = paddle_dtype_name(output_dtype)
-        return to_paddle(self.dequantize(logical_key, source_tensors, plan, out), out)
+        sources = host_to_numpy(source_tensors)
+        return to_paddle(self.dequantize(logical_key, sources, plan, out), out)
 
     # -- flexq's own API ------------------------------------------------------
     def entry(self, logical_key: str) -> LogicalEntry:
@@ -181,7 +183,7 @@ class ComposedTransform:
                 plan=plan,
                 output_dtype=output_dtype,
             )
-        check_result(entry.owner, logical_key, result, plan.target.local_shape)
+        check_result(entry.owner, logical_key, result, plan.target.local_shape, output_dtype)
         if is_paddle(result):
             return round_paddle(result, output_dtype)
         return round_numpy(np.asarray(result), output_dtype)
@@ -232,7 +234,8 @@ def compose(
             if key in entries:
                 raise PluginError(
                     f"{ckpt.path}: logical tensor {key!r} is claimed by formats "
-                    f"{entries[key].owner!r} and {name!r}"
+                    f"{entries[key].owner!r} and {name!r} "
+                    f"({_registry.describe(str(entries[key].owner))}, {_registry.describe(name)})"
                 )
             for src in entry.sources:
                 if src in used:
@@ -276,18 +279,18 @@ def compose(
 def _claims(ckpt: Checkpoint, name: str, reg: FormatRegistry) -> dict[str, LogicalEntry]:
     claimed = reg.call(name, "flexq_logical_metadata", checkpoint=ckpt) or {}
     if not isinstance(claimed, Mapping):
-        raise PluginError(f"format {name!r}: flexq_logical_metadata returned {type(claimed)}")
+        raise PluginError(f"{reg.describe(name)}: flexq_logical_metadata returned {type(claimed)}")
     entries = {}
     for key, meta in claimed.items():
         if not isinstance(meta, LogicalTensor):
-            raise PluginError(f"format {name!r}: metadata of {key!r} is not a LogicalTensor")
+            raise PluginError(f"{reg.describe(name)}: metadata of {key!r} is not a LogicalTensor")
         sources = reg.call(name, "flexq_source_keys", checkpoint=ckpt, logical_key=key)
         if not sources or isinstance(sources, str):
-            raise PluginError(f"format {name!r}: no source keys for logical tensor {key!r}")
+            raise PluginError(f"{reg.describe(name)}: no source keys for logical tensor {key!r}")
         for src in sources:
             if src not in ckpt.tensors:
                 raise PluginError(
-                    f"format {name!r}: logical tensor {key!r} needs {src!r}, "
+                    f"{reg.describe(name)}: logical tensor {key!r} needs {src!r}, "
                     f"which is not in {ckpt.path}"
                 )
         entries[key] = LogicalEntry(key, name, tuple(meta.shape), meta.dtype, tuple(sources))

@@ -26,3 +26,13 @@ class PluginError(FlexqError):
 
 class TargetError(FlexqError):
     """A load target does not match the checkpoint (shape, dtype, missing key)."""
+
+
+class ScaleWarning(FormatError, UserWarning):
+    """A scale is NaN or infinite: the tensor it scales decodes to NaN / inf (corrupt file).
+
+    A warning by default (the values are decoded per the format's definition).
+    It is also a :class:`FormatError`, so ``warnings.simplefilter("error",
+    ScaleWarning)`` or the environment variable ``FLEXQ_NONFINITE_SCALES=error``
+    makes the load fail with it instead, leaving every target unchanged.
+    """

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from flexq import fcfetch
-from flexq.arrays import to_numpy, to_paddle
+from flexq.arrays import host_to_numpy, to_paddle
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError
 from flexq.mapping import Piece, check_shapes, map_targets
@@ -207,11 +207,7 @@ def _dequantize(
     ct: ComposedTransform, p: Piece, plan: ReadPlan, sources: dict[str, Any] | None
 ) -> Any:
     """Dequantize one piece from fetched sources (or from direct reads when None)."""
-    if sources is None:
-        found: dict[str, Any] = ct.read_sources(p.logical_key, plan)
-    else:
-        # CPU tensors go through numpy, the fastest CPU path; device tensors stay put.
-        found = {k: to_numpy(v) if v.place.is_cpu_place() else v for k, v in sources.items()}
+    found = ct.read_sources(p.logical_key, plan) if sources is None else host_to_numpy(sources)
     return to_paddle(ct.dequantize(p.logical_key, found, plan, p.target.dtype), p.target.dtype)
 
 

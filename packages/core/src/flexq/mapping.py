@@ -9,6 +9,8 @@ mapping is validated here, before any data is read or any target written.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -56,7 +58,10 @@ def map_targets(
     config = dict(aoa_config or {})
     config.setdefault("aoa_statements", [])
     try:
-        engine = AOAEngine(config, source, dest)
+        # AOA prints its own traceback block to stdout on a bad statement; flexq's
+        # error below says the same in one line.
+        with contextlib.redirect_stdout(io.StringIO()):
+            engine = AOAEngine(config, source, dest)
     except KeyError as exc:
         missing = exc.args[0] if exc.args else None
         if missing in dest:

@@ -43,10 +43,6 @@ class ArrayOps(Protocol):
     def shift_and(self, x: Any, shift: int, mask: int) -> Any:
         """``(x >> shift) & mask`` as a logical (unsigned) shift, result int64-safe."""
 
-    def mul_(self, x: Any, y: Any) -> Any:
-        """``x *= y`` in place (``y`` broadcasts to ``x``; products beyond float32 range
-        are inf by definition, not an error); returns ``x``."""
-
 
 class NumpyOps:
     """:class:`ArrayOps` on numpy arrays (the CPU path)."""
@@ -71,28 +67,6 @@ class NumpyOps:
     def shift_and(self, x: Any, shift: int, mask: int) -> Any:
         unsigned = x.view(np.dtype(f"uint{x.dtype.itemsize * 8}"))
         return (unsigned >> np.uint8(shift)) & np.asarray(mask, dtype=unsigned.dtype)
-
-    def mul_(self, x: Any, y: Any) -> Any:
-        y = np.asarray(y)
-        rows = x.shape[0] if x.ndim else 0
-        # Split along the first axis (y too, where it has that axis) over the workers.
-        split = x.ndim == y.ndim and x.size >= _PAIR_MIN_CODES and rows > 1
-        step = max(1, -(-_CHUNK_PAIRS * 2 // max(1, x.size // max(1, rows)))) if split else rows
-
-        def chunk(start: int) -> None:
-            part = y[start : start + step] if y.ndim and y.shape[0] == rows else y
-            with np.errstate(over="ignore"):
-                x[start : start + step] *= part
-
-        starts = range(0, rows, step) if split else range(1)
-        if not split:
-            with np.errstate(over="ignore"):
-                x *= y
-        elif len(starts) > 1:
-            list(_workers().map(chunk, starts))
-        else:
-            chunk(0)
-        return x
 
 
 #: Byte-code arrays smaller than this are looked up directly (the pair table
@@ -196,10 +170,6 @@ class PaddleOps:
         by = p.to_tensor(shift, dtype="int64", place=x.place)
         shifted = p.bitwise_right_shift(wide, by, is_arithmetic=False)
         return p.bitwise_and(shifted, p.to_tensor(mask, dtype="int64", place=x.place))
-
-    def mul_(self, x: Any, y: Any) -> Any:
-        x *= y
-        return x
 
 
 _NUMPY = NumpyOps()

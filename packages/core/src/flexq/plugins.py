@@ -156,11 +156,16 @@ class FormatRegistry:
         except FlexqError:
             raise
         except Exception as exc:
-            info = self._infos.get(plugin_name)
-            dist = f" ({info.distribution})" if info and info.distribution else ""
             raise PluginError(
-                f"format {plugin_name!r}{dist}: {hook_name} raised {type(exc).__name__}: {exc}"
+                f"{self.describe(plugin_name)}: {hook_name} raised {type(exc).__name__}: {exc}"
             ) from exc
+
+    def describe(self, name: str) -> str:
+        """``format 'x' (distribution)`` for error messages (no distribution when registered
+        at run time)."""
+        info = self._infos.get(name)
+        dist = f" ({info.distribution})" if info and info.distribution else ""
+        return f"format {name!r}{dist}"
 
     def _impl(self, plugin_name: str, hook_name: str) -> Any:
         for impl in getattr(self.manager.hook, hook_name).get_hookimpls():

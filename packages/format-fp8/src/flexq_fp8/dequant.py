@@ -97,5 +97,6 @@ def dequantize(
 
 
 def _overflow_is_inf() -> Any:
-    """A product beyond float32 range is inf by definition, not a numpy warning."""
-    return np.errstate(over="ignore")
+    """A product beyond float32 range is inf by definition, not a numpy warning; inf * 0
+    is NaN by definition (a non-finite scale is reported once, by a ScaleWarning)."""
+    return np.errstate(over="ignore", invalid="ignore")

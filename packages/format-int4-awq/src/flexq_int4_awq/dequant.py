@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from flexq import ReadPlan, block_cover
 from flexq.ops import ArrayOps, ops_for
 from flexq_int4_awq.arrayops import int4_ops_for
@@ -55,7 +57,10 @@ def dequantize(linear: AwqLinear, sources: Mapping[str, Any], plan: ReadPlan) ->
         z = int4.unpack_int4(qz, slots, transposed=False)[o : o + no, gz : gz + ng]
         o, gs = o0 - sc_r, g0 - sc_c
         s = scales[o : o + no, gs : gs + ng]
-    return _grouped_affine(ops, q, z, s, g, i0 - g0 * g)
+    # inf * 0 is NaN by definition; a non-finite scale is reported once, by the
+    # plugin's ScaleWarning, not by numpy.
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _grouped_affine(ops, q, z, s, g, i0 - g0 * g)
 
 
 def _grouped_affine(ops: ArrayOps, q: Any, z: Any, s: Any, g: int, start: int) -> Any:

@@ -113,6 +113,15 @@ def analyze(ckpt: Checkpoint) -> AwqCheckpoint | None:
             if key.endswith(".qweight"):
                 linear = _linear(ckpt, config, key.removesuffix(".qweight"))
                 linears[linear.logical_key] = linear
+        if not linears:
+            # The config and the tensors disagree (an FP8 or plain checkpoint with
+            # an AWQ config): loading would silently skip the quantization.
+            dtypes = ", ".join(sorted({t.dtype for t in ckpt.tensors.values()}))
+            raise FormatError(
+                f"{ckpt.path / 'config.json'}: quantization_config says quant_method 'awq', "
+                f"but no tensor is an AWQ '<module>.qweight' (tensor dtypes: {dtypes}) "
+                f"(format {FORMAT_NAME!r})"
+            )
         result = AwqCheckpoint(config, linears, recognized)
     _MEMO[ckpt] = result
     return result

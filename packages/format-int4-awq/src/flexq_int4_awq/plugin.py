@@ -25,6 +25,8 @@ from flexq import (
     hookimpl,
     save_checkpoint,
 )
+from flexq.ops import ops_for
+from flexq.validate import check_scales
 from flexq_int4_awq.dequant import dequantize
 from flexq_int4_awq.encoder import quantization_config, quantize
 from flexq_int4_awq.layout import FORMAT_NAME, SCALE_DTYPES, AwqLinear, analyze
@@ -80,7 +82,16 @@ def flexq_apply(
     plan: ReadPlan,
     output_dtype: str,
 ) -> Any:
-    return dequantize(_linear(checkpoint, logical_key), sources, plan)
+    linear = _linear(checkpoint, logical_key)
+    scales = sources[linear.scales]
+    check_scales(
+        ops_for(scales).float32(scales, linear.scale_dtype),
+        scale=checkpoint.info(linear.scales),
+        logical_key=logical_key,
+        format_name=FORMAT_NAME,
+        offset=plan.source_slices.get(linear.scales, ((), ()))[0],
+    )
+    return dequantize(linear, sources, plan)
 
 
 #: Smallest logits cosine similarity promised for a model loaded from INT4 AWQ

@@ -30,8 +30,9 @@ class NumpyMxOps(NumpyOps):
 
     def mul_into(self, a: Any, b: Any) -> Any:
         """``a * b`` (broadcast), written into ``a``."""
-        # Products above float32's range are infinity by definition: no warning.
-        with np.errstate(over="ignore"):
+        # Products above float32's range are infinity by definition: no warning
+        # (a NaN scale is reported once, by the plugin's ScaleWarning).
+        with np.errstate(over="ignore", invalid="ignore"):
             return np.multiply(a, b, out=a)
 
 

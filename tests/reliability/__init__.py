@@ -1,0 +1,1 @@
+"""Helpers of the reliability catalogue: checkpoint builders, file surgery, a faulty plugin."""

@@ -1,0 +1,158 @@
+"""Hypothesis fuzzing of the reader and every decoder: random and mutated files only ever
+load or raise flexq's own errors.
+
+Small example counts by default (the whole file runs in seconds); ``nox -s fuzz``
+sets ``FLEXQ_FUZZ_EXAMPLES`` to run thousands. Each example writes its files to
+a fresh temporary directory, composes the installed formats over it and
+dequantizes every logical tensor on the numpy path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+import tempfile
+import tracemalloc
+import warnings
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import flexq
+from flexq.errors import FlexqError, ScaleWarning
+
+from .reliability import surgery
+
+EXAMPLES = int(os.environ.get("FLEXQ_FUZZ_EXAMPLES", "30"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+FORMATS = sorted(surgery.BUILDERS)
+#: Python allocation peak allowed while opening a mutated tiny checkpoint.
+PEAK_BYTES = 4_000_000
+
+
+@cache
+def valid_files(fmt: str) -> dict[str, bytes]:
+    """The files of a valid tiny checkpoint of ``fmt`` (built once)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = surgery.BUILDERS[fmt](Path(tmp) / "c")
+        return {p.name: p.read_bytes() for p in path.iterdir()}
+
+
+@contextlib.contextmanager
+def checkpoint(files: dict[str, bytes]) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, blob in files.items():
+            (Path(tmp) / name).write_bytes(blob)
+        yield Path(tmp)
+
+
+def load_everything(path: Path) -> tuple[dict[str, np.ndarray], list[str]] | None:
+    """Every logical tensor as float32 (with the ScaleWarnings raised), or None on a FlexqError.
+
+    Anything but a FlexqError escaping is a bug, and so is a large allocation
+    while the headers are read.
+    """
+    tracemalloc.start()
+    try:
+        ct = flexq.compose(path)
+    except FlexqError:
+        return None
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < PEAK_BYTES
+    out = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ScaleWarning)
+        try:
+            for key, entry in ct.entries.items():
+                dtype = entry.dtype if entry.owner is None else "float32"
+                out[key] = ct.load(key, dtype)
+        except FlexqError:
+            return None
+        finally:
+            ct.checkpoint.close()
+    return out, [str(w.message) for w in caught if issubclass(w.category, ScaleWarning)]
+
+
+@FUZZ
+@given(st.binary(max_size=512))
+def test_random_bytes_as_a_safetensors_file(blob: bytes) -> None:
+    with checkpoint({"model.safetensors": blob}) as path:
+        load_everything(path)
+
+
+@FUZZ
+@given(
+    st.sampled_from(FORMATS),
+    st.lists(
+        st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=8
+    ),
+    st.booleans(),
+)
+def test_mutated_valid_checkpoints(
+    fmt: str, edits: list[tuple[float, int]], in_header: bool
+) -> None:
+    files = dict(valid_files(fmt))
+    blob = bytearray(files["model.safetensors"])
+    (n,) = struct.unpack("<Q", blob[:8])
+    # Half the examples edit the header (and its length), half the data.
+    lo, hi = (0, 8 + n) if in_header else (8 + n, len(blob))
+    for where, value in edits:
+        blob[lo + int(where * (hi - lo))] = value
+    files["model.safetensors"] = bytes(blob)
+    with checkpoint(files) as path:
+        load_everything(path)
+
+
+@FUZZ
+@given(st.sampled_from(FORMATS), st.integers(0, 2**32 - 1))
+def test_random_data_through_each_decoder(fmt: str, seed: int) -> None:
+    """Valid headers, random tensor bytes: every decoder returns a result or a FlexqError."""
+    files = dict(valid_files(fmt))
+    blob = files["model.safetensors"]
+    (n,) = struct.unpack("<Q", blob[:8])
+    data = np.random.default_rng(seed).bytes(len(blob) - 8 - n)
+    files["model.safetensors"] = blob[: 8 + n] + data
+    with checkpoint(files) as path:
+        result = load_everything(path)
+    assert result is not None  # the headers are valid: nothing to refuse
+    values, scale_warnings = result
+    if fmt == "int4-awq" and not scale_warnings:
+        # (q - z) * s with finite F16 scales is always finite.
+        assert all(np.isfinite(v).all() for k, v in values.items() if k != surgery.NORM)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@FUZZ
+@given(st.sampled_from(FORMATS), st.data())
+def test_mutated_quantization_config(fmt: str, data: st.DataObject) -> None:
+    files = dict(valid_files(fmt))
+    doc: dict[str, Any] = json.loads(files.get("config.json", b"{}"))
+    qc = doc.setdefault("quantization_config", {})
+    known = [*qc, "quant_method", "weight_block_size", "group_size", "bits", "version",
+             "modules_to_not_convert", "ignore", "config_groups", "format"]  # fmt: skip
+    for key in data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3)):
+        qc[key] = data.draw(JSON)
+    files["config.json"] = json.dumps(doc).encode()
+    with checkpoint(files) as path:
+        load_everything(path)
