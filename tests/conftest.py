@@ -29,17 +29,21 @@ LINEARS = {
 NORM = "model.norm.weight"
 
 
-def example_module() -> ModuleType:
-    """The plugin-guide example format, imported from its source tree."""
-    name = "flexq_int8row"
+def import_source(name: str, path: Path) -> ModuleType:
+    """Import a plugin module from a source file (once), without installing it."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, EXAMPLE)
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None
         assert spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def example_module() -> ModuleType:
+    """The plugin-guide example format, imported from its source tree."""
+    return import_source("flexq_int8row", EXAMPLE)
 
 
 @pytest.fixture

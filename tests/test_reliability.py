@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import re
 import subprocess
@@ -35,6 +34,7 @@ from flexq.errors import ScaleWarning
 from flexq.plugins import registry
 from flexq.validate import NONFINITE_SCALES_ENV
 
+from .conftest import import_source
 from .reliability import surgery
 from .reliability.catalogue import CASES, Case
 
@@ -47,15 +47,7 @@ OPEN_PEAK_BYTES = 4_000_000
 
 
 def faulty_module() -> ModuleType:
-    name = "flexq_faulty"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FAULTY_SRC)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return import_source("flexq_faulty", FAULTY_SRC)
 
 
 def _dist(site: Path, dist: str, entry_points: str) -> None:
