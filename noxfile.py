@@ -51,7 +51,7 @@ def typecheck(session: nox.Session) -> None:
     for member in MEMBERS:
         dirs = [str(Path(member) / d) for d in ("src", "tests") if (Path(member) / d).is_dir()]
         session.run("mypy", *dirs)
-    session.run("mypy", "tests", "noxfile.py")
+    session.run("mypy", "tests", "bench", "noxfile.py")
 
 
 @nox.session

@@ -1,0 +1,88 @@
+"""The checkpoints the comparisons share, written once per run into a scratch directory.
+
+- block-FP8 (DeepSeek-V3 layout): ``n`` linears of 2048x2048 F8_E4M3 with F32
+  128x128 block scales (``weight_scale_inv``), sharded with an index (torch DCP
+  needs ``model.safetensors.index.json``);
+- its bfloat16 twin: the same weights dequantized by flexq and rounded once;
+- MXFP4 gpt-oss experts: U8 ``*_blocks`` [E, out, G, 16] and ``*_scales``
+  [E, out, G] of one layer's ``gate_up_proj`` and ``down_proj``.
+
+Codes are random (dequantize cost does not depend on values), so writing is
+fast; NaN codes 0x7F/0xFF are left out so every comparison can use equality.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import flexq
+from flexq import RawTensor
+from flexq_fp8.save import quantization_config
+
+SIDE = 2048
+BLOCK = 128
+BASE_TENSORS = 12
+#: shard size of the block-FP8 checkpoints: 4 linears per file.
+SHARD_BYTES = 4 * SIDE * SIDE + 4 * 16 * 16 * 4
+#: gpt-oss-20b's hidden and intermediate sizes, with fewer experts.
+GPT_OSS_HIDDEN = 2880
+GPT_OSS_EXPERTS = 4
+MXFP4_PREFIX = "model.layers.0.mlp.experts."
+
+
+def fp8_keys(n: int) -> list[str]:
+    """Logical keys of a block-FP8 checkpoint with ``n`` linears."""
+    return [f"model.layers.{i // 4}.mlp.proj{i % 4}.weight" for i in range(n)]
+
+
+def write_fp8_block(directory: Path, n: int, seed: int = 0) -> Path:
+    """A block-FP8 checkpoint of ``n`` linears of SIDE x SIDE (reuses one random set)."""
+    rng = np.random.default_rng(seed)
+    grid = (SIDE // BLOCK, SIDE // BLOCK)
+    codes = [rng.integers(0, 0x7F, (SIDE, SIDE), dtype=np.uint8) for _ in range(4)]
+    for c in codes:
+        c[rng.random((SIDE, SIDE)) < 0.5] |= 0x80  # negative half; 0x7F/0xFF never drawn
+    scales = [rng.uniform(1e-4, 1e-2, grid).astype(np.float32) for _ in range(4)]
+    tensors: dict[str, RawTensor] = {}
+    for i, key in enumerate(fp8_keys(n)):
+        tensors[key] = RawTensor("F8_E4M3", codes[i % 4])
+        tensors[key + "_scale_inv"] = RawTensor("F32", scales[i % 4])
+    config = {
+        "torch_dtype": "bfloat16",
+        "quantization_config": quantization_config("fp8", "block", BLOCK, "F32", []),
+    }
+    return flexq.save_checkpoint(directory, tensors, config=config, max_shard_bytes=SHARD_BYTES)
+
+
+def write_bf16_twin(fp8_dir: Path, directory: Path) -> Path:
+    """The bfloat16 checkpoint holding exactly what flexq makes of ``fp8_dir``."""
+    ct = flexq.compose(fp8_dir)
+    tensors = {k: RawTensor("BF16", ct.load(k, "bfloat16")) for k in ct.entries}
+    ct.checkpoint.close()
+    return flexq.save_checkpoint(directory, tensors, max_shard_bytes=2 * SHARD_BYTES)
+
+
+def mxfp4_keys() -> dict[str, tuple[int, int, int]]:
+    """Logical key -> logical shape [E, out, in] of the gpt-oss expert weights."""
+    h, e = GPT_OSS_HIDDEN, GPT_OSS_EXPERTS
+    return {MXFP4_PREFIX + "gate_up_proj": (e, 2 * h, h), MXFP4_PREFIX + "down_proj": (e, h, h)}
+
+
+def write_mxfp4_experts(directory: Path, seed: int = 0) -> Path:
+    """gpt-oss style U8 blocks and E8M0 scales, each projection in its own shard."""
+    rng = np.random.default_rng(seed)
+    tensors: dict[str, RawTensor] = {}
+    shard_of: dict[str, int] = {}
+    for i, (key, (e, out, inp)) in enumerate(mxfp4_keys().items()):
+        g = inp // 32
+        tensors[key + "_blocks"] = RawTensor(
+            "U8", rng.integers(0, 256, (e, out, g, 16), dtype=np.uint8)
+        )
+        tensors[key + "_scales"] = RawTensor(
+            "U8", rng.integers(110, 135, (e, out, g), dtype=np.uint8)
+        )
+        shard_of[key + "_blocks"] = shard_of[key + "_scales"] = i
+    config = {"quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": []}}
+    return flexq.save_checkpoint(directory, tensors, config=config, shard_of=shard_of)

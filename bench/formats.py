@@ -1,0 +1,38 @@
+"""Each format package's own dequantize bench (``packages/format-*/bench/bench_*.py``).
+
+Every such module has ``measure() -> dict[str, float]`` returning GB/s of
+float32 output for its layouts and for a memcpy of the same bytes, measured
+in alternating rounds inside that call. They are imported by path: the bench
+directories are not packages.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench_modules() -> dict[str, Path]:
+    """Format package name (``format-fp8``) -> its bench module file."""
+    return {p.parents[1].name: p for p in sorted(ROOT.glob("packages/format-*/bench/bench_*.py"))}
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"flexq_bench_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure_all() -> dict[str, dict[str, float]]:
+    """Package name -> that package's ``measure()`` figures (GB/s)."""
+    results = {}
+    for name, path in bench_modules().items():
+        figures = _load(path).measure()
+        results[name] = {k: float(v) for k, v in figures.items()}
+    return results

@@ -1,0 +1,69 @@
+"""Where the time of a block-FP8 -> float32 load goes (pyinstrument, sampling every 1 ms).
+
+Profiles ``flexq.load_state_dict(..., engine="direct")`` into float32 Paddle
+targets and attributes the samples to the pipeline's steps by the functions
+they were in (the outermost matching frame wins, so nothing counts twice).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import flexq
+from bench.checkpoints import SIDE, fp8_keys
+
+#: step -> function names (pyinstrument's ``function`` field) that belong to it.
+STEPS = {
+    "read (mmap copy of codes and scales)": {"read_sources"},
+    "fp8 apply: E4M3 lookup + block-scale multiply": {"flexq_apply"},
+    "  of which the E4M3 table lookup": {"lut"},
+    "numpy -> Paddle copy (paddle.to_tensor)": {"to_paddle"},
+    "write into targets (assign_sharded_slice)": {"_write"},
+    "AOA mapping and plans": {"map_targets", "plan", "check_shapes"},
+    "compose (headers, plugin detection)": {"compose"},
+}
+
+#: steps whose frames contain another step's frames.
+NESTING = {"fp8 apply: E4M3 lookup + block-scale multiply"}
+
+
+def _walk(frame: Any, found: dict[str, float]) -> None:
+    for step, names in STEPS.items():
+        if frame.function in names:
+            found[step] = found.get(step, 0.0) + frame.time
+            if step not in NESTING:
+                return
+    for child in frame.children:
+        _walk(child, found)
+
+
+def profile(path: Path, n: int, rounds: int, text_out: Path) -> dict[str, Any]:
+    """Seconds per step (per load) and the share of the load each takes."""
+    import paddle
+    from pyinstrument import Profiler
+
+    keys = fp8_keys(n)
+    state = {k: paddle.empty([SIDE, SIDE], dtype="float32") for k in keys}
+    flexq.load_state_dict(state, path, engine="direct")
+    profiler = Profiler(interval=0.001)
+    profiler.start()
+    for _ in range(rounds):
+        flexq.load_state_dict(state, path, engine="direct")
+    session = profiler.stop()
+    text_out.write_text(profiler.output_text(unicode=False, color=False))
+    root = session.root_frame()
+    total = root.time if root is not None else 0.0
+    steps: dict[str, float] = {}
+    if root is not None:
+        _walk(root, steps)
+    per_load = {k: v / rounds for k, v in steps.items()}
+    counted = sum(v for k, v in per_load.items() if not k.startswith(" "))
+    per_load["other (Python glue, validation, Paddle ops)"] = max(0.0, total / rounds - counted)
+    return {
+        "rounds": rounds,
+        "seconds_per_load": total / rounds,
+        "steps_s": per_load,
+        "steps_share": {k: v / (total / rounds) for k, v in per_load.items()} if total else {},
+        "text": text_out.name,
+    }
