@@ -57,7 +57,7 @@ def write_chart(results: dict[str, Any], out: Path) -> Path:
     ax2 = ax.twinx()
     xs: list[int] = []
     pts: list[tuple[int, dict[str, Any]]] = []
-    for engine in ("direct", "flexcheckpoint"):
+    for engine in sorted({c["engine"] for c in cases.values()}):
         pts = sorted((c["factor"], c) for c in cases.values() if c["engine"] == engine)
         if not pts:
             continue

@@ -119,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         results["vs_paddle"] = vs_paddle.compare(fp8, bf16, n, args.rounds)
         _log("scale: x1, x2, x4, one process per load")
         results["scale"] = scale.measure(
-            sizes, ["direct", "flexcheckpoint"], args.max_inflight_mib * MB, args.scale_rounds
+            sizes,
+            ["direct", "direct" + scale.NON_ATOMIC, "flexcheckpoint"],
+            args.max_inflight_mib * MB,
+            args.scale_rounds,
         )
         _log("bytes read per rank, 2 ranks")
         results["ranks"] = ranks.measure(fp8, n, ["direct", "flexcheckpoint"])

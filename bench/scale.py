@@ -48,6 +48,10 @@ class AnonSampler(threading.Thread):
             self.peak = max(self.peak, _status()["RssAnon"])
 
 
+#: Engine names with this suffix load with ``atomic=False`` (no undo copies).
+NON_ATOMIC = "-nonatomic"
+
+
 def child(ckpt: str, engine: str, limit: int, n: int) -> dict[str, Any]:
     """One load in this process (the targets are float32, touched before the load)."""
     import paddle
@@ -65,8 +69,9 @@ def child(ckpt: str, engine: str, limit: int, n: int) -> dict[str, Any]:
     report = flexq.load_state_dict(
         state,
         ckpt,
-        engine=engine,  # type: ignore[arg-type]
+        engine=engine.removesuffix(NON_ATOMIC),  # type: ignore[arg-type]
         max_inflight_bytes=limit,
+        atomic=not engine.endswith(NON_ATOMIC),
     )
     seconds = time.perf_counter() - start
     sampler.done.set()

@@ -220,3 +220,33 @@ def test_layer_and_expert_id_macros_expand_over_logical_keys(
         for e in range(3):
             want = ct.load(f"model.layers.{i}.mlp.experts.{e}.down_proj.weight", "float32").T
             np.testing.assert_array_equal(sd[f"layers.{i}.experts.{e}.down.weight"].numpy(), want)
+
+
+def test_non_atomic_loads_keep_no_undo_copies_and_leave_earlier_batches_on_failure(
+    int8row_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sd = targets("plain")
+    calls = {"n": 0}
+    impl = next(
+        i
+        for i in flexq.plugins.registry.manager.hook.flexq_apply.get_hookimpls()
+        if i.plugin_name == "int8row"
+    )
+    real = impl.function
+
+    def flaky(logical_key: str, sources: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("disk on fire")
+        return real(logical_key, sources)
+
+    monkeypatch.setattr(impl, "function", flaky)
+    with pytest.raises(FlexqError, match="disk on fire"):
+        flexq.load_state_dict(
+            sd, int8row_ckpt, aoa_config={"aoa_statements": AOA}, max_inflight_bytes=1, atomic=False
+        )
+    # targets load in key order: down and gate_up were written before qkv failed
+    after = values(sd)
+    assert not (after["layers.0.down.weight"] == 7.0).any()
+    assert not (after["layers.0.gate_up.weight"] == 7.0).any()
+    assert (after["layers.0.qkv.weight"] == 7.0).all()

@@ -48,6 +48,7 @@ def load_state_dict(
     process_group: Any = None,
     offload: bool = False,
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT,
+    atomic: bool = True,
     **flexcheckpoint_options: Any,
 ) -> LoadReport:
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
@@ -62,8 +63,14 @@ def load_state_dict(
         communication), or ``"auto"``: native, else flexcheckpoint, else direct
         where Paddle's communicators cannot run (several ranks, CPU-only build).
     :param max_inflight_bytes: bound on dequantized float32 bytes staged at once.
+    :param atomic: when the load needs several batches, keep a host-memory copy of
+        every region written before the last batch, so a failure in a later batch
+        (a plugin error, a corrupt block) restores it. Costs host memory up to the
+        size of the targets (device memory stays targets plus one batch); False
+        bounds host memory too, and a failure part-way then leaves the earlier
+        batches written.
     :return: what the load did (engine, pieces, bytes read by this rank).
-    :raises FlexqError: on any problem; the targets are then unchanged.
+    :raises FlexqError: on any problem; with ``atomic`` the targets are then unchanged.
     """
     ct = compose(path, formats)
     chosen = _choose(engine, ct)
@@ -84,18 +91,22 @@ def load_state_dict(
     batches = list(_batches(list(range(len(pieces))), pieces, max_inflight_bytes))
     undo: list[tuple[Piece, Any]] = []
     try:
-        for batch in batches:
+        for n, batch in enumerate(batches):
             staged = []
             for i in batch:
                 sources = fetched[i] if fetched is not None else None
                 staged.append((pieces[i], _dequantize(ct, pieces[i], plans[i], sources)))
+            # Everything of a batch is staged before its first write, so only the
+            # batches written before a later failure need restoring.
+            keep = atomic and n < len(batches) - 1
             for piece, value in staged:
-                if len(batches) > 1:
-                    undo.append((piece, _region(piece).clone()))
+                if keep:
+                    undo.append((piece, _host_copy(_region(piece))))
                 _write(piece, value)
+            del staged
     except BaseException:
         for piece, old in reversed(undo):
-            _write(piece, old, transposed=False)
+            _write(piece, old.to(piece.target.tensor.place), transposed=False)
         raise
     planned = sum(
         ct.checkpoint.box_bytes(key, shape)
@@ -224,6 +235,11 @@ def _region(p: Piece) -> Any:
         starts=offset,
         ends=[o + s for o, s in zip(offset, shape, strict=True)],
     )
+
+
+def _host_copy(t: Any) -> Any:
+    """A copy of ``t`` in host memory (device memory stays bounded by one batch)."""
+    return t.clone() if t.place.is_cpu_place() else t.cpu()
 
 
 def _write(p: Piece, value: Any, transposed: bool = True) -> None:
