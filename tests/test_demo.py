@@ -30,7 +30,7 @@ def test_demo_prints_a_row_per_installed_format_and_succeeds() -> None:
     for name in encoders:
         row = next(line for line in proc.stdout.splitlines() if f" {name} " in line)
         assert row.split("│")[-2].strip() == "ok"
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr == ""  # not even Paddle's import-time ccache warning
 
 
 def test_the_aoa_statements_build_the_paddle_layout_from_hf_weights(tmp_path: object) -> None:

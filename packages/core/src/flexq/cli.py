@@ -161,8 +161,13 @@ def _one_line_warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
-    """Warnings as one ``flexq: warning: ...`` line on stderr (no source line)."""
-    print(f"flexq: warning: {message}", file=sys.stderr)
+    """flexq's warnings as one ``flexq: warning: ...`` line on stderr (no source line).
+
+    Other libraries' warnings (Paddle warns about ccache on import) are noise on
+    the command line; ``--debug`` shows them.
+    """
+    if issubclass(category, FlexqError):
+        print(f"flexq: warning: {message}", file=sys.stderr)
 
 
 def _formats_arg(value: str) -> list[str]:
