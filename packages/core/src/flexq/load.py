@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from flexq import fcfetch
 from flexq.arrays import host_to_numpy, to_paddle
 from flexq.compose import ComposedTransform, compose
@@ -80,6 +82,7 @@ def load_state_dict(
     targets = describe(state_dict)
     pieces = map_targets(ct, targets, aoa_config)
     check_shapes(pieces)
+    pieces = [part for p in pieces for part in p.split(max_inflight_bytes)]
     plans = [ct.plan(p.logical_key, _box(ct, p)) for p in pieces]
     fetched: list[dict[str, Any]] | None = None
     if chosen == "flexcheckpoint":
@@ -219,7 +222,9 @@ def _dequantize(
 ) -> Any:
     """Dequantize one piece from fetched sources (or from direct reads when None)."""
     found = ct.read_sources(p.logical_key, plan) if sources is None else host_to_numpy(sources)
-    return to_paddle(ct.dequantize(p.logical_key, found, plan, p.target.dtype), p.target.dtype)
+    # numpy results for host targets are copied in once by _write; others go to Paddle.
+    value = ct.dequantize(p.logical_key, found, plan, p.target.dtype)
+    return value if _host_view(p.target.tensor) is not None else to_paddle(value, p.target.dtype)
 
 
 def _region(p: Piece) -> Any:
@@ -242,10 +247,32 @@ def _host_copy(t: Any) -> Any:
     return t.clone() if t.place.is_cpu_place() else t.cpu()
 
 
+def _host_view(tensor: Any) -> np.ndarray | None:
+    """A writable numpy view of a host tensor's memory (bfloat16 as uint16 bits), or None."""
+    import paddle
+
+    if not tensor.place.is_cpu_place():
+        return None
+    if tensor.dtype == paddle.bfloat16:
+        return np.from_dlpack(tensor.view(paddle.int16)).view(np.uint16)
+    if tensor.dtype in (paddle.float32, paddle.float16):
+        return np.from_dlpack(tensor)
+    return None
+
+
 def _write(p: Piece, value: Any, transposed: bool = True) -> None:
     """Write ``value`` (the piece's logical box, or an undo copy) into its target region."""
     from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
     from paddle.distributed.flex_checkpoint.dcp.utils import assign_sharded_slice
+
+    view = _host_view(p.target.tensor) if isinstance(value, np.ndarray) else None
+    if view is not None:
+        # One copy straight into the target's memory, AOA's transposes as numpy views.
+        start = [d - t for d, t in zip(p.dst_desc.global_offset, p.target.offset, strict=True)]
+        box = tuple(slice(o, o + n) for o, n in zip(start, p.dst_desc.local_shape, strict=True))
+        src = np.transpose(value, p.axes) if transposed and p.transposes else value
+        np.copyto(view[box], src.view(view.dtype) if src.dtype != view.dtype else src)
+        return
 
     if not transposed:
         src_desc, post = p.dst_desc, None

@@ -42,6 +42,52 @@ class Piece:
         """Float32 bytes of the dequantized box (what one piece holds in flight)."""
         return 4 * math.prod(int(d) for d in self.src_desc.local_shape)
 
+    @property
+    def axes(self) -> list[int]:
+        """For each axis of the target box, the axis of the logical box it comes from."""
+        order = list(range(len(self.src_desc.local_shape)))
+        for perm in self.transposes:
+            order = [order[int(i)] for i in perm.strip("[]").split(",")]
+        return order
+
+    def split(self, max_bytes: int) -> list[Piece]:
+        """This piece cut along its first logical axis into pieces of at most
+        ``max_bytes`` float32 bytes each (one row at least), so one huge tensor
+        never has to be in flight whole. Cuts fall on multiples of ``ROW_ALIGN``
+        rows where they can, so block formats re-read few scale blocks."""
+        shape = tuple(int(d) for d in self.src_desc.local_shape)
+        if not shape or self.nbytes <= max_bytes:
+            return [self]
+        row_bytes = self.nbytes // shape[0] if shape[0] else self.nbytes
+        rows = max(1, max_bytes // max(1, row_bytes))
+        if rows >= ROW_ALIGN:
+            rows -= rows % ROW_ALIGN
+        dst_axis = self.axes.index(0)
+        out = []
+        for start in range(0, shape[0], rows):
+            n = min(rows, shape[0] - start)
+            out.append(
+                replace(
+                    self,
+                    src_desc=_cut(self.src_desc, 0, start, n),
+                    dst_desc=_cut(self.dst_desc, dst_axis, start, n),
+                )
+            )
+        return out
+
+
+#: Chunk boundaries of split pieces fall on multiples of this many rows when possible.
+ROW_ALIGN = 128
+
+
+def _cut(desc: Any, axis: int, start: int, size: int) -> Any:
+    """``desc`` narrowed to ``size`` elements from ``start`` (relative) along ``axis``."""
+    offset = list(desc.global_offset)
+    shape = list(desc.local_shape)
+    offset[axis] += start
+    shape[axis] = size
+    return replace(desc, global_offset=tuple(offset), local_shape=tuple(shape))
+
 
 def map_targets(
     ct: ComposedTransform, targets: list[Target], aoa_config: dict[str, Any] | None
@@ -126,10 +172,7 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
 def check_shapes(pieces: list[Piece]) -> None:
     """Raise FlexqError when a piece's transposed box does not fit its target box."""
     for p in pieces:
-        shape = list(p.src_desc.local_shape)
-        for perm in p.transposes:
-            order = [int(i) for i in perm.strip("[]").split(",")]
-            shape = [shape[i] for i in order]
+        shape = [p.src_desc.local_shape[a] for a in p.axes]
         if tuple(shape) != tuple(p.dst_desc.local_shape):
             raise FlexqError(
                 f"target {p.target.key!r}: box {p.src_desc.local_shape} of {p.logical_key!r} "
