@@ -25,6 +25,7 @@ import numpy as np
 from flexq.dtypes import byte_length, storage_dtype
 from flexq.errors import CheckpointError
 from flexq.header import TensorInfo, read_header
+from flexq.plan import box_inside
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -145,12 +146,11 @@ class Checkpoint:
                 f"{info.file}: tensor {info.key!r} has rank {len(info.shape)}, "
                 f"asked for offset {offset} shape {shape}"
             )
-        for o, s, d in zip(offset, shape, info.shape, strict=True):
-            if o < 0 or s < 0 or o + s > d:
-                raise CheckpointError(
-                    f"{info.file}: tensor {info.key!r} of shape {info.shape}: "
-                    f"slice offset {offset} shape {shape} is out of bounds"
-                )
+        if not box_inside(offset, shape, info.shape):
+            raise CheckpointError(
+                f"{info.file}: tensor {info.key!r} of shape {info.shape}: "
+                f"slice offset {offset} shape {shape} is out of bounds"
+            )
         return tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))
 
     @staticmethod

@@ -28,7 +28,7 @@ from flexq.arrays import (
 from flexq.checkpoint import Checkpoint
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
 from flexq.ops import is_paddle, ops_for
-from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
+from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugins import FormatRegistry, registry
 from flexq.validate import check_plan, check_result
 
@@ -121,15 +121,8 @@ class ComposedTransform:
     def plan(self, logical_key: str, target: TargetSlice, force_global: bool = False) -> ReadPlan:
         """The owner's read plan for ``target`` (a whole-source plan if it has none)."""
         entry = self.entry(logical_key)
-        if (
-            target.global_shape != entry.shape
-            or len(target.local_shape) != len(entry.shape)
-            or any(
-                o < 0 or n < 0 or o + n > d
-                for o, n, d in zip(
-                    target.global_offset, target.local_shape, entry.shape, strict=False
-                )
-            )
+        if target.global_shape != entry.shape or not box_inside(
+            target.global_offset, target.local_shape, entry.shape
         ):
             raise TargetError(
                 f"{logical_key!r}: target box {target.global_offset}+{target.local_shape} of "
@@ -139,7 +132,7 @@ class ComposedTransform:
         if entry.owner is None:
             return ReadPlan("local", {entry.key: target.box}, target)
         whole = TargetSlice.whole(entry.shape, target.dtype)
-        plan = self._registry.call(
+        proposed = self._registry.call(
             entry.owner,
             "flexq_read_plan",
             checkpoint=self.checkpoint,
@@ -147,12 +140,14 @@ class ComposedTransform:
             target=target,
             force_global=force_global,
         )
-        if plan is not None:
-            check_plan(self.checkpoint, entry.owner, logical_key, plan, target, entry.sources)
+        plan = None
+        if proposed is not None:
+            plan = check_plan(
+                self.checkpoint, entry.owner, logical_key, proposed, target, entry.sources
+            )
         if plan is None or plan.mode != "local" or (force_global and not target.is_whole):
             return ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole)
-        local: ReadPlan = plan
-        return local
+        return plan
 
     def read_sources(self, logical_key: str, plan: ReadPlan) -> dict[str, np.ndarray]:
         """Read exactly the source boxes ``plan`` names, straight from the files."""
@@ -201,10 +196,9 @@ class ComposedTransform:
         return (0,) * len(shape), shape
 
     def _passthrough(self, entry: LogicalEntry, x: Any, output_dtype: str) -> Any:
+        # numpy holds BF16 as raw bits: widen them before any other rounding.
         st = self.checkpoint.info(entry.key).dtype
-        if is_paddle(x):
-            return x
-        if st == "BF16" and output_dtype != "bfloat16":
+        if st == "BF16" and output_dtype != "bfloat16" and not is_paddle(x):
             return ops_for(x).float32(x, st)
         return x
 

@@ -76,6 +76,17 @@ class ReadPlan:
     detail: Mapping[str, object] = field(default_factory=dict)
 
 
+def box_inside(offset: Sequence[int], shape: Sequence[int], full: Sequence[int]) -> bool:
+    """Whether the box ``offset`` + ``shape`` lies inside a tensor of shape ``full``."""
+    return (
+        len(offset) == len(full)
+        and len(shape) == len(full)
+        and all(
+            o >= 0 and n >= 0 and o + n <= d for o, n, d in zip(offset, shape, full, strict=True)
+        )
+    )
+
+
 def block_cover(offset: int, size: int, block: int, extent: int) -> tuple[int, int]:
     """Blocks of ``block`` elements (ceil grid over ``extent``) covering [offset, offset+size).
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from flexq.errors import PluginError, ScaleWarning
 from flexq.ops import is_paddle
-from flexq.plan import ReadPlan, TargetSlice
+from flexq.plan import ReadPlan, TargetSlice, box_inside
 from flexq.plugins import registry
 
 if TYPE_CHECKING:
@@ -31,8 +31,9 @@ def check_plan(
     plan: object,
     target: TargetSlice,
     sources: tuple[str, ...],
-) -> None:
-    """Raise :class:`PluginError` unless ``plan`` is a well-formed plan for ``target``."""
+) -> ReadPlan:
+    """``plan``, checked: raise :class:`PluginError` unless it is a well-formed plan for
+    ``target`` reading boxes inside its own sources."""
     where = f"{registry.describe(owner)}: read plan for {logical_key!r}"
     if not isinstance(plan, ReadPlan):
         raise PluginError(f"{where} is a {type(plan).__name__}, not a flexq.ReadPlan")
@@ -42,14 +43,11 @@ def check_plan(
         if key not in sources:
             raise PluginError(f"{where} reads {key!r}, which is not one of its sources {sources}")
         full = ckpt.info(key).shape
-        if (
-            len(offset) != len(full)
-            or len(shape) != len(full)
-            or any(o < 0 or s < 0 or o + s > d for o, s, d in zip(offset, shape, full, strict=True))
-        ):
+        if not box_inside(offset, shape, full):
             raise PluginError(
                 f"{where} reads box {offset}+{shape} of {key!r}, outside its shape {full}"
             )
+    return plan
 
 
 #: Set to "error" to make a NaN or infinite scale a FormatError instead of a ScaleWarning.
