@@ -106,3 +106,20 @@ def test_cpu_paddle_results_round_through_numpy() -> None:
     assert paddle.to_tensor(x).astype("float16").numpy().view(np.uint16)[0] != 0
     got = to_paddle(x, "float16").numpy().view(np.uint16)
     np.testing.assert_array_equal(got, x.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("rows_scaled", [True, False])
+def test_lut_mul_in_bands_equals_lookup_then_multiply(rows_scaled: bool) -> None:
+    rng = np.random.default_rng(7)
+    table = rng.standard_normal(256).astype(np.float32)
+    table[5] = np.float32(3e38)  # products beyond float32 range are inf, no warning
+    codes = rng.integers(0, 256, (2500, 2048), dtype=np.uint8)  # several bands of rows
+    scale = rng.standard_normal((2500 if rows_scaled else 1, 16, 1)).astype(np.float32) * 4
+    split = codes.reshape(2500, 16, 128)
+    with np.errstate(over="ignore"):
+        want = table[split] * scale
+    got = NumpyOps().lut_mul(table, split, scale)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    small = codes[:3, :10]
+    on_paddle = PaddleOps().lut_mul(table, paddle.to_tensor(small), paddle.to_tensor(scale[:1, 0]))
+    np.testing.assert_array_equal(on_paddle.numpy(), NumpyOps().lut_mul(table, small, scale[:1, 0]))

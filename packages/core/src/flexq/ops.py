@@ -34,6 +34,10 @@ class ArrayOps(Protocol):
     def lut(self, table: np.ndarray, codes: Any) -> Any:
         """``table[codes]`` for an integer code array; same shape as ``codes``."""
 
+    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any) -> Any:
+        """``table[codes] * scale`` in float32; ``scale`` has the rank of ``codes`` and
+        each of its dims is 1 or equal. Products beyond float32's range are inf."""
+
     def repeat(self, x: Any, n: int, axis: int) -> Any:
         """Repeat each element ``n`` times along ``axis`` (float32/int32/int64 arrays)."""
 
@@ -57,6 +61,36 @@ class NumpyOps:
             return _pair_lut(table, codes)
         # Fancy indexing with small unsigned codes is ~2x faster than np.take.
         return table[codes]
+
+    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any) -> Any:
+        scale = np.asarray(scale, dtype=np.float32)
+        rows = codes.shape[0] if codes.ndim else 0
+        row = codes.size // rows if rows else 0
+        if not _pairable(table, codes) or rows < 2 or row % 2:
+            values = self.lut(table, codes)
+            with np.errstate(over="ignore", invalid="ignore"):
+                values *= scale
+            return values
+        # Look up and scale one band of rows at a time, so each band is multiplied
+        # while it is still in cache: one pass over the output instead of two.
+        pairs = _pair_table(table)
+        out = np.empty(codes.shape, dtype=table.dtype)
+        step = max(1, _CHUNK_PAIRS * 2 // row)
+
+        def band(start: int) -> None:
+            stop = min(start + step, rows)
+            flat = codes[start:stop].reshape(-1).view(np.uint16)
+            np.take(pairs, flat, out=out[start:stop].reshape(-1).view(np.uint64), mode="clip")
+            part = scale[start:stop] if scale.shape[0] == rows else scale
+            with np.errstate(over="ignore", invalid="ignore"):
+                out[start:stop] *= part
+
+        starts = range(0, rows, step)
+        if len(starts) > 1:
+            list(_workers().map(band, starts))
+        else:
+            band(0)
+        return out
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
         return np.repeat(x, n, axis=axis)
@@ -154,6 +188,9 @@ class PaddleOps:
         t = p.to_tensor(table, place=codes.place)
         flat = p.gather(t, codes.astype("int64").reshape([-1]))
         return flat.reshape(list(codes.shape))
+
+    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any) -> Any:
+        return self.lut(table, codes) * scale
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
         return self._paddle.repeat_interleave(x, n, axis=axis)

@@ -67,9 +67,8 @@ def dequantize(
         the grid blocks covering the box.
     """
     ops = ops_for(weight)
-    values = ops.lut(E4M3_TO_FLOAT32, weight)
     if 0 in tuple(shape):
-        return values  # an empty box has no scale blocks to broadcast
+        return ops.lut(E4M3_TO_FLOAT32, weight)  # an empty box has no scale blocks
     grid_offset, grid_shape = layout.grid_cover(offset, shape)
     s = ops.reshape(scale_to_float32(ops, scale, layout.scale_dtype), grid_shape)
     last = len(shape) - 1
@@ -80,23 +79,15 @@ def dequantize(
         if g <= 1 or b <= 1:
             continue
         if d == last and start == 0 and n == g * b:
-            # The box is whole blocks along the last dim: view the values as
+            # The box is whole blocks along the last dim: view the codes as
             # [..., g, b] and broadcast the scales instead of spreading them
             # over a full-size float32 array.
             split = (*tuple(shape[:-1]), g, b)
-            values = ops.reshape(values, split)
-            with _overflow_is_inf():
-                values *= ops.reshape(s, (*tuple(s.shape), 1))
+            values = ops.lut_mul(
+                E4M3_TO_FLOAT32, ops.reshape(weight, split), ops.reshape(s, (*tuple(s.shape), 1))
+            )
             return ops.reshape(values, tuple(shape))
         # Spread each scale over its block and cut out the box, which may start
         # and end inside a block.
         s = ops.repeat(s, b, axis=d)[(slice(None),) * d + (slice(start, start + n),)]
-    with _overflow_is_inf():
-        values *= s
-    return values
-
-
-def _overflow_is_inf() -> Any:
-    """A product beyond float32 range is inf by definition, not a numpy warning; inf * 0
-    is NaN by definition (a non-finite scale is reported once, by a ScaleWarning)."""
-    return np.errstate(over="ignore", invalid="ignore")
+    return ops.lut_mul(E4M3_TO_FLOAT32, weight, s)
