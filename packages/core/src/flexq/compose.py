@@ -157,11 +157,18 @@ class ComposedTransform:
         }
 
     def dequantize(
-        self, logical_key: str, sources: Mapping[str, Any], plan: ReadPlan, output_dtype: str
+        self,
+        logical_key: str,
+        sources: Mapping[str, Any],
+        plan: ReadPlan,
+        output_dtype: str,
+        out: np.ndarray | None = None,
     ) -> Any:
         """Run the owner's apply for ``plan`` and round once to ``output_dtype``.
 
         Returns numpy (bfloat16 as uint16 bits) for numpy sources, Paddle for Paddle ones.
+        ``out`` (float32 output only) is offered to the format to fill; the result
+        may then be ``out`` itself or a view of it.
         """
         entry = self.entry(logical_key)
         if entry.owner is None:
@@ -177,6 +184,7 @@ class ComposedTransform:
                 sources=sources,
                 plan=plan,
                 output_dtype=output_dtype,
+                out=out if output_dtype == "float32" else None,
             )
         check_result(entry.owner, logical_key, result, plan.target.local_shape, output_dtype)
         if is_paddle(result):

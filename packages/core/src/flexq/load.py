@@ -98,7 +98,11 @@ def load_state_dict(
             staged = []
             for i in batch:
                 sources = fetched[i] if fetched is not None else None
-                staged.append((pieces[i], _dequantize(ct, pieces[i], plans[i], sources)))
+                # Without atomicity a format may decode straight into the target.
+                into = None if atomic else _host_region(pieces[i])
+                value = _dequantize(ct, pieces[i], plans[i], sources, into)
+                if into is None or not np.may_share_memory(value, into):
+                    staged.append((pieces[i], value))
             # Everything of a batch is staged before its first write, so only the
             # batches written before a later failure need restoring.
             keep = atomic and n < len(batches) - 1
@@ -218,12 +222,17 @@ def _batches(indexes: list[int], pieces: list[Piece], limit: int) -> Iterator[li
 
 
 def _dequantize(
-    ct: ComposedTransform, p: Piece, plan: ReadPlan, sources: dict[str, Any] | None
+    ct: ComposedTransform,
+    p: Piece,
+    plan: ReadPlan,
+    sources: dict[str, Any] | None,
+    into: np.ndarray | None = None,
 ) -> Any:
-    """Dequantize one piece from fetched sources (or from direct reads when None)."""
+    """Dequantize one piece from fetched sources (or from direct reads when None),
+    offering ``into`` (the piece's own target region) to the format to fill."""
     found = ct.read_sources(p.logical_key, plan) if sources is None else host_to_numpy(sources)
     # numpy results for host targets are copied in once by _write; others go to Paddle.
-    value = ct.dequantize(p.logical_key, found, plan, p.target.dtype)
+    value = ct.dequantize(p.logical_key, found, plan, p.target.dtype, out=into)
     return value if _host_view(p.target.tensor) is not None else to_paddle(value, p.target.dtype)
 
 
@@ -231,14 +240,12 @@ def _region(p: Piece) -> Any:
     """The slice of the target tensor that ``p`` writes (a view)."""
     import paddle
 
-    offset = [d - t for d, t in zip(p.dst_desc.global_offset, p.target.offset, strict=True)]
-    shape = p.dst_desc.local_shape
-    axes = list(range(len(shape)))
+    box = _target_box(p)
     return paddle.slice(
         p.target.tensor,
-        axes=axes,
-        starts=offset,
-        ends=[o + s for o, s in zip(offset, shape, strict=True)],
+        axes=list(range(len(box))),
+        starts=[b.start for b in box],
+        ends=[b.stop for b in box],
     )
 
 
@@ -260,6 +267,21 @@ def _host_view(tensor: Any) -> np.ndarray | None:
     return None
 
 
+def _host_region(p: Piece) -> np.ndarray | None:
+    """The piece's float32 target region as a C-contiguous numpy view, if it has one."""
+    view = _host_view(p.target.tensor)
+    if view is None or view.dtype != np.float32 or p.transposes:
+        return None
+    region = view[_target_box(p)]
+    return region if region.flags.c_contiguous else None
+
+
+def _target_box(p: Piece) -> tuple[slice, ...]:
+    """The piece's region as slices of the target's local tensor."""
+    start = [d - t for d, t in zip(p.dst_desc.global_offset, p.target.offset, strict=True)]
+    return tuple(slice(o, o + n) for o, n in zip(start, p.dst_desc.local_shape, strict=True))
+
+
 def _write(p: Piece, value: Any, transposed: bool = True) -> None:
     """Write ``value`` (the piece's logical box, or an undo copy) into its target region."""
     from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
@@ -268,10 +290,9 @@ def _write(p: Piece, value: Any, transposed: bool = True) -> None:
     view = _host_view(p.target.tensor) if isinstance(value, np.ndarray) else None
     if view is not None:
         # One copy straight into the target's memory, AOA's transposes as numpy views.
-        start = [d - t for d, t in zip(p.dst_desc.global_offset, p.target.offset, strict=True)]
-        box = tuple(slice(o, o + n) for o, n in zip(start, p.dst_desc.local_shape, strict=True))
         src = np.transpose(value, p.axes) if transposed and p.transposes else value
-        np.copyto(view[box], src.view(view.dtype) if src.dtype != view.dtype else src)
+        region = view[_target_box(p)]
+        np.copyto(region, src.view(view.dtype) if src.dtype != view.dtype else src)
         return
 
     if not transposed:

@@ -34,9 +34,10 @@ class ArrayOps(Protocol):
     def lut(self, table: np.ndarray, codes: Any) -> Any:
         """``table[codes]`` for an integer code array; same shape as ``codes``."""
 
-    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any) -> Any:
+    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
         """``table[codes] * scale`` in float32; ``scale`` has the rank of ``codes`` and
-        each of its dims is 1 or equal. Products beyond float32's range are inf."""
+        each of its dims is 1 or equal. Products beyond float32's range are inf.
+        ``out`` (numpy only, C-contiguous, ``codes``' shape) receives the result."""
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
         """Repeat each element ``n`` times along ``axis`` (float32/int32/int64 arrays)."""
@@ -62,19 +63,23 @@ class NumpyOps:
         # Fancy indexing with small unsigned codes is ~2x faster than np.take.
         return table[codes]
 
-    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any) -> Any:
+    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
         scale = np.asarray(scale, dtype=np.float32)
         rows = codes.shape[0] if codes.ndim else 0
         row = codes.size // rows if rows else 0
         if not _pairable(table, codes) or rows < 2 or row % 2:
             values = self.lut(table, codes)
             with np.errstate(over="ignore", invalid="ignore"):
-                values *= scale
-            return values
+                if out is None:
+                    values *= scale
+                    return values
+                np.multiply(values, scale, out=out)
+            return out
         # Look up and scale one band of rows at a time, so each band is multiplied
         # while it is still in cache: one pass over the output instead of two.
         pairs = _pair_table(table)
-        out = np.empty(codes.shape, dtype=table.dtype)
+        if out is None:
+            out = np.empty(codes.shape, dtype=table.dtype)
         step = max(1, _CHUNK_PAIRS * 2 // row)
 
         def band(start: int) -> None:
@@ -189,8 +194,8 @@ class PaddleOps:
         flat = p.gather(t, codes.astype("int64").reshape([-1]))
         return flat.reshape(list(codes.shape))
 
-    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any) -> Any:
-        return self.lut(table, codes) * scale
+    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
+        return self.lut(table, codes) * scale  # device results stay on the device
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
         return self._paddle.repeat_interleave(x, n, axis=axis)

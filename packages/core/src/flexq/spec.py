@@ -93,6 +93,7 @@ def flexq_apply(
     sources: Mapping[str, Any],
     plan: ReadPlan,
     output_dtype: str,
+    out: Any,
 ) -> Any:
     """Dequantize: build the ``plan.target`` box of ``logical_key`` from ``sources``.
 
@@ -100,6 +101,10 @@ def flexq_apply(
         (the whole tensor for a global plan); numpy or Paddle, see module doc.
     :param plan: the plan the sources were read for.
     :param output_dtype: Paddle dtype name the caller wants.
+    :param out: None, or a writable C-contiguous numpy float32 array of
+        ``plan.target.local_shape`` (often the target's own memory): a format may
+        write its float32 result into it and return it, which saves a copy.
+        Ignoring it is always correct.
     :return: an array of shape ``plan.target.local_shape`` on the sources'
         device, computed in float32. Return float32 and let the core round once
         to ``output_dtype``, or return ``output_dtype`` directly.

@@ -59,12 +59,14 @@ def dequantize(
     scale: Any,
     offset: Sequence[int],
     shape: Sequence[int],
+    out: Any = None,
 ) -> Any:
     """The box ``offset`` + ``shape`` of the logical weight as float32.
 
     :param weight: exactly that box of the F8 weight (uint8 codes).
     :param scale: the stored-scale box :meth:`Fp8Layout.scale_box` names for
         the grid blocks covering the box.
+    :param out: optional C-contiguous float32 numpy array of ``shape`` to fill.
     """
     ops = ops_for(weight)
     if 0 in tuple(shape):
@@ -84,10 +86,13 @@ def dequantize(
             # over a full-size float32 array.
             split = (*tuple(shape[:-1]), g, b)
             values = ops.lut_mul(
-                E4M3_TO_FLOAT32, ops.reshape(weight, split), ops.reshape(s, (*tuple(s.shape), 1))
+                E4M3_TO_FLOAT32,
+                ops.reshape(weight, split),
+                ops.reshape(s, (*tuple(s.shape), 1)),
+                out=None if out is None else out.reshape(split),
             )
             return ops.reshape(values, tuple(shape))
         # Spread each scale over its block and cut out the box, which may start
         # and end inside a block.
         s = ops.repeat(s, b, axis=d)[(slice(None),) * d + (slice(start, start + n),)]
-    return ops.lut_mul(E4M3_TO_FLOAT32, weight, s)
+    return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)

@@ -59,6 +59,7 @@ def flexq_apply(
     sources: Mapping[str, Any],
     plan: ReadPlan,
     output_dtype: str,
+    out: Any,
 ) -> Any:
     layout = layout_of(checkpoint, logical_key)
     missing = [k for k in (layout.weight_key, layout.scale_key) if k not in sources]
@@ -89,7 +90,7 @@ def flexq_apply(
         format_name=FORMAT_NAME,
         offset=plan.source_slices.get(layout.scale_key, ((), ()))[0],
     )
-    return dequantize(layout, weight, scale, target.global_offset, target.local_shape)
+    return dequantize(layout, weight, scale, target.global_offset, target.local_shape, out)
 
 
 #: Smallest logits cosine similarity promised for a model loaded from block-FP8
