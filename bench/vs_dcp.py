@@ -53,11 +53,18 @@ def _dcp_load(
     return run
 
 
-def _flexq_load(path: Path, keys: list[str], engine: str) -> Callable[[], object]:
+def _flexq_load(
+    path: Path, keys: list[str], engine: str, atomic: bool = True
+) -> Callable[[], object]:
     import paddle
 
     state = {k: paddle.empty([SIDE, SIDE], dtype="float32") for k in keys}
-    return lambda: flexq.load_state_dict(state, path, engine=engine)  # type: ignore[arg-type]
+    return lambda: flexq.load_state_dict(
+        state,
+        path,
+        engine=engine,  # type: ignore[arg-type]
+        atomic=atomic,
+    )
 
 
 def _compose_load(path: Path, keys: list[str]) -> dict[str, np.ndarray]:
@@ -79,6 +86,7 @@ def fp8_block(path: Path, n: int, rounds: int) -> dict[str, Any]:
         {
             "torch_dcp": lambda: _dcp_load(path, shapes),
             "flexq_direct": lambda: _flexq_load(path, keys, "direct"),
+            "flexq_direct_nonatomic": lambda: _flexq_load(path, keys, "direct", atomic=False),
             "flexq_flexcheckpoint": lambda: _flexq_load(path, keys, "flexcheckpoint"),
             "flexq_compose_numpy": lambda: lambda: _compose_load(path, keys),
         },
