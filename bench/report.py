@@ -94,6 +94,15 @@ def write_chart(results: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def _median_rows(medians: dict[str, float], ratios: dict[str, float]) -> list[str]:
+    """``| contender | median | ratio |`` rows (no ratio for the baseline itself)."""
+    rows = []
+    for k, v in medians.items():
+        ratio = ratios.get(k)
+        rows.append(f"| {k} | {_fmt_s(v)} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    return rows
+
+
 def _fmt_s(x: float) -> str:
     return f"{x * 1000:.0f} ms" if x < 10 else f"{x:.1f} s"
 
@@ -139,9 +148,7 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
             "| contender | median | ratio to DCP |",
             "| --- | ---: | ---: |",
         ]
-        for k, v in fp["median_s"].items():
-            ratio = fp["ratio_to_dcp"].get(k)
-            lines.append(f"| {k} | {_fmt_s(v)} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+        lines += _median_rows(fp["median_s"], fp["ratio_to_dcp"])
         mx = dcp["mxfp4"]
         lines += [
             "",
@@ -180,9 +187,7 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
             "| contender | median | ratio to Paddle bf16 |",
             "| --- | ---: | ---: |",
         ]
-        for k, v in vp["median_s"].items():
-            ratio = vp["ratio_to_paddle"].get(k)
-            lines.append(f"| {k} | {_fmt_s(v)} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+        lines += _median_rows(vp["median_s"], vp["ratio_to_paddle"])
     sc = r.get("scale", {})
     if sc:
         lines += [
