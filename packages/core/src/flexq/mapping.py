@@ -135,9 +135,11 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
     if var is None:
         raise TargetError(f"{where}: no tensor of that name in {ct.checkpoint.path} (after AOA)")
     if tuple(var.shape) != t.global_shape:
+        built = sorted({s[0] for s in var.slices})
+        owners = sorted({ct.entries[k].owner or "passthrough" for k in built if k in ct.entries})
         raise TargetError(
             f"{where}: shape {list(t.global_shape)} does not match {list(var.shape)} "
-            f"built from {sorted({s[0] for s in var.slices})} in {ct.checkpoint.path}"
+            f"built from {built} (format {', '.join(owners)}) in {ct.checkpoint.path}"
         )
     try:
         mappings = engine.find_shard_sources(replace(t.desc(), dtype=_NEUTRAL))
