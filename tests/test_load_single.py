@@ -267,3 +267,19 @@ def test_tensors_split_into_small_batches_load_the_same_bits(
     assert many.pieces > one.pieces
     for key, value in values(whole).items():
         np.testing.assert_array_equal(values(parts)[key], value, err_msg=key)
+
+
+def test_auto_reads_directly_when_a_component_has_an_element_format_paddle_cannot_carry(
+    tmp_path: Path,
+) -> None:
+    import flexq_mxfp4
+
+    w = np.random.default_rng(2).standard_normal((64, 96)).astype(np.float32)
+    tensors = flexq_mxfp4.quantize({"m.w": w}, packed_dtype="F4", scale_dtype="F8_E8M0")
+    ckpt = flexq.save_checkpoint(tmp_path / "f4", tensors)
+    assert {i.dtype for i in flexq.Checkpoint(ckpt).tensors.values()} == {"F4", "F8_E8M0"}
+    sd = {"m.w": paddle.zeros([64, 96])}
+    assert flexq.load_state_dict(sd, ckpt).engine == "direct"
+    np.testing.assert_array_equal(sd["m.w"].numpy(), flexq.compose(ckpt).load("m.w", "float32"))
+    with pytest.raises(FlexqError, match="F4, which FlexCheckpoint cannot transport"):
+        flexq.load_state_dict(sd, ckpt, engine="flexcheckpoint")
