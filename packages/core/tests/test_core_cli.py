@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pytest
 
 import flexq
 from flexq.cli import main
@@ -76,3 +77,20 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
     assert "CheckpointError" in proc.stderr
+
+
+def test_tables_print_names_whole_and_brackets_literally(
+    scaled_ckpt: Path, scaled_format: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = "model.layers.0.self_attn.q_proj_with_a_very_long_name"
+    path = flexq.save_checkpoint(
+        scaled_ckpt.parent / "long",
+        {
+            f"{long}.q": flexq.RawTensor.of(np.ones((2, 2), np.int8)),
+            f"{long}.s": flexq.RawTensor.of(np.array(1.0, np.float32)),
+        },
+    )
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert long in out
+    assert "[2, 2]" in out  # a shape, not rich markup

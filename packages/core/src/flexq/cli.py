@@ -14,10 +14,11 @@ import warnings
 from dataclasses import asdict
 from typing import TYPE_CHECKING, TextIO
 
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flexq.compose import ComposedTransform, compose
+from flexq.console import console
 from flexq.convert import FLOATS, convert, parse_size
 from flexq.errors import FlexqError
 from flexq.plugins import list_formats
@@ -35,8 +36,9 @@ def _list_formats(args: argparse.Namespace) -> int:
         return 0
     table = Table("name", "version", "distribution", "source", "description")
     for r in rows:
-        table.add_row(r.name, r.version, r.distribution, r.source, r.error or r.description)
-    Console().print(table)
+        cells = (r.name, r.version, r.distribution, r.source, r.error or r.description)
+        table.add_row(*map(escape, cells))
+    console().print(table)
     return 0
 
 
@@ -80,13 +82,14 @@ def _inspect(args: argparse.Namespace) -> int:
     else:
         table = Table("logical tensor", "format", "shape", "dtype", "components")
         for t in ct.entries.values():
-            comps = ", ".join(f"{s} {ct.checkpoint.info(s).dtype}" for s in t.sources)
-            table.add_row(t.key, t.owner or "passthrough", str(list(t.shape)), t.dtype, comps)
-        console = Console()
-        console.print(table)
-        console.print(f"total bytes: {report['total_bytes']:,}")
+            comps = "\n".join(f"{s} {ct.checkpoint.info(s).dtype}" for s in t.sources)
+            cells = (t.key, t.owner or "passthrough", str(list(t.shape)), t.dtype, comps)
+            table.add_row(*map(escape, cells))
+        out = console()
+        out.print(table)
+        out.print(f"total bytes: {report['total_bytes']:,}")
         for p in ct.problems:
-            console.print(f"problem: {p}", style="red", markup=False)
+            out.print(f"problem: {p}", style="red", markup=False)
     if ct.problems:
         print(f"flexq: {len(ct.problems)} problem(s) in {args.path}", file=sys.stderr)
         return EXIT_BAD_INPUT

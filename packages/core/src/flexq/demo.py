@@ -197,8 +197,9 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
 
 def print_table(rows: list[DemoRow]) -> None:
     """The demo table, on stdout."""
-    from rich.console import Console
     from rich.table import Table
+
+    from flexq.console import console
 
     table = Table(
         "format",
@@ -220,4 +221,4 @@ def print_table(rows: list[DemoRow]) -> None:
             f"{r.tolerance}",
             "ok" if r.ok else "DRIFT",
         )
-    Console().print(table)
+    console().print(table)
