@@ -123,3 +123,41 @@ def test_lut_mul_in_bands_equals_lookup_then_multiply(rows_scaled: bool) -> None
     small = codes[:3, :10]
     on_paddle = PaddleOps().lut_mul(table, paddle.to_tensor(small), paddle.to_tensor(scale[:1, 0]))
     np.testing.assert_array_equal(on_paddle.numpy(), NumpyOps().lut_mul(table, small, scale[:1, 0]))
+
+
+@st.composite
+def banded_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=4)))
+    codes = draw(hnp.arrays(np.uint8, shape))
+    # each scale dim is 1 (broadcast) or the codes' size; sometimes fewer dims
+    scale_shape = tuple(draw(st.sampled_from([1, n])) for n in shape)
+    scale_shape = scale_shape[draw(st.integers(0, len(shape) - 1)) :]
+    scale = draw(hnp.arrays(np.float32, scale_shape, elements=st.floats(-8, 8, width=32)))
+    return codes, scale, draw(st.integers(1, 40))
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=banded_cases())
+def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
+    case: tuple[np.ndarray, np.ndarray, int],
+) -> None:
+    """Small arrays, tiny bands: every split (runs of a dim, recursion into
+    sub-arrays, odd-sized runs, threads) gives the bits of ``table[codes] * scale``."""
+    import flexq.ops as ops_module
+
+    codes, scale, band = case
+    table = np.random.default_rng(3).standard_normal(256).astype(np.float32)
+    saved = ops_module._PAIR_MIN_CODES, ops_module._BAND_CODES
+    ops_module._PAIR_MIN_CODES, ops_module._BAND_CODES = 1, band
+    try:
+        got = NumpyOps().lut_mul(table, codes, scale)
+        looked_up = NumpyOps().lut(table, codes)
+        into = np.full(codes.shape, 5.0, np.float32)
+        filled = NumpyOps().lut_mul(table, codes, scale, out=into)
+    finally:
+        ops_module._PAIR_MIN_CODES, ops_module._BAND_CODES = saved
+    want = table[codes] * scale
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(looked_up.view(np.uint32), table[codes].view(np.uint32))
+    assert filled is into
+    np.testing.assert_array_equal(into.view(np.uint32), want.view(np.uint32))

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flexq
 from flexq import RawTensor, TargetSlice
 from flexq.plan import block_cover
+from flexq_fp8.dequant import dequantize
+from flexq_fp8.layout import Fp8Layout
 
 ITEMSIZE = {"F32": 4, "BF16": 2, "F16": 2, "U8": 1, "F8_E8M0": 1}
 
@@ -203,3 +206,38 @@ def test_empty_box_reads_nothing_and_gives_an_empty_result(
     got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
     assert ct.checkpoint.bytes_read == before
     assert got.shape == (0, 260)
+
+
+@pytest.mark.parametrize(
+    ("offset", "size"),
+    [
+        ((0, 0), (1000, 600)),  # whole blocks plus a partial edge block row
+        ((37, 0), (900, 600)),  # starts and ends inside block rows
+        ((128, 5), (384, 590)),  # whole block rows, columns cut inside blocks
+        ((300, 0), (500, 1)),  # one column
+    ],
+)
+def test_large_block_boxes_match_the_reference_through_every_row_segment(
+    offset: tuple[int, int],
+    size: tuple[int, int],
+    make_codes: Callable[..., np.ndarray],
+    make_scale: Callable[..., RawTensor],
+    reference: Callable[..., np.ndarray],
+) -> None:
+    # Big enough that each part (partial first block row, whole block rows,
+    # partial last one) goes through the threaded pair-table lookup.
+    rng = np.random.default_rng(11)
+    shape, block = (1000, 600), (128, 128)
+    codes = make_codes(rng, shape)
+    scale = make_scale(rng, (8, 5), "F32")
+    layout = Fp8Layout("w", "w_scale_inv", "F32", shape, block, (8, 5))
+    grid_offset, grid_shape = layout.grid_cover(offset, size)
+    s_off, s_shape = layout.scale_box(grid_offset, grid_shape)
+    box = tuple(slice(o, o + n) for o, n in zip(offset, size, strict=True))
+    s_box = tuple(slice(o, o + n) for o, n in zip(s_off, s_shape, strict=True))
+    want = reference(codes, scale, block)[box]
+    got = dequantize(layout, codes[box], scale.data[s_box], offset, size)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    into = np.full(size, 7.0, np.float32)
+    assert dequantize(layout, codes[box], scale.data[s_box], offset, size, out=into) is into
+    np.testing.assert_array_equal(into.view(np.uint32), want.view(np.uint32))

@@ -10,6 +10,7 @@ operations, float32 products), so both give bit-identical results.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -59,42 +60,22 @@ class NumpyOps:
 
     def lut(self, table: np.ndarray, codes: Any) -> Any:
         if _pairable(table, codes):
-            return _pair_lut(table, codes)
+            return _banded_lookup(table, codes, None, None)
         # Fancy indexing with small unsigned codes is ~2x faster than np.take.
         return table[codes]
 
     def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
         scale = np.asarray(scale, dtype=np.float32)
-        rows = codes.shape[0] if codes.ndim else 0
-        row = codes.size // rows if rows else 0
-        if not _pairable(table, codes) or rows < 2 or row % 2:
-            values = self.lut(table, codes)
-            with np.errstate(over="ignore", invalid="ignore"):
-                if out is None:
-                    values *= scale
-                    return values
-                np.multiply(values, scale, out=out)
-            return out
-        # Look up and scale one band of rows at a time, so each band is multiplied
-        # while it is still in cache: one pass over the output instead of two.
-        pairs = _pair_table(table)
-        if out is None:
-            out = np.empty(codes.shape, dtype=table.dtype)
-        step = max(1, _CHUNK_PAIRS * 2 // row)
-
-        def band(start: int) -> None:
-            stop = min(start + step, rows)
-            flat = codes[start:stop].reshape(-1).view(np.uint16)
-            np.take(pairs, flat, out=out[start:stop].reshape(-1).view(np.uint64), mode="clip")
-            part = scale[start:stop] if scale.shape[0] == rows else scale
-            with np.errstate(over="ignore", invalid="ignore"):
-                out[start:stop] *= part
-
-        starts = range(0, rows, step)
-        if len(starts) > 1:
-            list(_workers().map(band, starts))
-        else:
-            band(0)
+        if _pairable(table, codes) and scale.ndim <= codes.ndim:
+            # numpy broadcasting aligns trailing dims: give the scale codes' rank.
+            scale = scale.reshape((1,) * (codes.ndim - scale.ndim) + scale.shape)
+            return _banded_lookup(table, codes, scale, out)
+        values = self.lut(table, codes)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if out is None:
+                values *= scale
+                return values
+            np.multiply(values, scale, out=out)
         return out
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
@@ -111,12 +92,17 @@ class NumpyOps:
 #: Byte-code arrays smaller than this are looked up directly (the pair table
 #: costs ~1 ms to build once and threads cost more than they save).
 _PAIR_MIN_CODES = 1 << 16
-#: Codes per chunk of a pair lookup: 2 MB of codes, 8 MB of float32 results,
-#: small enough that each chunk's writes stay near the cache.
-_CHUNK_PAIRS = 1 << 20
+#: Codes per band: 256 Ki codes give 1 MiB of float32 results, so a band's
+#: scale multiply finds it still in the core's L2 cache (bands of 8 MiB made
+#: the multiply a second trip to memory and the lookup ~2x slower; measured
+#: with bench/ on a 2-core EPYC with 1 MiB L2 per core).
+_BAND_CODES = 1 << 18
 _pair_tables: dict[bytes, np.ndarray] = {}
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+#: One band: integer indices on leading dims, then a slice of the next dim.
+Band = tuple[int | slice, ...]
 
 
 def _pairable(table: np.ndarray, codes: Any) -> bool:
@@ -124,10 +110,10 @@ def _pairable(table: np.ndarray, codes: Any) -> bool:
     return (
         isinstance(codes, np.ndarray)
         and codes.dtype == np.uint8
+        and codes.ndim > 0
         and table.shape == (256,)
         and table.dtype.itemsize == 4
         and codes.flags.c_contiguous
-        and codes.size % 2 == 0
         and codes.size >= _PAIR_MIN_CODES
     )
 
@@ -147,34 +133,77 @@ def _pair_table(table: np.ndarray) -> np.ndarray:
     return pairs
 
 
+def _thread_count() -> int:
+    """Worker threads for lookups: the cores this process may run on, at most 4."""
+    return min(4, len(os.sched_getaffinity(0)))
+
+
 def _workers() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(min(4, len(os.sched_getaffinity(0))), "flexq-lut")
+            _pool = ThreadPoolExecutor(_thread_count(), "flexq-lut")
         return _pool
 
 
-def _pair_lut(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """``table[codes]`` for uint8 codes, two codes per lookup, in chunks over worker threads.
+def _bands(shape: tuple[int, ...], limit: int) -> list[Band]:
+    """Split a C-contiguous array of ``shape`` into contiguous pieces of about ``limit``
+    elements, in order: runs of dim 0 when one index of dim 0 is small enough,
+    else the same split of each ``[i, ...]`` sub-array. Runs hold an even number
+    of elements whenever the array's trailing size allows it."""
+    inner = math.prod(shape[1:])
+    if len(shape) == 1 or inner <= limit:
+        step = max(1, limit // max(inner, 1))
+        step += step % 2 if inner % 2 else 0
+        return [(slice(a, min(a + step, shape[0])),) for a in range(0, shape[0], step)]
+    return [(i, *rest) for i in range(shape[0]) for rest in _bands(shape[1:], limit)]
 
-    Exact: every result is a copy of a table entry's bits. numpy releases the GIL
-    inside ``take``, so the chunks run in parallel on several cores.
+
+def _scale_band(scale: np.ndarray, band: Band) -> np.ndarray:
+    """The part of ``scale`` (each dim 1 or equal to the codes') that a codes band uses."""
+    index = tuple(
+        (0 if isinstance(ix, int) else slice(None)) if n == 1 else ix
+        for ix, n in zip(band, scale.shape, strict=False)
+    )
+    return scale[index]
+
+
+def _banded_lookup(
+    table: np.ndarray, codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray | None
+) -> np.ndarray:
+    """``table[codes]`` (times ``scale`` if given) for uint8 codes, band by band.
+
+    Each band is looked up two codes at a time through the pair table and then
+    scaled while it is still in cache. Each worker thread takes one contiguous
+    run of bands (numpy releases the GIL in ``take`` and ``multiply``; longer
+    runs keep the threads from trading the GIL). Exact: every value is a copy
+    of a table entry's bits times its float32 scale. Products beyond float32's
+    range are inf.
     """
     pairs = _pair_table(table)
-    flat = codes.reshape(-1).view(np.uint16)
-    out = np.empty(flat.size, dtype=np.uint64)
+    if out is None:
+        out = np.empty(codes.shape, dtype=table.dtype)
+    bands = _bands(codes.shape, _BAND_CODES)
 
-    def chunk(start: int) -> None:
-        stop = start + _CHUNK_PAIRS
-        np.take(pairs, flat[start:stop], out=out[start:stop], mode="clip")
+    def run(part: list[Band]) -> None:
+        for band in part:
+            c, o = codes[band], out[band]
+            if c.size % 2:
+                o[...] = table[c]
+            else:
+                flat = c.reshape(-1).view(np.uint16)
+                np.take(pairs, flat, out=o.reshape(-1).view(np.uint64), mode="clip")
+            if scale is not None:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    o *= _scale_band(scale, band)
 
-    starts = range(0, flat.size, _CHUNK_PAIRS)
-    if len(starts) > 1:
-        list(_workers().map(chunk, starts))
-    else:
-        chunk(0)
-    return out.view(table.dtype).reshape(codes.shape)
+    workers = min(len(bands), _thread_count())
+    if workers < 2:
+        run(bands)
+        return out
+    per = -(-len(bands) // workers)
+    list(_workers().map(run, [bands[i : i + per] for i in range(0, len(bands), per)]))
+    return out
 
 
 class PaddleOps:

@@ -74,6 +74,18 @@ def dequantize(
     grid_offset, grid_shape = layout.grid_cover(offset, shape)
     s = ops.reshape(scale_to_float32(ops, scale, layout.scale_dtype), grid_shape)
     last = len(shape) - 1
+    if isinstance(weight, np.ndarray) and last == 1 and grid_shape[0] > 1 < layout.block[0]:
+        # A 2-D weight with row blocks (DeepSeek-style 128x128): spread the scales
+        # along the columns only (one row per block row, small) and let each block
+        # row's scale row broadcast over its rows, so numpy multiplies whole
+        # contiguous rows instead of 128-element pieces.
+        b1, g1 = layout.block[1], grid_shape[1]
+        if g1 > 1 and b1 > 1:
+            start = offset[1] - grid_offset[1] * b1
+            s = ops.repeat(s, b1, axis=1)[:, start : start + shape[1]]
+        return _by_block_rows(
+            weight, s, offset[0] - grid_offset[0] * layout.block[0], layout.block[0], out
+        )
     for d, (o, n, b, g) in enumerate(zip(offset, shape, layout.block, grid_shape, strict=True)):
         start = o - grid_offset[d] * b
         # One block along d broadcasts by itself; blocks of one element already
@@ -96,3 +108,37 @@ def dequantize(
         # and end inside a block.
         s = ops.repeat(s, b, axis=d)[(slice(None),) * d + (slice(start, start + n),)]
     return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
+
+
+def _by_block_rows(
+    weight: np.ndarray, s: np.ndarray, start: int, block: int, out: np.ndarray | None
+) -> np.ndarray:
+    """``decode(weight) * s`` with row ``r`` of the box scaled by ``s[(r + start) // block]``.
+
+    ``s`` holds one row of scales per block row (spread over the columns, or one
+    column). The box may start and end inside a block row: those partial block
+    rows are done alone, the whole ones in a single call viewed as
+    ``[blocks, block, cols]``.
+    """
+    rows, cols = weight.shape
+    if out is None:
+        out = np.empty(weight.shape, dtype=np.float32)
+    head = min(rows, block - start) if start else 0
+    whole = (rows - head) // block
+    mid = head + whole * block
+    ops = ops_for(weight)
+    first = 1 if head else 0
+    if head:
+        ops.lut_mul(E4M3_TO_FLOAT32, weight[:head], s[:1], out=out[:head])
+    if whole:
+        split = (whole, block, cols)
+        ops.lut_mul(
+            E4M3_TO_FLOAT32,
+            weight[head:mid].reshape(split),
+            s[first : first + whole].reshape(whole, 1, s.shape[1]),
+            out=out[head:mid].reshape(split),
+        )
+    if mid < rows:
+        tail = first + whole
+        ops.lut_mul(E4M3_TO_FLOAT32, weight[mid:], s[tail : tail + 1], out=out[mid:])
+    return out
