@@ -1,7 +1,7 @@
 """Where the time of a block-FP8 -> float32 load goes (pyinstrument, sampling every 1 ms).
 
-Profiles ``flexq.load_state_dict(..., engine="direct")`` into float32 Paddle
-targets and attributes the samples to the pipeline's steps by the functions
+Profiles ``flexq.load_state_dict(..., engine="direct")`` into initialised float32
+Paddle targets (atomic or not) and attributes the samples to the pipeline's steps by the functions
 they were in (the outermost matching frame wins, so nothing counts twice).
 """
 
@@ -17,7 +17,7 @@ from bench.checkpoints import SIDE, fp8_keys
 STEPS = {
     "read (mmap copy of codes and scales)": {"read_sources"},
     "fp8 apply: E4M3 lookup + block-scale multiply": {"flexq_apply"},
-    "  of which the E4M3 table lookup": {"lut"},
+    "  of which the banded lookup and scale (worker threads)": {"_banded_lookup"},
     "numpy -> Paddle copy (paddle.to_tensor)": {"to_paddle"},
     "write into targets (assign_sharded_slice)": {"_write"},
     "AOA mapping and plans": {"map_targets", "plan", "check_shapes"},
@@ -38,18 +38,18 @@ def _walk(frame: Any, found: dict[str, float]) -> None:
         _walk(child, found)
 
 
-def profile(path: Path, n: int, rounds: int, text_out: Path) -> dict[str, Any]:
+def profile(path: Path, n: int, rounds: int, text_out: Path, atomic: bool) -> dict[str, Any]:
     """Seconds per step (per load) and the share of the load each takes."""
     import paddle
     from pyinstrument import Profiler
 
     keys = fp8_keys(n)
-    state = {k: paddle.empty([SIDE, SIDE], dtype="float32") for k in keys}
-    flexq.load_state_dict(state, path, engine="direct")
+    state = {k: paddle.zeros([SIDE, SIDE], dtype="float32") for k in keys}
+    flexq.load_state_dict(state, path, engine="direct", atomic=atomic)
     profiler = Profiler(interval=0.001)
     profiler.start()
     for _ in range(rounds):
-        flexq.load_state_dict(state, path, engine="direct")
+        flexq.load_state_dict(state, path, engine="direct", atomic=atomic)
     session = profiler.stop()
     text_out.write_text(profiler.output_text(unicode=False, color=False))
     root = session.root_frame()
@@ -61,6 +61,7 @@ def profile(path: Path, n: int, rounds: int, text_out: Path) -> dict[str, Any]:
     counted = sum(v for k, v in per_load.items() if not k.startswith(" "))
     per_load["other (Python glue, validation, Paddle ops)"] = max(0.0, total / rounds - counted)
     return {
+        "atomic": atomic,
         "rounds": rounds,
         "seconds_per_load": total / rounds,
         "steps_s": per_load,

@@ -149,6 +149,14 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
             "| --- | ---: | ---: |",
         ]
         lines += _median_rows(fp["median_s"], fp["ratio_to_dcp"])
+        lines += [
+            "",
+            "`memcpy_into_*` copy the finished float32 values into the same kind of Paddle "
+            "targets, the machine's limit for the job: *fresh* targets are new and never "
+            "touched (as DCP's are; every load pays their page faults), *initialized* ones "
+            "were written once before, as a model's parameters are after initialisation. "
+            "Only contenders filling fresh targets get a ratio to DCP.",
+        ]
         mx = dcp["mxfp4"]
         lines += [
             "",
@@ -235,6 +243,7 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
         lines += [
             "",
             f"## Where the time goes (pyinstrument, direct engine, "
+            f"atomic={prof.get('atomic', True)}, initialised targets, "
             f"{_fmt_s(prof['seconds_per_load'])} per load)",
             "",
             "| step | per load | share |",

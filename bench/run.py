@@ -63,18 +63,23 @@ def _goals(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
             f"numpy-only compose.load: {ratios['flexq_compose_numpy']:.2f}x)",
             "met": ratio <= 0.33,
         }
-        memcpy = r.get("formats", {}).get("format-fp8", {}).get("memcpy_gbps")
-        if memcpy:
-            medians = fp["median_s"]
-            gbps = fp["output_bytes"] / medians["flexq_direct_nonatomic"] / 1e9
-            atomic_gbps = fp["output_bytes"] / medians["flexq_direct"] / 1e9
-            goals["bandwidth"] = {
-                "goal": "load GB/s of float32 output / memcpy GB/s (direct, atomic=False)",
-                "target": ">= 25%",
-                "measured": f"{gbps:.2f} / {memcpy:.2f} GB/s = {gbps / memcpy:.0%} "
-                f"(default atomic=True: {atomic_gbps / memcpy:.0%})",
-                "met": gbps / memcpy >= 0.25,
-            }
+        medians = fp["median_s"]
+        gbps = {k: fp["output_bytes"] / m / 1e9 for k, m in medians.items()}
+        # Like for like: the load against a memcpy into the same kind of targets,
+        # fresh ones (page faults in both) and initialised ones (none in either).
+        fresh = gbps["flexq_direct_nonatomic"] / gbps["memcpy_into_fresh"]
+        init = gbps["flexq_direct_nonatomic_initialized"] / gbps["memcpy_into_initialized"]
+        goals["bandwidth"] = {
+            "goal": "load GB/s of float32 output / memcpy GB/s into the same kind of Paddle "
+            "targets, same rounds (direct, atomic=False)",
+            "target": ">= 25%",
+            "measured": f"initialised targets {gbps['flexq_direct_nonatomic_initialized']:.2f} / "
+            f"{gbps['memcpy_into_initialized']:.2f} GB/s = {init:.0%}; fresh targets "
+            f"{gbps['flexq_direct_nonatomic']:.2f} / {gbps['memcpy_into_fresh']:.2f} GB/s = "
+            f"{fresh:.0%} (default atomic=True: "
+            f"{gbps['flexq_direct'] / gbps['memcpy_into_fresh']:.0%})",
+            "met": min(fresh, init) >= 0.25,
+        }
     # atomic loads keep undo copies of the targets on purpose; the bound is the
     # non-atomic load's (see docs/user-guide.md).
     case = r.get("scale", {}).get("cases", {}).get(f"direct{scale.NON_ATOMIC}/x1")
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("profile")
         prof_txt = ROOT / "bench" / "results" / f"{date}-profile.txt"
         prof_txt.parent.mkdir(parents=True, exist_ok=True)
-        results["profile"] = hotspots.profile(fp8, n, 3, prof_txt)
+        results["profile"] = hotspots.profile(fp8, n, 3, prof_txt, atomic=False)
     results["goals"] = _goals(results)
     results["run_seconds"] = time.perf_counter() - started
     json_path = report.write_json(results, date)
