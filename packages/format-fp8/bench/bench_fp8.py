@@ -20,7 +20,7 @@ from flexq_fp8.layout import Fp8Layout
 
 #: A DeepSeek-V3 MLA-sized projection: [out, in] with 128x128 F32 block scales.
 SHAPE = (2048, 7168)
-ROUNDS = 5
+ROUNDS = 9
 
 
 def _cases() -> dict[str, tuple[Fp8Layout, np.ndarray, np.ndarray]]:

@@ -97,6 +97,8 @@ _PAIR_MIN_CODES = 1 << 16
 #: the multiply a second trip to memory and the lookup ~2x slower; measured
 #: with bench/ on a 2-core EPYC with 1 MiB L2 per core).
 _BAND_CODES = 1 << 18
+#: Bands per task handed to a worker thread (8 MiB of float32 results).
+_RUN_BANDS = 8
 _pair_tables: dict[bytes, np.ndarray] = {}
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -174,9 +176,11 @@ def _banded_lookup(
     """``table[codes]`` (times ``scale`` if given) for uint8 codes, band by band.
 
     Each band is looked up two codes at a time through the pair table and then
-    scaled while it is still in cache. Each worker thread takes one contiguous
-    run of bands (numpy releases the GIL in ``take`` and ``multiply``; longer
-    runs keep the threads from trading the GIL). Exact: every value is a copy
+    scaled while it is still in cache. Worker threads take runs of up to
+    :data:`_RUN_BANDS` contiguous bands: numpy releases the GIL in ``take`` and
+    ``multiply``, runs keep the threads from trading the GIL at every band, and
+    several runs per thread let a thread on an idle core take over work from one
+    on a busy core (this machine is shared). Exact: every value is a copy
     of a table entry's bits times its float32 scale. Products beyond float32's
     range are inf.
     """
@@ -201,7 +205,7 @@ def _banded_lookup(
     if workers < 2:
         run(bands)
         return out
-    per = -(-len(bands) // workers)
+    per = min(-(-len(bands) // workers), _RUN_BANDS)
     list(_workers().map(run, [bands[i : i + per] for i in range(0, len(bands), per)]))
     return out
 
