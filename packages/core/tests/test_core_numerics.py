@@ -32,6 +32,27 @@ def test_bfloat16_rounding_matches_ml_dtypes_bit_for_bit(x: np.ndarray) -> None:
     assert np.isnan(bfloat16_bits_to_float32(ours[~finite])).all()
 
 
+@pytest.mark.parametrize("shape", [(1 << 16,), (3, 70001), (5, 7, 9001)])
+def test_bfloat16_rounding_of_large_arrays_in_chunks_matches_ml_dtypes(
+    shape: tuple[int, ...],
+) -> None:
+    """Every float32 bit pattern class (NaN payloads of both signs, infinities,
+    subnormals, values that round past the largest finite) across chunk and
+    thread boundaries, in non-contiguous input too."""
+    bits = np.random.default_rng(5).integers(0, 1 << 32, size=shape, dtype=np.uint64)
+    x = bits.astype(np.uint32).view(np.float32)
+    x.reshape(-1)[-5:] = [np.nan, -np.nan, np.inf, -np.inf, 3.4e38]
+    for values in (x, np.asfortranarray(x)):
+        ours = float32_to_bfloat16_bits(values)
+        assert ours.shape == x.shape
+        with np.errstate(invalid="ignore"):  # ml_dtypes warns on casting NaN
+            theirs = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+        nan = np.isnan(x)
+        np.testing.assert_array_equal(ours[~nan], theirs[~nan])
+        want_nan = np.where(np.signbit(x[nan]), 0xFFC0, 0x7FC0)
+        np.testing.assert_array_equal(ours[nan], want_nan)
+
+
 def test_bfloat16_rounding_ties_to_even_and_keeps_specials() -> None:
     x = np.array([1 + 2**-8, 1 + 3 * 2**-8, np.inf, -np.inf, -0.0, 3.4e38], np.float32)
     bits = float32_to_bfloat16_bits(x)

@@ -8,9 +8,12 @@ raw uint8 bytes; BF16 is returned as its raw uint16 bit pattern.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from flexq.threads import run_parts
 
 
 @dataclass(frozen=True)
@@ -91,21 +94,40 @@ def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
     NaN becomes the canonical quiet NaN with its sign kept (0x7FC0 / 0xFFC0, the
     same bits :func:`flexq.arrays.to_paddle` gives on a device); infinities and
     signed zeros are kept. This is the one rounding step of every float32 ->
-    bfloat16 result flexq produces on the CPU. Works in place on one uint32
-    copy: this runs over every weight.
+    bfloat16 result flexq produces on the CPU, so it runs over every weight: in
+    chunks small enough that each chunk's several passes stay in cache, on the
+    worker threads.
     """
-    bits = np.array(values, dtype=np.float32, copy=True).view(np.uint32)
-    nan = np.isnan(values)
-    carry = bits >> 16
-    carry &= 1
-    carry += 0x7FFF
-    bits += carry
-    bits >>= 16
-    out = bits.astype(np.uint16)
-    if nan.any():
-        sign = np.signbit(np.asarray(values, dtype=np.float32)[nan])
-        out[nan] = np.where(sign, BF16_NEGATIVE_NAN, BF16_QUIET_NAN).astype(np.uint16)
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    out = np.empty(x.shape, dtype=np.uint16)
+    flat, bits = x.reshape(-1), out.reshape(-1)
+
+    def work(starts: Sequence[int]) -> None:
+        for start in starts:
+            _round_chunk(flat[start : start + _ROUND_CHUNK], bits[start : start + _ROUND_CHUNK])
+
+    run_parts(work, range(0, flat.size, _ROUND_CHUNK), 8)
     return out
+
+
+#: Elements per rounding chunk: 256 KiB of float32 plus a uint32 temporary fit
+#: a core's L2 cache.
+_ROUND_CHUNK = 1 << 16
+
+
+def _round_chunk(values: np.ndarray, out: np.ndarray) -> None:
+    """Round one 1-D chunk of float32 ``values`` into ``out`` (uint16 bits)."""
+    u = values.view(np.uint32)
+    rounded = u >> 16
+    rounded &= 1
+    rounded += 0x7FFF
+    rounded += u
+    rounded >>= 16
+    np.copyto(out, rounded, casting="unsafe")
+    nan = np.isnan(values)
+    if nan.any():
+        # Rounding a NaN's payload could carry into the sign or give an infinity.
+        out[nan] = np.where(np.signbit(values[nan]), BF16_NEGATIVE_NAN, BF16_QUIET_NAN)
 
 
 #: Canonical bfloat16 NaN bit patterns flexq writes (positive and negative).

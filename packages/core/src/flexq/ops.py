@@ -11,14 +11,13 @@ operations, float32 products), so both give bit-identical results.
 from __future__ import annotations
 
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from flexq.dtypes import bfloat16_bits_to_float32
+from flexq.threads import run_parts
 
 
 def is_paddle(x: object) -> bool:
@@ -100,8 +99,6 @@ _BAND_CODES = 1 << 18
 #: Bands per task handed to a worker thread (8 MiB of float32 results).
 _RUN_BANDS = 8
 _pair_tables: dict[bytes, np.ndarray] = {}
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 
 #: One band: integer indices on leading dims, then a slice of the next dim.
 Band = tuple[int | slice, ...]
@@ -135,19 +132,6 @@ def _pair_table(table: np.ndarray) -> np.ndarray:
     return pairs
 
 
-def _thread_count() -> int:
-    """Worker threads for lookups: the cores this process may run on, at most 4."""
-    return min(4, len(os.sched_getaffinity(0)))
-
-
-def _workers() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(_thread_count(), "flexq-lut")
-        return _pool
-
-
 def _bands(shape: tuple[int, ...], limit: int) -> list[Band]:
     """Split a C-contiguous array of ``shape`` into contiguous pieces of about ``limit``
     elements, in order: runs of dim 0 when one index of dim 0 is small enough,
@@ -177,10 +161,8 @@ def _banded_lookup(
 
     Each band is looked up two codes at a time through the pair table and then
     scaled while it is still in cache. Worker threads take runs of up to
-    :data:`_RUN_BANDS` contiguous bands: numpy releases the GIL in ``take`` and
-    ``multiply``, runs keep the threads from trading the GIL at every band, and
-    several runs per thread let a thread on an idle core take over work from one
-    on a busy core (this machine is shared). Exact: every value is a copy
+    :data:`_RUN_BANDS` contiguous bands (runs keep the threads from trading the
+    GIL at every band; see :func:`flexq.threads.run_parts`). Exact: every value is a copy
     of a table entry's bits times its float32 scale. Products beyond float32's
     range are inf.
     """
@@ -189,7 +171,7 @@ def _banded_lookup(
         out = np.empty(codes.shape, dtype=table.dtype)
     bands = _bands(codes.shape, _BAND_CODES)
 
-    def run(part: list[Band]) -> None:
+    def run(part: Sequence[Band]) -> None:
         for band in part:
             c, o = codes[band], out[band]
             if c.size % 2:
@@ -201,12 +183,7 @@ def _banded_lookup(
                 with np.errstate(over="ignore", invalid="ignore"):
                     o *= _scale_band(scale, band)
 
-    workers = min(len(bands), _thread_count())
-    if workers < 2:
-        run(bands)
-        return out
-    per = min(-(-len(bands) // workers), _RUN_BANDS)
-    list(_workers().map(run, [bands[i : i + per] for i in range(0, len(bands), per)]))
+    run_parts(run, bands, _RUN_BANDS)
     return out
 
 
