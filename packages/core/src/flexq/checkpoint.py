@@ -13,6 +13,7 @@ ever written into the directory.
 
 from __future__ import annotations
 
+
 import json
 import mmap
 import os
@@ -58,6 +59,8 @@ class Checkpoint:
         self.bytes_read = 0
         self.bytes_read_by_file: Counter[str] = Counter()
         self._maps: dict[str, mmap.mmap] = {}
+        #: files whose map :meth:`read` returned views of (see :meth:`close`)
+        self._viewed: set[str] = set()
 
     # -- inventory -----------------------------------------------------------
     @property
@@ -93,12 +96,19 @@ class Checkpoint:
         key: str,
         offset: Sequence[int] | None = None,
         shape: Sequence[int] | None = None,
+        *,
+        copy: bool = True,
     ) -> np.ndarray:
         """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a numpy array.
 
         Offsets and shapes are in header elements. The array dtype is the
         storage dtype (:mod:`flexq.dtypes`): F8/F4 come back as uint8 bytes (F4
         with the last dimension halved), BF16 as uint16 bits.
+
+        :param copy: False returns a read-only view of the file's pages when the
+            box is contiguous in the file (rows of a tensor), so a decoder reads
+            the page cache directly instead of a fresh copy; other boxes are
+            still copied. A view keeps its file mapped until it is freed.
         """
         info = self.info(key)
         full = info.shape
@@ -118,16 +128,28 @@ class Checkpoint:
         if info.nbytes == 0:
             return np.zeros([s.stop - s.start for s in box], dtype=sd.numpy)
         whole = np.ndarray(items, dtype=sd.numpy, buffer=self._map(info.file), offset=info.start)
-        out = np.array(whole[box], copy=True)
+        part = whole[box]
+        if not copy and part.flags.c_contiguous:
+            self._viewed.add(info.file)
+            out = part
+        else:
+            out = np.array(part, copy=True)
         self.bytes_read += out.nbytes
         self.bytes_read_by_file[info.file] += out.nbytes
         return out
 
     def close(self) -> None:
-        """Release the memory maps (arrays returned by :meth:`read` stay valid)."""
-        for m in self._maps.values():
-            m.close()
+        """Release the memory maps (arrays returned by :meth:`read` stay valid).
+
+        A map :meth:`read` handed views of is only let go: numpy keeps the map
+        object alive, not an export of it, so closing it would leave those views
+        pointing at unmapped memory. It is unmapped when the last view is freed.
+        """
+        for file, m in self._maps.items():
+            if file not in self._viewed:
+                m.close()
         self._maps.clear()
+        self._viewed.clear()
 
     def __enter__(self) -> Checkpoint:
         return self

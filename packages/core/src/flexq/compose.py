@@ -150,9 +150,13 @@ class ComposedTransform:
         return plan
 
     def read_sources(self, logical_key: str, plan: ReadPlan) -> dict[str, np.ndarray]:
-        """Read exactly the source boxes ``plan`` names, straight from the files."""
+        """Read exactly the source boxes ``plan`` names, straight from the files.
+
+        Boxes contiguous in their file come back as read-only views of the
+        mapped file (no copy); formats only read their sources.
+        """
         return {
-            key: self.checkpoint.read(key, offset, shape)
+            key: self.checkpoint.read(key, offset, shape, copy=False)
             for key, (offset, shape) in plan.source_slices.items()
         }
 

@@ -99,6 +99,8 @@ def flexq_apply(
 
     :param sources: source key -> array holding exactly the box the plan named
         (the whole tensor for a global plan); numpy or Paddle, see module doc.
+        Numpy sources may be read-only views of the mapped file: read them,
+        never write into them.
     :param plan: the plan the sources were read for.
     :param output_dtype: Paddle dtype name the caller wants.
     :param out: None, or a writable C-contiguous numpy float32 array of
