@@ -13,7 +13,6 @@ ever written into the directory.
 
 from __future__ import annotations
 
-
 import json
 import mmap
 import os
