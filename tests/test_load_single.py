@@ -283,3 +283,31 @@ def test_auto_reads_directly_when_a_component_has_an_element_format_paddle_canno
     np.testing.assert_array_equal(sd["m.w"].numpy(), flexq.compose(ckpt).load("m.w", "float32"))
     with pytest.raises(FlexqError, match="F4, which FlexCheckpoint cannot transport"):
         flexq.load_state_dict(sd, ckpt, engine="flexcheckpoint")
+
+
+@pytest.mark.parametrize("max_inflight", [flexq.load.DEFAULT_MAX_INFLIGHT, 3000])
+@pytest.mark.parametrize("atomic", [True, False])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_untransposed_targets_get_the_bits_of_a_direct_load(
+    format_ckpt: tuple[str, Path], dtype: str, atomic: bool, max_inflight: int
+) -> None:
+    """Targets that take logical tensors as they are: decoded straight into the
+    target (float32) or rounded from one reused float32 buffer straight into it
+    (bfloat16 / float16), whole or cut into pieces of several sizes."""
+    name, ckpt = format_ckpt
+    ct = flexq.compose(ckpt, [name])
+    dtypes = {
+        key: dtype if ct.entry(key).owner is not None else ct.entry(key).dtype
+        for key in ct.logical_metadata()
+    }
+    sd = {key: paddle.full(list(ct.entry(key).shape), 7.0, dtype=d) for key, d in dtypes.items()}
+    report = flexq.load_state_dict(
+        sd, ckpt, formats=[name], engine="direct", atomic=atomic, max_inflight_bytes=max_inflight
+    )
+    assert (report.batches > 1) == (max_inflight == 3000)
+    for key, d in dtypes.items():
+        want = ct.load(key, d)
+        got = sd[key].numpy()
+        np.testing.assert_array_equal(
+            got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8), err_msg=key
+        )

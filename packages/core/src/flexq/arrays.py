@@ -46,19 +46,28 @@ def itemsize(dtype: str) -> int:
     return int(np.dtype(_NUMPY_OUTPUT[dtype]).itemsize)
 
 
-def round_numpy(x: np.ndarray, output_dtype: str) -> np.ndarray:
-    """Round a numpy array once to ``output_dtype`` (bfloat16 as uint16 bits)."""
+def round_numpy(x: np.ndarray, output_dtype: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Round a numpy array once to ``output_dtype`` (bfloat16 as uint16 bits).
+
+    ``out``: None, or a C-contiguous array of ``x``'s shape in that storage
+    dtype (a target's own memory) to write the result into; it is returned.
+    """
     if output_dtype == "bfloat16":
         if x.dtype == np.uint16:
-            return x
-        return float32_to_bfloat16_bits(x)
+            return x if out is None else _copied(x, out)
+        return float32_to_bfloat16_bits(x, out)
     try:
         target = _NUMPY_OUTPUT[output_dtype]
     except KeyError:
         raise ValueError(f"unsupported output dtype {output_dtype!r}") from None
     # Beyond float16's range the rounded value is inf by definition, not an error.
     with np.errstate(over="ignore"):
-        return np.asarray(x, dtype=target)
+        return np.asarray(x, dtype=target) if out is None else _copied(x, out)
+
+
+def _copied(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    np.copyto(out, x, casting="unsafe")
+    return out
 
 
 def round_paddle(x: Any, output_dtype: str) -> Any:

@@ -167,12 +167,17 @@ class ComposedTransform:
         plan: ReadPlan,
         output_dtype: str,
         out: np.ndarray | None = None,
+        scratch: np.ndarray | None = None,
     ) -> Any:
         """Run the owner's apply for ``plan`` and round once to ``output_dtype``.
 
         Returns numpy (bfloat16 as uint16 bits) for numpy sources, Paddle for Paddle ones.
-        ``out`` (float32 output only) is offered to the format to fill; the result
-        may then be ``out`` itself or a view of it.
+        ``out`` (a C-contiguous numpy array of the box in the output's storage
+        dtype, often the target's own memory) receives the result, which is then
+        ``out`` itself or a view of it. For a float32 output it is offered to the
+        format to fill; for another output the format may fill ``scratch`` (a
+        C-contiguous float32 array of the box's shape) and the rounding writes
+        into ``out``.
         """
         entry = self.entry(logical_key)
         if entry.owner is None:
@@ -188,12 +193,15 @@ class ComposedTransform:
                 sources=sources,
                 plan=plan,
                 output_dtype=output_dtype,
-                out=out if output_dtype == "float32" else None,
+                out=out if output_dtype == "float32" else scratch,
             )
         check_result(entry.owner, logical_key, result, plan.target.local_shape, output_dtype)
         if is_paddle(result):
             return round_paddle(result, output_dtype)
-        return round_numpy(np.asarray(result), output_dtype)
+        result = np.asarray(result)
+        if out is not None and np.may_share_memory(result, out):
+            return result  # the format wrote the float32 result into ``out``
+        return round_numpy(result, output_dtype, out)
 
     def load(self, logical_key: str, output_dtype: str | None = None) -> np.ndarray:
         """The whole logical tensor as numpy, read directly (for inspect, convert, tests)."""

@@ -88,7 +88,7 @@ def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
+def float32_to_bfloat16_bits(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Round float32 to bfloat16 (nearest, ties to even) and return the uint16 bits.
 
     NaN becomes the canonical quiet NaN with its sign kept (0x7FC0 / 0xFFC0, the
@@ -96,10 +96,12 @@ def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
     signed zeros are kept. This is the one rounding step of every float32 ->
     bfloat16 result flexq produces on the CPU, so it runs over every weight: in
     chunks small enough that each chunk's several passes stay in cache, on the
-    worker threads.
+    worker threads. ``out`` (C-contiguous uint16 of ``values``' shape, e.g. a
+    target's memory) receives the bits instead of a new array.
     """
     x = np.ascontiguousarray(values, dtype=np.float32)
-    out = np.empty(x.shape, dtype=np.uint16)
+    if out is None:
+        out = np.empty(x.shape, dtype=np.uint16)
     flat, bits = x.reshape(-1), out.reshape(-1)
 
     def work(starts: Sequence[int]) -> None:
@@ -110,9 +112,11 @@ def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
     return out
 
 
-#: Elements per rounding chunk: 256 KiB of float32 plus a uint32 temporary fit
-#: a core's L2 cache.
-_ROUND_CHUNK = 1 << 16
+#: Elements per rounding chunk: 1 MiB of float32 and its uint32 temporary stay
+#: near a core's L2 cache; smaller chunks lose more to per-call overhead and
+#: threads trading the GIL than they gain in cache hits (measured on this
+#: 2-core machine: 64 Ki elements ran at half the speed).
+_ROUND_CHUNK = 1 << 18
 
 
 def _round_chunk(values: np.ndarray, out: np.ndarray) -> None:
@@ -120,12 +124,12 @@ def _round_chunk(values: np.ndarray, out: np.ndarray) -> None:
     u = values.view(np.uint32)
     rounded = u >> 16
     rounded &= 1
-    rounded += 0x7FFF
     rounded += u
-    rounded >>= 16
-    np.copyto(out, rounded, casting="unsafe")
-    nan = np.isnan(values)
-    if nan.any():
+    rounded += 0x7FFF
+    np.right_shift(rounded, 16, out=out, casting="unsafe")
+    # max is NaN exactly when some value is: one read instead of a mask and a scan.
+    if np.isnan(np.max(values)):
+        nan = np.isnan(values)
         # Rounding a NaN's payload could carry into the sign or give an infinity.
         out[nan] = np.where(np.signbit(values[nan]), BF16_NEGATIVE_NAN, BF16_QUIET_NAN)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -93,6 +94,7 @@ def load_state_dict(
         )
     batches = list(_batches(list(range(len(pieces))), pieces, max_inflight_bytes))
     undo: list[tuple[Piece, Any]] = []
+    scratch = _Scratch()
     try:
         for n, batch in enumerate(batches):
             staged = []
@@ -100,7 +102,7 @@ def load_state_dict(
                 sources = fetched[i] if fetched is not None else None
                 # Without atomicity a format may decode straight into the target.
                 into = None if atomic else _host_region(pieces[i])
-                value = _dequantize(ct, pieces[i], plans[i], sources, into)
+                value = _dequantize(ct, pieces[i], plans[i], sources, into, scratch)
                 if into is None or not np.may_share_memory(value, into):
                     staged.append((pieces[i], value))
             # Everything of a batch is staged before its first write, so only the
@@ -226,14 +228,37 @@ def _dequantize(
     p: Piece,
     plan: ReadPlan,
     sources: dict[str, Any] | None,
-    into: np.ndarray | None = None,
+    into: np.ndarray | None,
+    scratch: _Scratch,
 ) -> Any:
     """Dequantize one piece from fetched sources (or from direct reads when None),
-    offering ``into`` (the piece's own target region) to the format to fill."""
+    writing into ``into`` (the piece's own target region) where it can."""
     found = ct.read_sources(p.logical_key, plan) if sources is None else host_to_numpy(sources)
+    work = None
+    if p.target.dtype != "float32" and _host_view(p.target.tensor) is not None:
+        work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
     # numpy results for host targets are copied in once by _write; others go to Paddle.
-    value = ct.dequantize(p.logical_key, found, plan, p.target.dtype, out=into)
+    value = ct.dequantize(p.logical_key, found, plan, p.target.dtype, out=into, scratch=work)
     return value if _host_view(p.target.tensor) is not None else to_paddle(value, p.target.dtype)
+
+
+class _Scratch:
+    """One float32 working buffer for a load, grown to the largest box asked for.
+
+    Pieces rounded to bfloat16/float16 on the host are decoded into it and
+    rounded from it straight into their targets: one buffer, written again and
+    again (its pages stay mapped), instead of a fresh float32 array per piece.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = np.empty(0, dtype=np.float32)
+
+    def get(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A C-contiguous float32 array of ``shape`` (its contents are garbage)."""
+        n = math.prod(shape)
+        if self._buffer.size < n:
+            self._buffer = np.empty(n, dtype=np.float32)
+        return self._buffer[:n].reshape(shape)
 
 
 def _region(p: Piece) -> Any:
@@ -268,9 +293,10 @@ def _host_view(tensor: Any) -> np.ndarray | None:
 
 
 def _host_region(p: Piece) -> np.ndarray | None:
-    """The piece's float32 target region as a C-contiguous numpy view, if it has one."""
+    """The piece's target region as a C-contiguous numpy view (float32, bfloat16 as
+    uint16 bits, float16), if it has one and AOA does not transpose it."""
     view = _host_view(p.target.tensor)
-    if view is None or view.dtype != np.float32 or p.transposes:
+    if view is None or p.transposes:
         return None
     region = view[_target_box(p)]
     return region if region.flags.c_contiguous else None
