@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import paddle
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -157,10 +157,12 @@ def banded_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
     return codes, scale, draw(st.integers(1, 40))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(case=banded_cases())
 def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
-    case: tuple[np.ndarray, np.ndarray, int],
+    case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Small arrays, tiny bands: every split (runs of a dim, recursion into
     sub-arrays, odd-sized runs, threads) gives the bits of ``table[codes] * scale``."""
@@ -168,15 +170,12 @@ def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
 
     codes, scale, band = case
     table = np.random.default_rng(3).standard_normal(256).astype(np.float32)
-    saved = ops_module._PAIR_MIN_CODES, ops_module._BAND_CODES
-    ops_module._PAIR_MIN_CODES, ops_module._BAND_CODES = 1, band
-    try:
-        got = NumpyOps().lut_mul(table, codes, scale)
-        looked_up = NumpyOps().lut(table, codes)
-        into = np.full(codes.shape, 5.0, np.float32)
-        filled = NumpyOps().lut_mul(table, codes, scale, out=into)
-    finally:
-        ops_module._PAIR_MIN_CODES, ops_module._BAND_CODES = saved
+    monkeypatch.setattr(ops_module, "_PAIR_MIN_CODES", 1)
+    monkeypatch.setattr(ops_module, "_BAND_CODES", band)
+    got = NumpyOps().lut_mul(table, codes, scale)
+    looked_up = NumpyOps().lut(table, codes)
+    into = np.full(codes.shape, 5.0, np.float32)
+    filled = NumpyOps().lut_mul(table, codes, scale, out=into)
     want = table[codes] * scale
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     np.testing.assert_array_equal(looked_up.view(np.uint32), table[codes].view(np.uint32))

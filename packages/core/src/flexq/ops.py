@@ -11,7 +11,7 @@ operations, float32 products), so both give bit-identical results.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -154,37 +154,62 @@ def _scale_band(scale: np.ndarray, band: Band) -> np.ndarray:
     return scale[index]
 
 
+#: Work on one band: (codes band, its scale part or None, its output band).
+BandWork = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]
+
+
+def for_bands(
+    work: BandWork, codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray
+) -> np.ndarray:
+    """Run ``work`` over cache-sized bands of ``codes`` on the worker threads; returns ``out``.
+
+    For decoders with their own per-band math. ``codes`` and ``out`` are
+    C-contiguous numpy arrays of one shape; ``scale`` (or None) has their rank
+    with each dim 1 or equal, and ``work`` gets the part of it that lines up
+    with its band. Bands are about :data:`_BAND_CODES` elements, so a band's
+    several passes find it still in the core's L2 cache; worker threads take
+    runs of up to :data:`_RUN_BANDS` contiguous bands (runs keep the threads
+    from trading the GIL at every band; see :func:`flexq.threads.run_parts`).
+    Work on bands must be elementwise: bands are done in no particular order.
+    """
+    bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [()]
+
+    def run(part: Sequence[Band]) -> None:
+        for band in part:
+            work(codes[band], None if scale is None else _scale_band(scale, band), out[band])
+
+    run_parts(run, bands, _RUN_BANDS)
+    return out
+
+
+def lookup_into(table: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = table[codes]`` for uint8 ``codes`` and a 256-entry 4-byte table,
+    two codes per lookup through the pair table when ``codes`` allows it."""
+    if codes.size % 2 or not codes.flags.c_contiguous or not out.flags.c_contiguous:
+        out[...] = table[codes]
+        return
+    pairs = _pair_table(table)
+    flat = codes.reshape(-1).view(np.uint16)
+    np.take(pairs, flat, out=out.reshape(-1).view(np.uint64), mode="clip")
+
+
 def _banded_lookup(
     table: np.ndarray, codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray | None
 ) -> np.ndarray:
     """``table[codes]`` (times ``scale`` if given) for uint8 codes, band by band.
 
     Each band is looked up two codes at a time through the pair table and then
-    scaled while it is still in cache. Worker threads take runs of up to
-    :data:`_RUN_BANDS` contiguous bands (runs keep the threads from trading the
-    GIL at every band; see :func:`flexq.threads.run_parts`). Exact: every value is a copy
-    of a table entry's bits times its float32 scale. Products beyond float32's
-    range are inf.
+    scaled while it is still in cache. Exact: every value is a copy of a table
+    entry's bits times its float32 scale. Products beyond float32's range are inf.
     """
-    pairs = _pair_table(table)
-    if out is None:
-        out = np.empty(codes.shape, dtype=table.dtype)
-    bands = _bands(codes.shape, _BAND_CODES)
 
-    def run(part: Sequence[Band]) -> None:
-        for band in part:
-            c, o = codes[band], out[band]
-            if c.size % 2:
-                o[...] = table[c]
-            else:
-                flat = c.reshape(-1).view(np.uint16)
-                np.take(pairs, flat, out=o.reshape(-1).view(np.uint64), mode="clip")
-            if scale is not None:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    o *= _scale_band(scale, band)
+    def work(c: np.ndarray, s: np.ndarray | None, o: np.ndarray) -> None:
+        lookup_into(table, c, o)
+        if s is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                o *= s
 
-    run_parts(run, bands, _RUN_BANDS)
-    return out
+    return for_bands(work, codes, scale, np.empty(codes.shape, table.dtype) if out is None else out)
 
 
 class PaddleOps:

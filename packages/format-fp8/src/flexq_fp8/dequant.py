@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.ops import ArrayOps, ops_for
+from flexq.ops import ArrayOps, for_bands, lookup_into, ops_for
 
 if TYPE_CHECKING:
     from flexq_fp8.layout import Fp8Layout
@@ -97,8 +97,8 @@ def dequantize(
             # [..., g, b] and broadcast the scales instead of spreading them
             # over a full-size float32 array.
             split = (*tuple(shape[:-1]), g, b)
-            values = ops.lut_mul(
-                E4M3_TO_FLOAT32,
+            values = decode_scaled(
+                ops,
                 ops.reshape(weight, split),
                 ops.reshape(s, (*tuple(s.shape), 1)),
                 out=None if out is None else out.reshape(split),
@@ -107,7 +107,7 @@ def dequantize(
         # Spread each scale over its block and cut out the box, which may start
         # and end inside a block.
         s = ops.repeat(s, b, axis=d)[(slice(None),) * d + (slice(start, start + n),)]
-    return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
+    return decode_scaled(ops, weight, s, out=out)
 
 
 def _by_block_rows(
@@ -129,16 +129,69 @@ def _by_block_rows(
     ops = ops_for(weight)
     first = 1 if head else 0
     if head:
-        ops.lut_mul(E4M3_TO_FLOAT32, weight[:head], s[:1], out=out[:head])
+        decode_scaled(ops, weight[:head], s[:1], out=out[:head])
     if whole:
         split = (whole, block, cols)
-        ops.lut_mul(
-            E4M3_TO_FLOAT32,
+        decode_scaled(
+            ops,
             weight[head:mid].reshape(split),
             s[first : first + whole].reshape(whole, 1, s.shape[1]),
             out=out[head:mid].reshape(split),
         )
     if mid < rows:
         tail = first + whole
-        ops.lut_mul(E4M3_TO_FLOAT32, weight[mid:], s[tail : tail + 1], out=out[mid:])
+        decode_scaled(ops, weight[mid:], s[tail : tail + 1], out=out[mid:])
     return out
+
+
+def decode_scaled(ops: ArrayOps, codes: Any, scale: Any, out: Any = None) -> Any:
+    """``E4M3(codes) * scale`` in float32, ``scale`` broadcast (each dim 1 or equal).
+
+    numpy codes are decoded band by band with integer arithmetic where it is
+    exact (see :func:`_scaled_band`), else with the core's table lookup; Paddle
+    tensors use the table lookup on their device.
+    """
+    if not (
+        isinstance(codes, np.ndarray)
+        and codes.dtype == np.uint8
+        and codes.ndim > 0
+        and codes.flags.c_contiguous
+        and np.ndim(scale) <= codes.ndim
+        and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous))
+    ):
+        return ops.lut_mul(E4M3_TO_FLOAT32, codes, scale, out=out)
+    s = np.asarray(scale, dtype=np.float32)
+    s = s.reshape((1,) * (codes.ndim - s.ndim) + s.shape)
+    if out is None:
+        out = np.empty(codes.shape, np.float32)
+    return for_bands(_scaled_band, codes, s, out)
+
+
+#: 2^120 as float32: E4M3 bits placed in a float32's exponent and mantissa fields
+#: read as the E4M3 value times 2^-120 (normals and subnormals alike).
+_TWO_120 = np.float32(2.0**120)
+#: The float32 bits of an E4M3 byte shifted left by 20: its sign (bit 31, copied
+#: there by sign extension) and its 7 exponent-and-mantissa bits (26..20).
+_SIGN_AND_BITS = np.int32(-0x78100000)  # 0x87F00000
+
+
+def _scaled_band(codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray) -> None:
+    """One band of :func:`decode_scaled`, with the output's memory as the work space.
+
+    A byte ``b`` moved to bits 20..27 of a float32 (sign to bit 31) is the float32
+    ``E4M3(b) * 2^-120`` exactly, so ``E4M3(b) * s`` is that times ``s * 2^120``:
+    the same exact product, rounded once the same way. Integer passes replace the
+    table gather. It needs ``s * 2^120`` to be finite (``|s| < 2^8``) and no NaN
+    code (0x7F, 0xFF) in the band; otherwise the band uses the table.
+    """
+    assert scale is not None
+    if not (np.abs(scale) < 256).all() or (codes & 0x7F).max() == 0x7F:
+        lookup_into(E4M3_TO_FLOAT32, codes, out)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out *= scale
+        return
+    bits = out.view(np.int32)
+    np.copyto(bits, codes.view(np.int8), casting="unsafe")  # sign-extends bit 7
+    bits <<= 20
+    bits &= _SIGN_AND_BITS
+    np.multiply(out, scale * _TWO_120, out=out)
