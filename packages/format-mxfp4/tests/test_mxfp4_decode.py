@@ -9,9 +9,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import flexq
-from flexq_mxfp4.decode import E8M0_VALUES, PAIR_TABLE
+from flexq_mxfp4.decode import E8M0_VALUES, PAIR_TABLE, dequantize
 
 FORMATS = ["mxfp4"]
 RefDecode = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
@@ -174,3 +176,38 @@ def test_natural_dtype_follows_the_model_config(tmp_path: Path, build: Build) ->
     assert flexq.compose(path, formats=FORMATS).entries["w"].dtype == "float16"
     path = build(tmp_path / "d", tensors)
     assert flexq.compose(path, formats=FORMATS).entries["w"].dtype == "bfloat16"
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lead=st.lists(st.integers(1, 5), min_size=0, max_size=2),
+    blocks=st.integers(1, 6),
+    band=st.integers(1, 400),
+    seed=st.integers(0, 2**16),
+)
+def test_whole_block_runs_decode_band_by_band_like_the_reference(
+    lead: list[int],
+    blocks: int,
+    band: int,
+    seed: int,
+    ref_decode: RefDecode,
+    random_mx_data: Callable[..., tuple[np.ndarray, np.ndarray]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs of whole blocks go band by band over threads (bands of any size,
+    even splitting a block's bytes), into a fresh array or a given one."""
+    import flexq.ops as core_ops
+
+    monkeypatch.setattr(core_ops, "_BAND_CODES", band)
+    n = 32 * blocks
+    packed, scales = random_mx_data(np.random.default_rng(seed), tuple(lead), n)
+    want = ref_decode(packed, scales, n)
+    got = dequantize(packed, scales, 0, n)
+    into = np.full(want.shape, 3.0, np.float32)
+    assert dequantize(packed, scales, 0, n, into) is into
+    for result in (got, into):
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(result), nan)
+        np.testing.assert_array_equal(result[~nan].view(np.uint32), want[~nan].view(np.uint32))

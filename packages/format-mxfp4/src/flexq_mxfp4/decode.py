@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from flexq.ops import for_bands
 from flexq_mxfp4.arrayops import mx_ops_for
 from flexq_mxfp4.layout import BLOCK
 
@@ -33,7 +34,7 @@ PAIR_TABLE = np.stack(
 E8M0_VALUES = np.append(np.ldexp(1.0, np.arange(255) - 127), np.nan).astype(np.float32)
 
 
-def dequantize(packed: Any, scales: Any, trim: int, size: int) -> Any:
+def dequantize(packed: Any, scales: Any, trim: int, size: int, out: Any = None) -> Any:
     """Decode a run of whole blocks along the last axis and cut out ``size`` elements.
 
     :param packed: codes as bytes, ``[..., nbytes]``; the run starts on a block
@@ -41,12 +42,22 @@ def dequantize(packed: Any, scales: Any, trim: int, size: int) -> Any:
     :param scales: E8M0 bytes, ``[..., ceil(2*nbytes / 32)]``.
     :param trim: elements of the first block to drop (the target's offset in it).
     :param size: elements to keep.
+    :param out: None, or a C-contiguous numpy float32 array ``[..., size]`` to
+        fill (used when the run is exactly whole blocks).
     :return: float32 ``[..., size]``, numpy or Paddle like the inputs.
     """
     ops = mx_ops_for(packed)
     lead = tuple(packed.shape[:-1])
     n = 2 * int(packed.shape[-1])
     nblk = int(scales.shape[-1])
+    if (
+        isinstance(packed, np.ndarray)
+        and packed.flags.c_contiguous
+        and n == nblk * BLOCK
+        and trim == 0
+        and size == n
+    ):
+        return _whole_blocks(packed, scales, out)
     values = ops.lut_pairs(PAIR_TABLE, packed)
     scale = ops.lut(E8M0_VALUES, scales)
     if n == nblk * BLOCK:
@@ -60,3 +71,33 @@ def dequantize(packed: Any, scales: Any, trim: int, size: int) -> Any:
     if trim == 0 and size == n:
         return values
     return values[..., trim : trim + size]
+
+
+#: PAIR_TABLE rows as one 8-byte item each: a byte's two float32 values in one copy.
+_PAIR_ITEMS = np.ascontiguousarray(PAIR_TABLE).view(np.uint64).reshape(256)
+
+
+def _whole_blocks(packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """The numpy path for runs of whole blocks: band by band on the worker threads.
+
+    Codes are viewed as ``[..., blocks, 16]`` and the result as 8-byte pairs of
+    the same shape, so each block's scale lines up with its 16 bytes; a band is
+    looked up (``take`` with ``clip`` skips bounds checks: a byte cannot exceed
+    255) and scaled while it is still in cache.
+    """
+    lead, nblk = tuple(packed.shape[:-1]), int(scales.shape[-1])
+    codes = packed.reshape((*lead, nblk, BLOCK // 2))
+    scale = E8M0_VALUES[np.asarray(scales)].reshape((*lead, nblk, 1))
+    result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
+    pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
+
+    def work(c: np.ndarray, s: np.ndarray | None, o: np.ndarray) -> None:
+        assert s is not None
+        np.take(_PAIR_ITEMS, c, out=o, mode="clip")
+        values = o.view(np.float32)
+        # Products above float32's range are infinity by definition: no warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            values *= s
+
+    for_bands(work, codes, scale, pairs)
+    return result

@@ -62,6 +62,7 @@ def flexq_apply(
     sources: Mapping[str, Any],
     plan: ReadPlan,
     output_dtype: str,
+    out: Any,
 ) -> Any:
     t = _tensor(checkpoint, logical_key)
     packed, scales = sources[t.packed_key], sources[t.scale_key]
@@ -83,7 +84,7 @@ def flexq_apply(
         # [..., g, 16] -> [..., g*16]: the blocks of one row are contiguous bytes.
         shape = tuple(packed.shape)
         packed = packed.reshape([*shape[:-2], shape[-2] * shape[-1]])
-    return dequantize(packed, scales, trim_of(target), target.local_shape[-1])
+    return dequantize(packed, scales, trim_of(target), target.local_shape[-1], out)
 
 
 def _tensor(checkpoint: Checkpoint, logical_key: str) -> MxTensor:
