@@ -123,7 +123,8 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
         "",
         f"![charts]({chart.name})",
         "",
-        "## Dequantize throughput vs memcpy (per format, sources in memory)",
+        "## Dequantize throughput vs memcpy (per format, sources in memory, into outputs "
+        "written before, as memcpy's destination)",
         "",
         "| package | figure | GB/s | share of memcpy |",
         "| --- | --- | ---: | ---: |",
