@@ -156,3 +156,34 @@ def test_empty_box_gives_an_empty_result(built: Built) -> None:
     plan = ct.plan("fc.weight", TargetSlice((24, 128), (0, 5), (24, 3), "float32"))
     got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
     assert got.shape == (0, 5)
+
+
+@pytest.mark.parametrize("band", [1, 200, 1 << 18])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_whole_boxes_decode_band_by_band_into_a_given_output(
+    built: Built, oracle: Any, case: int, band: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Boxes that are exactly the planned words and whole groups take the banded
+    path: bands of one source row up to the whole weight, over the worker
+    threads, into a fresh array or the one offered (a target's memory)."""
+    import flexq.ops as core_ops
+
+    monkeypatch.setattr(core_ops, "_BAND_CODES", band)
+    ct, _, awq = built.items[case]
+    shape = ct.entry("fc.weight").shape
+    want = awq.reference()
+    # the whole weight, and the rows after the first word's eight (a row shard)
+    targets = [TargetSlice.whole(shape, "float32")]
+    if shape[0] > 8:
+        targets.append(TargetSlice(shape, (shape[0] - 8, shape[1]), (8, 0), "float32"))
+    for target in targets:
+        plan = ct.plan("fc.weight", target)
+        sources = ct.read_sources("fc.weight", plan)
+        box = tuple(
+            slice(o, o + n) for o, n in zip(target.global_offset, target.local_shape, strict=True)
+        )
+        oracle.same_bits(ct.dequantize("fc.weight", sources, plan, "float32"), want[box])
+        into = np.full(target.local_shape, 5.0, np.float32)
+        got = ct.dequantize("fc.weight", sources, plan, "float32", out=into)
+        assert np.shares_memory(got, into)
+        oracle.same_bits(into, want[box])

@@ -97,7 +97,7 @@ _PAIR_MIN_CODES = 1 << 16
 #: with bench/ on a 2-core EPYC with 1 MiB L2 per core).
 _BAND_CODES = 1 << 18
 #: Bands per task handed to a worker thread (8 MiB of float32 results).
-_RUN_BANDS = 8
+RUNS_PER_TASK = 8
 _pair_tables: dict[bytes, np.ndarray] = {}
 
 #: One band: integer indices on leading dims, then a slice of the next dim.
@@ -154,32 +154,41 @@ def _scale_band(scale: np.ndarray, band: Band) -> np.ndarray:
     return scale[index]
 
 
-#: Work on one band: (codes band, its scale part or None, its output band).
-BandWork = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]
+#: Work on one band: (codes band, output band, the matching part of each side array).
+BandWork = Callable[..., None]
 
 
-def for_bands(
-    work: BandWork, codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray
-) -> np.ndarray:
-    """Run ``work`` over cache-sized bands of ``codes`` on the worker threads; returns ``out``.
+def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndarray) -> np.ndarray:
+    """Run ``work(codes_band, out_band, *side_parts)`` over cache-sized bands of
+    ``codes`` on the worker threads; returns ``out``.
 
     For decoders with their own per-band math. ``codes`` and ``out`` are
-    C-contiguous numpy arrays of one shape; ``scale`` (or None) has their rank
-    with each dim 1 or equal, and ``work`` gets the part of it that lines up
-    with its band. Bands are about :data:`_BAND_CODES` elements, so a band's
-    several passes find it still in the core's L2 cache; worker threads take
-    runs of up to :data:`_RUN_BANDS` contiguous bands (runs keep the threads
-    from trading the GIL at every band; see :func:`flexq.threads.run_parts`).
-    Work on bands must be elementwise: bands are done in no particular order.
+    C-contiguous numpy arrays of one shape (their dtypes may differ); each
+    ``side`` array (scales, zero points) has their rank with each dim 1 or
+    equal, and ``work`` gets the part of it that lines up with its band. Bands
+    are about :data:`_BAND_CODES` elements, so a band's several passes find it
+    still in the core's L2 cache; worker threads take runs of up to
+    :data:`RUNS_PER_TASK` contiguous bands (runs keep the threads from trading the
+    GIL at every band; see :func:`flexq.threads.run_parts`). Work on bands must
+    be elementwise: bands are done in no particular order.
     """
     bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [()]
 
     def run(part: Sequence[Band]) -> None:
         for band in part:
-            work(codes[band], None if scale is None else _scale_band(scale, band), out[band])
+            work(codes[band], out[band], *(_scale_band(x, band) for x in side))
 
-    run_parts(run, bands, _RUN_BANDS)
+    run_parts(run, bands, RUNS_PER_TASK)
     return out
+
+
+def row_runs(rows: int, row_elements: int) -> list[range]:
+    """Consecutive runs of ``rows`` rows of ``row_elements`` output elements each,
+    each about one cache-sized band (:data:`_BAND_CODES` elements, one row at
+    least), for decoders whose bands are whole rows; hand them to
+    :func:`flexq.threads.run_parts` with at most :data:`RUNS_PER_TASK` per task."""
+    step = max(1, _BAND_CODES // max(1, row_elements))
+    return [range(a, min(a + step, rows)) for a in range(0, rows, step)]
 
 
 def lookup_into(table: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
@@ -203,13 +212,14 @@ def _banded_lookup(
     entry's bits times its float32 scale. Products beyond float32's range are inf.
     """
 
-    def work(c: np.ndarray, s: np.ndarray | None, o: np.ndarray) -> None:
+    def work(c: np.ndarray, o: np.ndarray, *s: np.ndarray) -> None:
         lookup_into(table, c, o)
-        if s is not None:
+        if s:
             with np.errstate(over="ignore", invalid="ignore"):
-                o *= s
+                o *= s[0]
 
-    return for_bands(work, codes, scale, np.empty(codes.shape, table.dtype) if out is None else out)
+    result = np.empty(codes.shape, table.dtype) if out is None else out
+    return for_bands(work, codes, result, *(() if scale is None else (scale,)))
 
 
 class PaddleOps:

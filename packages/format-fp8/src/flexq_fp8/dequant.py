@@ -164,7 +164,7 @@ def decode_scaled(ops: ArrayOps, codes: Any, scale: Any, out: Any = None) -> Any
     s = s.reshape((1,) * (codes.ndim - s.ndim) + s.shape)
     if out is None:
         out = np.empty(codes.shape, np.float32)
-    return for_bands(_scaled_band, codes, s, out)
+    return for_bands(_scaled_band, codes, out, s)
 
 
 #: 2^120 as float32: E4M3 bits placed in a float32's exponent and mantissa fields
@@ -175,7 +175,7 @@ _TWO_120 = np.float32(2.0**120)
 _SIGN_AND_BITS = np.int32(-0x78100000)  # 0x87F00000
 
 
-def _scaled_band(codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray) -> None:
+def _scaled_band(codes: np.ndarray, out: np.ndarray, scale: np.ndarray) -> None:
     """One band of :func:`decode_scaled`, with the output's memory as the work space.
 
     A byte ``b`` moved to bits 20..27 of a float32 (sign to bit 31) is the float32
@@ -184,7 +184,6 @@ def _scaled_band(codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray) -
     table gather. It needs ``s * 2^120`` to be finite (``|s| < 2^8``) and no NaN
     code (0x7F, 0xFF) in the band; otherwise the band uses the table.
     """
-    assert scale is not None
     if not (np.abs(scale) < 256).all() or (codes & 0x7F).max() == 0x7F:
         lookup_into(E4M3_TO_FLOAT32, codes, out)
         with np.errstate(over="ignore", invalid="ignore"):

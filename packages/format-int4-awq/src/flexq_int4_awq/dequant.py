@@ -14,20 +14,27 @@ are found from the boxes' offsets, so one routine serves both plan modes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from flexq import ReadPlan, block_cover
-from flexq.ops import ArrayOps, ops_for
+from flexq.ops import RUNS_PER_TASK, ArrayOps, ops_for, row_runs
+from flexq.threads import run_parts
 from flexq_int4_awq.arrayops import int4_ops_for
 from flexq_int4_awq.layout import PACK, AwqLinear
-from flexq_int4_awq.packing import slots_for
+from flexq_int4_awq.packing import SEQUENTIAL, slots_for
 
 
-def dequantize(linear: AwqLinear, sources: Mapping[str, Any], plan: ReadPlan) -> Any:
-    """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes."""
+def dequantize(
+    linear: AwqLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
+) -> Any:
+    """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
+
+    ``out`` (a C-contiguous numpy float32 array of the box) is filled when the
+    box is exactly the planned words and whole groups, the usual case.
+    """
     qw, qz, sc = sources[linear.qweight], sources[linear.qzeros], sources[linear.scales]
     ops, int4 = ops_for(qw), int4_ops_for(qw)
     (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
@@ -38,29 +45,99 @@ def dequantize(linear: AwqLinear, sources: Mapping[str, Any], plan: ReadPlan) ->
     g0, ng = block_cover(i0, ni, g, linear.in_features)
     slots = slots_for(linear.version)
     scales = ops.float32(sc, linear.scale_dtype)
-    if linear.version == "gemm":
+    gemm = linear.version == "gemm"
+    if gemm:
         # Storage is [in, out]: unpack transposed so codes arrive as [out, in].
         o, i = o0 - PACK * qw_c, i0 - qw_r
-        q = int4.unpack_int4(qw, slots, transposed=True)[o : o + no, i : i + ni]
-        if no == 0 or ni == 0:
-            return q
-        o, gz = o0 - PACK * qz_c, g0 - qz_r
-        z = int4.unpack_int4(qz, slots, transposed=True)[o : o + no, gz : gz + ng]
-        o, gs = o0 - sc_c, g0 - sc_r
-        s = int4.transpose(scales)[o : o + no, gs : gs + ng]
+        unpacked = (PACK * int(qw.shape[1]), int(qw.shape[0]))
+        oz, gz = o0 - PACK * qz_c, g0 - qz_r
+        os_, gs = o0 - sc_c, g0 - sc_r
     else:
         o, i = o0 - qw_r, i0 - PACK * qw_c
-        q = int4.unpack_int4(qw, slots, transposed=False)[o : o + no, i : i + ni]
-        if no == 0 or ni == 0:
-            return q
-        o, gz = o0 - qz_r, g0 - PACK * qz_c
-        z = int4.unpack_int4(qz, slots, transposed=False)[o : o + no, gz : gz + ng]
-        o, gs = o0 - sc_r, g0 - sc_c
-        s = scales[o : o + no, gs : gs + ng]
+        unpacked = (int(qw.shape[0]), PACK * int(qw.shape[1]))
+        oz, gz = o0 - qz_r, g0 - PACK * qz_c
+        os_, gs = o0 - sc_r, g0 - sc_c
+    if no == 0 or ni == 0:
+        return int4.unpack_int4(qw, slots, transposed=gemm)[o : o + no, i : i + ni]
+    z = int4.unpack_int4(qz, slots, transposed=gemm)[oz : oz + no, gz : gz + ng]
+    s = (int4.transpose(scales) if gemm else scales)[os_ : os_ + no, gs : gs + ng]
+    start = i0 - g0 * g
     # inf * 0 is NaN by definition; a non-finite scale is reported once, by the
     # plugin's ScaleWarning, not by numpy.
     with np.errstate(invalid="ignore", over="ignore"):
-        return _grouped_affine(ops, q, z, s, g, i0 - g0 * g)
+        if (
+            isinstance(qw, np.ndarray)
+            and (o, i, start) == (0, 0, 0)
+            and unpacked == (no, ni)
+            and ni == ng * g
+            and (out is None or out.flags.c_contiguous)
+            # GEMV bytes decode as (low, high) nibble pairs: sequential slots,
+            # little-endian words.
+            and (gemm or (np.little_endian and slots == SEQUENTIAL))
+        ):
+            return _banded(qw, np.asarray(z), np.asarray(s), g, gemm, slots, out)
+        q = int4.unpack_int4(qw, slots, transposed=gemm)[o : o + no, i : i + ni]
+        return _grouped_affine(ops, q, z, s, g, start)
+
+
+#: A byte's two 4-bit codes (low nibble first) as float32, one 8-byte item each.
+_NIBBLE_PAIRS = (
+    np.stack([np.arange(256) & 0xF, np.arange(256) >> 4], axis=-1)
+    .astype(np.float32)
+    .view(np.uint64)
+    .reshape(256)
+)
+
+
+def _banded(
+    words: np.ndarray,
+    z: np.ndarray,
+    s: np.ndarray,
+    g: int,
+    gemm: bool,
+    slots: tuple[int, ...],
+    out: np.ndarray | None,
+) -> np.ndarray:
+    """``(q - z) * s`` for a box that is exactly the words and whole groups, with
+    every step of a band of output rows done while it is still in cache, bands on
+    the worker threads.
+
+    GEMV words hold a row's codes in order, two per byte (low nibble first on
+    little-endian hosts), so a band is one pair-table lookup. GEMM words are
+    transposed first (1/8 of the output) and output row ``8c + j`` is slot
+    ``slots[j]`` of transposed word row ``c``: contiguous rows, one shift and
+    mask each.
+    """
+    no, ng = z.shape
+    ni = ng * g
+    result = np.empty((no, ni), np.float32) if out is None else out
+    src = np.ascontiguousarray(words.T if gemm else words).view(np.uint32)
+    step = PACK if gemm else 1  # output rows per source row
+
+    def affine(rows: slice) -> None:
+        values = result[rows].reshape(-1, ng, g)
+        values -= z[rows, :, None]
+        values *= s[rows, :, None]
+
+    def work(runs: Sequence[range]) -> None:
+        for run in runs:
+            rows = slice(run.start * step, run.stop * step)
+            if gemm:
+                w = src[run.start : run.stop]
+                block = result[rows].reshape(len(run), PACK, ni)
+                nibble = np.empty_like(w)
+                for j, slot in enumerate(slots):
+                    np.right_shift(w, np.uint32(4 * slot), out=nibble)
+                    nibble &= np.uint32(0xF)
+                    block[:, j, :] = nibble
+            else:
+                codes = src[run.start : run.stop].view(np.uint8)
+                np.take(_NIBBLE_PAIRS, codes, out=result[rows].view(np.uint64), mode="clip")
+            with np.errstate(invalid="ignore", over="ignore"):
+                affine(rows)
+
+    run_parts(work, row_runs(src.shape[0], step * ni), RUNS_PER_TASK)
+    return result
 
 
 def _grouped_affine(ops: ArrayOps, q: Any, z: Any, s: Any, g: int, start: int) -> Any:

@@ -81,6 +81,7 @@ def flexq_apply(
     sources: Mapping[str, Any],
     plan: ReadPlan,
     output_dtype: str,
+    out: Any,
 ) -> Any:
     linear = _linear(checkpoint, logical_key)
     scales = sources[linear.scales]
@@ -91,7 +92,7 @@ def flexq_apply(
         format_name=FORMAT_NAME,
         offset=plan.source_slices.get(linear.scales, ((), ()))[0],
     )
-    return dequantize(linear, sources, plan)
+    return dequantize(linear, sources, plan, out)
 
 
 #: Smallest logits cosine similarity promised for a model loaded from INT4 AWQ

@@ -91,13 +91,12 @@ def _whole_blocks(packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None
     result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
     pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
 
-    def work(c: np.ndarray, s: np.ndarray | None, o: np.ndarray) -> None:
-        assert s is not None
+    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
         np.take(_PAIR_ITEMS, c, out=o, mode="clip")
         values = o.view(np.float32)
         # Products above float32's range are infinity by definition: no warning.
         with np.errstate(over="ignore", invalid="ignore"):
             values *= s
 
-    for_bands(work, codes, scale, pairs)
+    for_bands(work, codes, pairs, scale)
     return result
