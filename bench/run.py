@@ -85,12 +85,16 @@ def _goals(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     case = r.get("scale", {}).get("cases", {}).get(f"direct{scale.NON_ATOMIC}/x1")
     if case:
         largest = checkpoints.SIDE * checkpoints.SIDE * 4
-        extra = case["median_peak_extra_anon"]
+        # Resident memory of every kind: anonymous, and the checkpoint's mapped pages.
+        extra = case["median_peak_extra_rss"]
+        anon = case["median_peak_extra_anon"]
+        limit = r["scale"]["max_inflight_bytes"] / MB
         goals["memory"] = {
-            "goal": "peak extra anonymous RSS / largest logical tensor (direct, atomic=False, "
-            f"x1, max_inflight {r['scale']['max_inflight_bytes'] / MB:.0f} MiB)",
+            "goal": "peak extra RSS incl. mapped checkpoint pages / largest logical tensor "
+            f"(direct, atomic=False, x1, max_inflight {limit:.0f} MiB)",
             "target": "<= 1.25x",
-            "measured": f"{extra / MB:.0f} MiB / {largest / MB:.0f} MiB = {extra / largest:.1f}x",
+            "measured": f"{extra / MB:.1f} MiB / {largest / MB:.0f} MiB = {extra / largest:.2f}x "
+            f"(anonymous only: {anon / MB:.1f} MiB)",
             "met": extra <= 1.25 * largest,
         }
     return goals

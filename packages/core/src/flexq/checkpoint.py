@@ -137,6 +137,16 @@ class Checkpoint:
         self.bytes_read_by_file[info.file] += out.nbytes
         return out
 
+    def unmap_pages(self) -> None:
+        """Drop the file pages mapped so far from this process's memory.
+
+        They stay in the kernel's page cache, and views returned by :meth:`read`
+        stay valid (a later access maps the page again), so a long load's
+        resident memory does not grow with the checkpoint it has read.
+        """
+        for m in self._maps.values():
+            m.madvise(mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         """Release the memory maps (arrays returned by :meth:`read` stay valid).
 

@@ -113,6 +113,9 @@ def load_state_dict(
                     undo.append((piece, _host_copy(_region(piece))))
                 _write(piece, value)
             del staged
+            # This batch's sources are done: let their file pages go from resident
+            # memory, so it stays bounded by one batch however large the checkpoint.
+            ct.checkpoint.unmap_pages()
     except BaseException:
         for piece, old in reversed(undo):
             _write(piece, old.to(piece.target.tensor.place), transposed=False)
