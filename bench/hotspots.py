@@ -15,17 +15,18 @@ from bench.checkpoints import SIDE, fp8_keys
 
 #: step -> function names (pyinstrument's ``function`` field) that belong to it.
 STEPS = {
-    "read (mmap copy of codes and scales)": {"read_sources"},
-    "fp8 apply: E4M3 lookup + block-scale multiply": {"flexq_apply"},
-    "  of which the banded lookup and scale (worker threads)": {"_banded_lookup"},
+    "read (codes and scales: views of the mapped file)": {"read_sources"},
+    "fp8 apply: E4M3 decode + block-scale multiply": {"flexq_apply"},
+    "  of which the bands on the worker threads": {"for_bands"},
     "numpy -> Paddle copy (paddle.to_tensor)": {"to_paddle"},
     "write into targets (assign_sharded_slice)": {"_write"},
     "AOA mapping and plans": {"map_targets", "plan", "check_shapes"},
     "compose (headers, plugin detection)": {"compose"},
+    "drop mapped pages after each batch": {"unmap_pages"},
 }
 
 #: steps whose frames contain another step's frames.
-NESTING = {"fp8 apply: E4M3 lookup + block-scale multiply"}
+NESTING = {"fp8 apply: E4M3 decode + block-scale multiply"}
 
 
 def _walk(frame: Any, found: dict[str, float]) -> None:
