@@ -144,6 +144,8 @@ class Checkpoint:
         stay valid (a later access maps the page again), so a long load's
         resident memory does not grow with the checkpoint it has read.
         """
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return  # no madvise on this platform (Windows): pages stay mapped
         for m in self._maps.values():
             m.madvise(mmap.MADV_DONTNEED)
 
