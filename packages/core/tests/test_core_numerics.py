@@ -181,3 +181,20 @@ def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
     np.testing.assert_array_equal(looked_up.view(np.uint32), table[codes].view(np.uint32))
     assert filled is into
     np.testing.assert_array_equal(into.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "float16", "float32", "bfloat16"])
+def test_host_tensors_reach_numpy_without_a_copy(dtype: str) -> None:
+    from flexq.arrays import to_numpy
+
+    t = paddle.arange(12, dtype="int32").astype(dtype).reshape([3, 4])
+    got = to_numpy(t)
+    want = t.numpy()  # Paddle's own copy (bfloat16 as uint16 bits)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+    # shared: Paddle writes show through the numpy view
+    t[0, 0] = 5
+    assert int(np.asarray(t.astype("float32").numpy())[0, 0]) == 5
+    assert got.view(np.uint8).tobytes() == t.numpy().view(np.uint8).tobytes()
+    empty = to_numpy(paddle.zeros([0, 4], dtype=dtype))
+    assert empty.shape == (0, 4)

@@ -143,8 +143,23 @@ def host_to_numpy(sources: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """A Paddle tensor (or array) as numpy; bfloat16 comes back as uint16 bits."""
-    return np.asarray(x.numpy()) if is_paddle(x) else np.asarray(x)
+    """A Paddle tensor (or array) as numpy; bfloat16 comes back as uint16 bits.
+
+    Host tensors are shared, not copied (DLPack), so treat the result as read-only;
+    device tensors are copied to the host.
+    """
+    if not is_paddle(x):
+        return np.asarray(x)
+    if x.place.is_cpu_place() and x.size > 0:
+        import paddle
+
+        if x.dtype == paddle.bfloat16:
+            return np.from_dlpack(x.view(paddle.int16)).view(np.uint16)
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, TypeError, RuntimeError):
+            pass  # a dtype DLPack does not carry: copy instead
+    return np.asarray(x.numpy())
 
 
 def passthrough_dtype(st_dtype: str) -> str | None:
