@@ -145,21 +145,28 @@ def host_to_numpy(sources: Mapping[str, Any]) -> dict[str, Any]:
 def to_numpy(x: Any) -> np.ndarray:
     """A Paddle tensor (or array) as numpy; bfloat16 comes back as uint16 bits.
 
-    Host tensors are shared, not copied (DLPack), so treat the result as read-only;
-    device tensors are copied to the host.
+    Host tensors are shared, not copied (see :func:`host_view`), so treat the
+    result as read-only; device tensors are copied to the host.
     """
     if not is_paddle(x):
         return np.asarray(x)
-    if x.place.is_cpu_place() and x.size > 0:
-        import paddle
+    view = host_view(x) if x.size > 0 else None
+    return view if view is not None else np.asarray(x.numpy())
 
-        if x.dtype == paddle.bfloat16:
-            return np.from_dlpack(x.view(paddle.int16)).view(np.uint16)
-        try:
-            return np.from_dlpack(x)
-        except (BufferError, TypeError, RuntimeError):
-            pass  # a dtype DLPack does not carry: copy instead
-    return np.asarray(x.numpy())
+
+def host_view(x: Any) -> np.ndarray | None:
+    """A numpy array sharing a host Paddle tensor's memory (bfloat16 as uint16 bits),
+    or None for a device tensor or a dtype DLPack does not carry."""
+    import paddle
+
+    if not x.place.is_cpu_place():
+        return None
+    if x.dtype == paddle.bfloat16:
+        return np.from_dlpack(x.view(paddle.int16)).view(np.uint16)
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, TypeError, RuntimeError):
+        return None
 
 
 def passthrough_dtype(st_dtype: str) -> str | None:

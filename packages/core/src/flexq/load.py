@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from flexq import fcfetch
-from flexq.arrays import host_to_numpy, to_paddle
+from flexq.arrays import host_to_numpy, host_view, to_paddle
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError
 from flexq.mapping import Piece, check_shapes, map_targets
@@ -283,16 +283,13 @@ def _host_copy(t: Any) -> Any:
 
 
 def _host_view(tensor: Any) -> np.ndarray | None:
-    """A writable numpy view of a host tensor's memory (bfloat16 as uint16 bits), or None."""
+    """A writable numpy view of a float host tensor's memory (bfloat16 as uint16 bits),
+    or None (device tensors, other dtypes: written through Paddle)."""
     import paddle
 
-    if not tensor.place.is_cpu_place():
+    if tensor.dtype not in (paddle.float32, paddle.float16, paddle.bfloat16):
         return None
-    if tensor.dtype == paddle.bfloat16:
-        return np.from_dlpack(tensor.view(paddle.int16)).view(np.uint16)
-    if tensor.dtype in (paddle.float32, paddle.float16):
-        return np.from_dlpack(tensor)
-    return None
+    return host_view(tensor)
 
 
 def _host_region(p: Piece) -> np.ndarray | None:
