@@ -156,7 +156,11 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
             "targets, the machine's limit for the job: *fresh* targets are new and never "
             "touched (as DCP's are; every load pays their page faults), *initialized* ones "
             "were written once before, as a model's parameters are after initialisation. "
-            "Only contenders filling fresh targets get a ratio to DCP.",
+            "Only contenders filling fresh targets get a ratio to DCP. Fresh memory is "
+            "erratic on this VM: numpy and Paddle ask for transparent huge pages, and a "
+            "first touch sometimes waits for the kernel to compact memory, so fresh-target "
+            "figures (DCP's included) swing between runs; the initialised-target pair is "
+            "the steadier comparison.",
         ]
         mx = dcp["mxfp4"]
         lines += [
