@@ -157,8 +157,9 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
             "touched (as DCP's are; every load pays their page faults), *initialized* ones "
             "were written once before, as a model's parameters are after initialisation. "
             "Only contenders filling fresh targets get a ratio to DCP. Fresh memory is "
-            "erratic on this VM: numpy and Paddle ask for transparent huge pages, and a "
-            "first touch sometimes waits for the kernel to compact memory, so fresh-target "
+            "erratic on this VM: whether an allocation gets recycled pages or new ones, and "
+            "whether a first touch waits for the kernel to compact memory into a huge page "
+            "(numpy asks for them on large arrays), changes from run to run, so fresh-target "
             "figures (DCP's included) swing between runs; the initialised-target pair is "
             "the steadier comparison.",
         ]
