@@ -237,12 +237,13 @@ def _dequantize(
     """Dequantize one piece from fetched sources (or from direct reads when None),
     writing into ``into`` (the piece's own target region) where it can."""
     found = ct.read_sources(p.logical_key, plan) if sources is None else host_to_numpy(sources)
+    on_host = _host_view(p.target.tensor) is not None
     work = None
-    if p.target.dtype != "float32" and _host_view(p.target.tensor) is not None:
+    if on_host and p.target.dtype != "float32":
         work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
     # numpy results for host targets are copied in once by _write; others go to Paddle.
     value = ct.dequantize(p.logical_key, found, plan, p.target.dtype, out=into, scratch=work)
-    return value if _host_view(p.target.tensor) is not None else to_paddle(value, p.target.dtype)
+    return value if on_host else to_paddle(value, p.target.dtype)
 
 
 class _Scratch:

@@ -66,8 +66,6 @@ class NumpyOps:
     def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
         scale = np.asarray(scale, dtype=np.float32)
         if _pairable(table, codes) and scale.ndim <= codes.ndim:
-            # numpy broadcasting aligns trailing dims: give the scale codes' rank.
-            scale = scale.reshape((1,) * (codes.ndim - scale.ndim) + scale.shape)
             return _banded_lookup(table, codes, scale, out)
         values = self.lut(table, codes)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -164,8 +162,9 @@ def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndar
 
     For decoders with their own per-band math. ``codes`` and ``out`` are
     C-contiguous numpy arrays of one shape (their dtypes may differ); each
-    ``side`` array (scales, zero points) has their rank with each dim 1 or
-    equal, and ``work`` gets the part of it that lines up with its band. Bands
+    ``side`` array (scales, zero points) broadcasts against them as in numpy
+    (trailing dims aligned, each dim 1 or equal, at most their rank), and
+    ``work`` gets the part of it that lines up with its band, with their rank. Bands
     are about :data:`_BAND_CODES` elements, so a band's several passes find it
     still in the core's L2 cache; worker threads take runs of up to
     :data:`RUNS_PER_TASK` contiguous bands (runs keep the threads from trading the
@@ -173,6 +172,8 @@ def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndar
     be elementwise: bands are done in no particular order.
     """
     bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [()]
+    # Leading 1s give each side array the codes' rank, so bands index it alike.
+    side = tuple(x.reshape((1,) * (codes.ndim - x.ndim) + x.shape) for x in side)
 
     def run(part: Sequence[Band]) -> None:
         for band in part:

@@ -160,11 +160,9 @@ def decode_scaled(ops: ArrayOps, codes: Any, scale: Any, out: Any = None) -> Any
         and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous))
     ):
         return ops.lut_mul(E4M3_TO_FLOAT32, codes, scale, out=out)
-    s = np.asarray(scale, dtype=np.float32)
-    s = s.reshape((1,) * (codes.ndim - s.ndim) + s.shape)
     if out is None:
         out = np.empty(codes.shape, np.float32)
-    return for_bands(_scaled_band, codes, out, s)
+    return for_bands(_scaled_band, codes, out, np.asarray(scale, dtype=np.float32))
 
 
 #: 2^120 as float32: E4M3 bits placed in a float32's exponent and mantissa fields
