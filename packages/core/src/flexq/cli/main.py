@@ -1,4 +1,4 @@
-"""The ``flexq`` command: list-formats, inspect (convert and demo join them later).
+"""The ``flexq`` command: list-formats, inspect, convert, demo.
 
 Errors on bad input print one line on stderr and exit with code 2; ``--debug``
 shows the traceback instead.

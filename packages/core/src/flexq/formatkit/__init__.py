@@ -14,7 +14,7 @@ from :mod:`flexq` and the rest from here:
   ``quantization_config`` with errors naming file and field), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
 - planning: :func:`block_cover`, :func:`ceil_div`;
-- :func:`per_checkpoint`: analyse a checkpoint once, remember it per Checkpoint object.
+- :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object.
 """
 
 from __future__ import annotations
