@@ -149,14 +149,14 @@ class ComposedTransform:
         """Check the scales ``plan`` declares, as read in ``sources`` (see
         :func:`flexq.formatkit.check_scales`): before the first write of a load, and
         before every decode that does not go through a load."""
+        owner = self.entry(logical_key).owner
         for key in plan.scales:
-            values = sources[key]
-            dtype = self.checkpoint.info(key).dtype
+            values, info = sources[key], self.checkpoint.info(key)
             check_scales(
-                scale_to_float32(ops_for(values), values, dtype),
-                scale=self.checkpoint.info(key),
+                scale_to_float32(ops_for(values), values, info.dtype),
+                scale=info,
                 logical_key=logical_key,
-                format_name=self.entry(logical_key).owner,
+                format_name=owner,
                 offset=plan.source_slices[key][0],
             )
 
