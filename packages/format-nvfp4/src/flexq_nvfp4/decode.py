@@ -1,0 +1,170 @@
+"""The NVFP4 dequantization math, in the producers' own float32 operation order.
+
+Each block of 16 E2M1 elements has an E4M3 scale ``s`` (exact in float32) and the
+tensor has one float32 global scale ``g``. The producers' dequantizers first form
+the block's effective scale, rounded once to float32, then multiply:
+
+- compressed-tensors 0.19.0 (``NVFP4PackedCompressor.decompress`` ->
+  ``_dequantize``): ``e = s / g`` (a float32 division: the bf16-cast scale meets
+  the float32 ``[1]`` global scale and promotes), ``W = e2m1 * e``, then its cast
+  to the model dtype;
+- ModelOpt (``NVFP4QTensor.dequantize``): ``e = s * g`` in float32, ``W = e2m1 * e``;
+  its code table has +0.0 for code 8 (compressed-tensors' gives -0.0), kept here.
+
+So a zero global scale makes compressed-tensors blocks +-inf (NaN for zero codes
+and zero scales); E4M3 NaN codes (0x7F / 0xFF) make their block NaN. Products
+beyond float32's range are infinity. Numpy and Paddle paths run the same
+operations and give bit-identical results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from flexq.ops import for_bands, is_paddle, ops_for
+from flexq_nvfp4.layout import BLOCK, Producer
+
+#: E2M1 code (0..15) -> value; bit 3 is the sign (compressed-tensors: code 8 is -0.0).
+E2M1_VALUES = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+    dtype=np.float32,
+)
+#: ModelOpt's own table: code 8 is +0.0.
+E2M1_VALUES_MODELOPT = np.where(np.arange(16) == 8, np.float32(0.0), E2M1_VALUES).astype(np.float32)
+
+
+def _e4m3_table() -> np.ndarray:
+    """float32 value of every E4M3FN byte; 0x7F / 0xFF are NaN (sign kept), no infinities."""
+    codes = np.arange(256, dtype=np.uint32)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> 3) & 0xF
+    man = (codes & 0x7).astype(np.float64)
+    normal = (1.0 + man / 8.0) * np.exp2(exp.astype(np.float64) - 7.0)
+    table = (sign * np.where(exp == 0, man * 2.0**-9, normal)).astype(np.float32)
+    nan = (exp == 0xF) & ((codes & 0x7) == 0x7)
+    table[nan] = np.copysign(np.float32(np.nan), sign[nan]).astype(np.float32)
+    return table
+
+
+#: E4M3FN byte -> float32 (256 entries).
+E4M3_TO_FLOAT32 = _e4m3_table()
+
+
+def _pair_table(values: np.ndarray) -> np.ndarray:
+    """byte -> (element 2b from the low nibble, element 2b+1 from the high nibble)."""
+    codes = np.arange(256)
+    return np.stack([values[codes & 0x0F], values[codes >> 4]], axis=-1).astype(np.float32)
+
+
+PAIRS = {
+    "compressed-tensors": _pair_table(E2M1_VALUES),
+    "modelopt": _pair_table(E2M1_VALUES_MODELOPT),
+}
+#: The pair tables' rows as one 8-byte item each: a byte's two float32 values in one copy.
+_PAIR_ITEMS = {k: np.ascontiguousarray(v).view(np.uint64).reshape(256) for k, v in PAIRS.items()}
+
+
+def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
+    """The float32 scale of each block: ``s / g`` (compressed-tensors) or ``s * g`` (ModelOpt).
+
+    :param scales: E4M3 bytes ``[..., blocks]`` (numpy uint8 or a Paddle uint8 tensor).
+    :param global_scale: the one-element float32 global scale, any shape.
+    """
+    ops = ops_for(scales)
+    s = ops.lut(E4M3_TO_FLOAT32, scales)
+    g = global_scale.reshape([]) if is_paddle(global_scale) else _scalar(global_scale)
+    if is_paddle(s):
+        return s / g if producer == "compressed-tensors" else s * g
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        out: np.ndarray = s / g if producer == "compressed-tensors" else s * g
+    return out
+
+
+def _scalar(x: Any) -> np.float32:
+    return np.float32(np.asarray(x, dtype=np.float32).reshape(()))
+
+
+def dequantize(
+    producer: Producer, packed: Any, scale: Any, trim: int, size: int, out: Any = None
+) -> Any:
+    """Decode a run of whole blocks along the last axis and cut out ``size`` elements.
+
+    :param packed: codes as bytes, ``[..., nbytes]``; the run starts on a block
+        boundary and holds whole blocks except possibly a partial last one.
+    :param scale: the blocks' float32 effective scales (:func:`effective_scales`),
+        ``[..., ceil(2*nbytes / 16)]``.
+    :param trim: elements of the first block to drop (the target's offset in it).
+    :param size: elements to keep.
+    :param out: None, or a C-contiguous numpy float32 array ``[..., size]`` to fill
+        (used when the run is exactly the wanted whole blocks).
+    :return: float32 ``[..., size]``, numpy or Paddle like the inputs.
+    """
+    lead = tuple(packed.shape[:-1])
+    n = 2 * int(packed.shape[-1])
+    nblk = int(scale.shape[-1])
+    if 0 in (*lead, n, size):
+        empty = np.zeros((*lead, size), np.float32)
+        return empty if isinstance(packed, np.ndarray) else _paddle_zeros(packed, empty)
+    if isinstance(packed, np.ndarray):
+        if packed.flags.c_contiguous and n == nblk * BLOCK and trim == 0 and size == n:
+            return _whole_blocks(producer, packed, scale, out)
+        values = _PAIR_ITEMS[producer][packed].view(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if n == nblk * BLOCK:
+                blocks = values.reshape((*lead, nblk, BLOCK))
+                blocks *= np.asarray(scale, dtype=np.float32)[..., None]
+            else:
+                values *= np.repeat(scale, BLOCK, axis=-1)[..., :n]
+        return values[..., trim : trim + size]
+    return _paddle(producer, packed, scale, lead, n, nblk)[..., trim : trim + size]
+
+
+def _paddle_zeros(like: Any, empty: np.ndarray) -> Any:
+    import paddle
+
+    return paddle.to_tensor(empty, place=like.place)
+
+
+def _paddle(
+    producer: Producer, packed: Any, scale: Any, lead: tuple[int, ...], n: int, nblk: int
+) -> Any:
+    """The device path: the same lookups and float32 products as Paddle ops."""
+    import paddle
+
+    table = paddle.to_tensor(PAIRS[producer], place=packed.place)
+    values = paddle.gather(table, packed.astype("int64").reshape([-1]), axis=0)
+    if n == nblk * BLOCK:
+        blocks = values.reshape([*lead, nblk, BLOCK]) * scale.reshape([*lead, nblk, 1])
+        return blocks.reshape([*lead, n])
+    spread = paddle.repeat_interleave(scale, BLOCK, axis=-1)[..., :n]
+    return values.reshape([*lead, n]) * spread
+
+
+def _whole_blocks(
+    producer: Producer, packed: np.ndarray, scale: np.ndarray, out: np.ndarray | None
+) -> np.ndarray:
+    """The numpy path for runs of whole blocks: band by band on the worker threads.
+
+    Codes are viewed as ``[..., blocks, 8]`` and the result as 8-byte pairs of the
+    same shape, so each block's scale lines up with its 8 bytes; a band is looked
+    up (``take`` with ``clip`` skips bounds checks: a byte cannot exceed 255) and
+    scaled while it is still in cache.
+    """
+    lead, nblk = tuple(packed.shape[:-1]), int(scale.shape[-1])
+    codes = packed.reshape((*lead, nblk, BLOCK // 2))
+    side = np.ascontiguousarray(scale, dtype=np.float32).reshape((*lead, nblk, 1))
+    result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
+    pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
+    items = _PAIR_ITEMS[producer]
+
+    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
+        np.take(items, c, out=o, mode="clip")
+        values = o.view(np.float32)
+        # Products above float32's range are infinity by definition: no warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            values *= s
+
+    for_bands(work, codes, pairs, side)
+    return result
