@@ -17,10 +17,12 @@ Build = Callable[..., Path]
 
 CT = "compressed-tensors"
 MO = "modelopt"
+AR = "auto-round"
 #: suffixes of (codes, block scale, global scale) per producer.
 NAMES = {
     CT: (".weight_packed", ".weight_scale", ".weight_global_scale"),
     MO: (".weight", ".weight_scale", ".weight_scale_2"),
+    AR: (".weight_packed", ".weight_scale", ".weight_global_scale"),
 }
 
 
@@ -32,7 +34,8 @@ def reference_decode(
     Independent of flexq_nvfp4: nibbles split with shifts, elements decoded by
     ml_dtypes' float4_e2m1fn and scales by its float8_e4m3fn, the effective
     scale formed as each producer does (``s / g`` or ``s * g``, float32), then
-    multiplied. ModelOpt's own table decodes code 8 as +0.
+    multiplied; auto-round multiplies the elements by ``1 / g`` (0 for g = 0) first.
+    ModelOpt's own table decodes code 8 as +0.
     """
     packed = np.asarray(packed, dtype=np.uint8)
     codes = np.stack([packed & 0x0F, packed >> 4], axis=-1)
@@ -43,7 +46,11 @@ def reference_decode(
     s = np.asarray(scales, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     g = np.float32(np.asarray(glob, dtype=np.float32).reshape(()))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        eff = s / g if producer == CT else s * g
+        if producer == AR:
+            elems = elems * (np.float32(0) if g == 0 else np.float32(1) / g)
+            eff = s
+        else:
+            eff = s / g if producer == CT else s * g
         out: np.ndarray = elems * np.repeat(eff, 16, axis=-1)[..., :n]
     return out
 
@@ -85,7 +92,7 @@ def nv_tensors(
 ) -> dict[str, flexq.RawTensor]:
     """The three checkpoint tensors of one NVFP4 weight in ``producer``'s names."""
     codes, scale, global_ = NAMES[producer]
-    g = np.asarray(glob, np.float32).reshape((1,) if producer == CT else ())
+    g = np.asarray(glob, np.float32).reshape(() if producer == MO else (1,))
     return {
         base + codes: flexq.RawTensor("U8", packed),
         base + scale: flexq.RawTensor("F8_E4M3", scales),
@@ -143,7 +150,23 @@ MO_CONFIG = {
     },
 }
 
-CONFIGS = {CT: CT_CONFIG, MO: MO_CONFIG}
+#: What auto-round 0.15.1 writes for scheme="NVFP4" in its own format (format="auto_round").
+AR_CONFIG = {
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "auto-round",
+        "packing_format": "auto_round:llm_compressor",
+        "data_type": "nv_fp",
+        "bits": 4,
+        "group_size": 16,
+        "sym": True,
+        "act_bits": 4,
+        "act_data_type": "nv_fp4_with_static_gs",
+        "act_group_size": 16,
+    },
+}
+
+CONFIGS = {CT: CT_CONFIG, MO: MO_CONFIG, AR: AR_CONFIG}
 
 
 @pytest.fixture(scope="session")

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 import flexq
 from flexq.dtypes import float32_to_bfloat16_bits
 
-CT, MO = "compressed-tensors", "modelopt"
+CT, MO, AR = "compressed-tensors", "modelopt", "auto-round"
 FORMATS = ["nvfp4"]
 Build = Callable[..., Path]
 RefDecode = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 KEY = "model.layers.0.mlp.down_proj"
-DATA = Path(__file__).parent / "data" / "llmcompressor-nvfp4a16"
+DATA = Path(__file__).parent / "data"
 Nv = Callable[..., dict[str, flexq.RawTensor]]
 RandomNv = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
 
@@ -78,7 +78,7 @@ def test_code_8_is_negative_zero_for_compressed_tensors_and_positive_for_modelop
 
 
 def test_effective_scale_is_rounded_before_the_product(
-    tmp_path: Path, build: Build, nv: Nv
+    tmp_path: Path, build: Build, nv: Nv, configs: dict[str, Any]
 ) -> None:
     # compressed-tensors forms float32(s / g) first: element 1.5 (code 3), s = 1.125 (0x39),
     # g = 5 gives 1.5 * float32(0.225) = 0.33749998, not (1.5 * 1.125) / 5 = 0.3375 nor
@@ -91,12 +91,18 @@ def test_effective_scale_is_rounded_before_the_product(
     path = build(tmp_path / "m", nv(MO, KEY, *one_block([0x03], 0x39, 0.2)))
     eff = np.float32(1.125) * np.float32(0.2)
     assert bits(load(path, KEY + ".weight")[0, 0]) == bits(np.float32(1.5) * eff)
+    # auto-round forms float32(e2m1 * float32(1 / g)) first, then times s.
+    path = build(tmp_path / "a", nv(AR, KEY, *one_block([0x03], 0x39, 5.0)), configs[AR])
+    r = np.float32(1.0) / np.float32(5.0)
+    out = load(path, KEY + ".weight")
+    assert bits(out[0, 0]) == bits((np.float32(1.5) * r) * np.float32(1.125))
+    assert out[0, 0] == np.float32(0.3375)
 
 
 @st.composite
 def cases(draw: st.DrawFn) -> dict[str, Any]:
     return {
-        "producer": draw(st.sampled_from([CT, MO])),
+        "producer": draw(st.sampled_from([CT, MO, AR])),
         "lead": tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=2))),
         "n": draw(st.integers(1, 40)) * 2,
         "seed": draw(st.integers(0, 2**32 - 1)),
@@ -112,14 +118,20 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_decode_matches_the_reference_decoder(
-    case: dict[str, Any], build: Build, nv: Nv, ref_decode: RefDecode, random_nv_data: RandomNv
+    case: dict[str, Any],
+    build: Build,
+    nv: Nv,
+    ref_decode: RefDecode,
+    random_nv_data: RandomNv,
+    configs: dict[str, Any],
 ) -> None:
     rng = np.random.default_rng(case["seed"])
     packed, scales, _ = random_nv_data(rng, case["lead"], case["n"])
     glob = np.array([case["glob"]], np.float32)
     want = ref_decode(case["producer"], packed, scales, glob, case["n"])
     with tempfile.TemporaryDirectory() as tmp:
-        path = build(Path(tmp) / "c", nv(case["producer"], KEY, packed, scales, glob))
+        tensors = nv(case["producer"], KEY, packed, scales, glob)
+        path = build(Path(tmp) / "c", tensors, configs[case["producer"]])
         assert_same(load(path, KEY + ".weight"), want)
         got16 = load(path, KEY + ".weight", "bfloat16")
         nan = np.isnan(want)
@@ -138,12 +150,18 @@ def test_decode_matches_the_reference_decoder(
 
 
 def test_large_tensor_takes_the_banded_path_and_matches_the_reference(
-    tmp_path: Path, build: Build, nv: Nv, ref_decode: RefDecode, random_nv_data: RandomNv
+    tmp_path: Path,
+    build: Build,
+    nv: Nv,
+    ref_decode: RefDecode,
+    random_nv_data: RandomNv,
+    configs: dict[str, Any],
 ) -> None:
     rng = np.random.default_rng(3)
-    for producer in (CT, MO):
+    for producer in (CT, MO, AR):
         packed, scales, glob = random_nv_data(rng, (300,), 1024)
-        path = build(tmp_path / producer, nv(producer, KEY, packed, scales, glob))
+        tensors = nv(producer, KEY, packed, scales, glob)
+        path = build(tmp_path / producer, tensors, configs[producer])
         assert_same(load(path, KEY + ".weight"), ref_decode(producer, packed, scales, glob, 1024))
 
 
@@ -157,8 +175,8 @@ def test_nan_scale_code_warns_and_makes_its_block_nan(tmp_path: Path, build: Bui
     np.testing.assert_array_equal(out[0, :16], 1.0)
 
 
-def test_zero_global_scale_gives_infinities_for_compressed_tensors_and_zeros_for_modelopt(
-    tmp_path: Path, build: Build, nv: Nv
+def test_zero_global_scale_gives_infinities_for_compressed_tensors_and_zeros_otherwise(
+    tmp_path: Path, build: Build, nv: Nv, configs: dict[str, Any]
 ) -> None:
     # compressed-tensors divides by g: s / 0 = inf, and a zero element times inf is NaN.
     block = one_block([0x20, 0x00], 0x38, 0.0)
@@ -170,6 +188,9 @@ def test_zero_global_scale_gives_infinities_for_compressed_tensors_and_zeros_for
     assert np.isnan(ct[0, 0])
     mo = load(build(tmp_path / "mo", nv(MO, KEY, *block)), KEY + ".weight")
     np.testing.assert_array_equal(mo, 0.0)
+    # auto-round's reciprocal of a zero global scale is 0 (its get_reciprocal).
+    ar = load(build(tmp_path / "ar", nv(AR, KEY, *block), configs[AR]), KEY + ".weight")
+    np.testing.assert_array_equal(ar, 0.0)
 
 
 def test_e4m3_subnormal_scales_decode_exactly(tmp_path: Path, build: Build, nv: Nv) -> None:
@@ -181,16 +202,21 @@ def test_e4m3_subnormal_scales_decode_exactly(tmp_path: Path, build: Build, nv: 
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_llmcompressor_checkpoint_is_bit_exact_against_compressed_tensors(dtype: str) -> None:
-    # tests/data/llmcompressor-nvfp4a16: two linears of a random tiny Llama quantized by
-    # llm-compressor 0.14.0.1 (NVFP4A16) and their decompression by compressed-tensors 0.19.0.
-    expected = np.load(DATA / "expected.npz")
-    ct = flexq.compose(DATA, formats=FORMATS)
-    assert set(ct.entries) == {k.split("|")[0] for k in expected.files}
-    for name in expected.files:
-        key, kind = name.split("|")
+@pytest.mark.parametrize("name", ["llmcompressor-nvfp4a16", "autoround-nvfp4"])
+def test_real_producer_checkpoints_are_bit_exact_against_their_dequantizers(
+    name: str, dtype: str
+) -> None:
+    """tests/data: two linears of a random tiny Llama quantized by a real producer, and the
+    producer's own dequantization of them (see the README beside them)."""
+    expected = np.load(DATA / name / "expected.npz")
+    ct = flexq.compose(DATA / name, formats=FORMATS)
+    assert {k for k, e in ct.entries.items() if e.owner} == {
+        k.split("|")[0] for k in expected.files
+    }
+    for entry in expected.files:
+        key, kind = entry.split("|")
         if kind != dtype:
             continue
         got = np.asarray(ct.load(key, dtype))
-        want = expected[name]
+        want = expected[entry]
         np.testing.assert_array_equal(got.view(want.dtype), want)

@@ -158,6 +158,21 @@ def test_modelopt_hf_quant_config_alone_is_read(tmp_path: Path, build: Build, nv
     assert ct.entries[DOWN + ".weight"].dtype == "float16"
 
 
+def test_auto_round_format_is_claimed_with_its_own_math(
+    tmp_path: Path, build: Build, nv: Nv, configs: dict[str, Any]
+) -> None:
+    tensors = {**nv("auto-round", DOWN, *codes()), DOWN + ".input_global_scale": f32(1)}
+    path = build(tmp_path / "c", tensors, configs["auto-round"])
+    ct = flexq.compose(path, ALL)
+    assert {k: e.owner for k, e in ct.entries.items()} == {
+        DOWN + ".weight": "nvfp4",
+        DOWN + ".input_global_scale": None,
+    }
+    from flexq_nvfp4.detect import analyze
+
+    assert analyze(ct.checkpoint).tensors[DOWN + ".weight"].producer == "auto-round"
+
+
 def test_triples_without_any_config_are_claimed_by_their_tensors(
     tmp_path: Path, build: Build, nv: Nv
 ) -> None:
@@ -303,6 +318,10 @@ def test_ignore_regex_matches_from_the_start_only(
         ),
         ({"quant_method": "modelopt"}, r"quant_algo must be a string"),
         ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 8}, r"group_size is 8"),
+        (
+            {"quant_method": "auto-round", "data_type": "nv_fp", "group_size": 32},
+            r"quantization_config\.group_size is 32",
+        ),
     ],
 )
 def test_malformed_config_fields_are_named(

@@ -64,9 +64,10 @@ def test_round_trip_error_is_within_one_effective_scale(layout: str, x: np.ndarr
     back = elems * spread
     assert np.isfinite(back).all()
     # The largest gap of the E2M1 grid is 2 (between 4 and 6): half of it, times the
-    # block's scale, bounds the rounding error; E4M3's rounding of the scale may push a
-    # block's largest value up to 1/16 past 6 and saturate it by less than that.
-    assert (np.abs(back - x) <= spread * 1.0 + 1e-6 * np.abs(x)).all()
+    # block's scale, bounds the rounding error. A block scale rounded down (coarsely, for
+    # E4M3 subnormals) may leave values past 6 * scale: those saturate at 6 * scale.
+    allowed = spread + np.maximum(np.abs(x) - 6 * spread, 0)
+    assert (np.abs(back - x) <= allowed * (1 + 1e-6)).all()
 
 
 def test_zero_tensor_round_trips_to_zeros() -> None:

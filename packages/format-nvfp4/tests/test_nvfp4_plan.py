@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 import flexq
 from flexq import TargetSlice
 
-CT, MO = "compressed-tensors", "modelopt"
+CT, MO, AR = "compressed-tensors", "modelopt", "auto-round"
+#: auto-round's own format shares compressed-tensors' names; its config picks its math.
+AR_CONFIG = {"quantization_config": {"quant_method": "auto-round", "data_type": "nv_fp"}}
 FORMATS = ["nvfp4"]
 BASE = "model.layers.0.mlp.up_proj"
 KEY = BASE + ".weight"
@@ -49,7 +51,8 @@ def write_case(
     seed: int,
 ) -> flexq.ComposedTransform:
     packed, scales, glob = random_nv(np.random.default_rng(seed), lead, n)
-    return flexq.compose(build(directory, nv(producer, BASE, packed, scales, glob)), FORMATS)
+    tensors = nv(producer, BASE, packed, scales, glob)
+    return flexq.compose(build(directory, tensors, AR_CONFIG if producer == AR else None), FORMATS)
 
 
 @pytest.mark.parametrize("producer", [CT, MO])
@@ -108,7 +111,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         offset.append(o)
         local.append(draw(st.integers(1, d - o)))
     return {
-        "producer": draw(st.sampled_from([CT, MO])),
+        "producer": draw(st.sampled_from([CT, MO, AR])),
         "lead": lead,
         "n": n,
         "offset": tuple(offset),
@@ -155,7 +158,7 @@ def test_local_plan_equals_the_slice_of_the_global_result(
         ct.checkpoint.close()
 
 
-@pytest.mark.parametrize("producer", [CT, MO])
+@pytest.mark.parametrize("producer", [CT, MO, AR])
 def test_paddle_sources_through_the_load_transform_protocol_are_bit_identical(
     tmp_path: Path, build: Build, nv: Nv, random_nv_data: RandomNv, producer: str
 ) -> None:

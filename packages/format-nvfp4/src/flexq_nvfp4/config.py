@@ -5,11 +5,14 @@
   group's ``format``), the NVFP4 groups' ``weights.group_size`` (16), and
   ``ignore`` (module names, or ``re:<regex>`` matched from the start).
 - NVIDIA ModelOpt: ``config.json`` ``quantization_config`` with ``quant_method:
-  "modelopt"``, ``quant_algo`` and ``ignore`` (what ModelOpt >= 0.29 writes), or
+  "modelopt"``, ``quant_algo`` and ``ignore`` (what newer ModelOpt exports write), or
   only ``hf_quant_config.json`` ``{"quantization": {"quant_algo", "group_size",
   "exclude_modules"}}`` (older exports; newer ones write both). ``exclude_modules``
   / ``ignore`` entries are fnmatch wildcards. ``MIXED_PRECISION`` names each
   quantized module's algorithm in ``quantized_layers``.
+- auto-round's own format (``quant_method: "auto-round"``, ``data_type: "nv_fp"``,
+  ``packing_format: "auto_round:llm_compressor"``): compressed-tensors' tensor names,
+  auto-round's dequantization order; ``group_size`` 16.
 
 Used by :mod:`flexq_nvfp4.detect`.
 """
@@ -43,6 +46,7 @@ class Nvfp4Config:
     :ivar modelopt_algo: ModelOpt's ``quant_algo`` (upper case), None without a ModelOpt config.
     :ivar layers: for ModelOpt ``MIXED_PRECISION``, module -> its ``quant_algo``.
     :ivar ignored: (config field, entry) pairs naming unquantized modules.
+    :ivar auto_round: the checkpoint is auto-round's own format (its dequantization order).
     """
 
     where: str
@@ -50,6 +54,7 @@ class Nvfp4Config:
     modelopt_algo: str | None = None
     layers: Mapping[str, str] = field(default_factory=dict)
     ignored: tuple[tuple[str, str], ...] = ()
+    auto_round: bool = False
 
     @property
     def declares_ct_nvfp4(self) -> bool:
@@ -93,6 +98,10 @@ def read_config(ckpt: Checkpoint) -> Nvfp4Config:
     method = str(qc.get("quant_method", "")).lower()
     if method == "compressed-tensors":
         return _compressed_tensors(qc, where)
+    if method == "auto-round":
+        if str(qc.get("data_type", "")).startswith("nv_fp"):
+            _check_group_size(qc.get("group_size"), where)
+        return Nvfp4Config(where, auto_round=True)
     if method.startswith("modelopt"):
         return _modelopt(qc, where, nested=isinstance(qc.get("quantization"), Mapping))
     if not method:

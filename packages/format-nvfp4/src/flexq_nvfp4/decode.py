@@ -9,12 +9,15 @@ the block's effective scale, rounded once to float32, then multiply:
   the float32 ``[1]`` global scale and promotes), ``W = e2m1 * e``, then its cast
   to the model dtype;
 - ModelOpt (``NVFP4QTensor.dequantize``): ``e = s * g`` in float32, ``W = e2m1 * e``;
-  its code table has +0.0 for code 8 (compressed-tensors' gives -0.0), kept here.
+  its code table has +0.0 for code 8 (compressed-tensors' gives -0.0), kept here;
+- auto-round 0.15.1's own format (``NVFP4QuantLinear._dequant_nvfp4_tensor``):
+  ``r = 1 / g`` (0 when g is 0), ``W = (e2m1 * r) * s``, each product rounded to
+  float32: here a per-tensor element table ``e2m1 * r`` times the block scale.
 
 So a zero global scale makes compressed-tensors blocks +-inf (NaN for zero codes
-and zero scales); E4M3 NaN codes (0x7F / 0xFF) make their block NaN. Products
-beyond float32's range are infinity. Numpy and Paddle paths run the same
-operations and give bit-identical results.
+and zero scales) and auto-round blocks 0; E4M3 NaN codes (0x7F / 0xFF) make their
+block NaN. Products beyond float32's range are infinity. Numpy and Paddle paths
+run the same operations and give bit-identical results.
 """
 
 from __future__ import annotations
@@ -58,22 +61,44 @@ def _pair_table(values: np.ndarray) -> np.ndarray:
     return np.stack([values[codes & 0x0F], values[codes >> 4]], axis=-1).astype(np.float32)
 
 
-PAIRS = {
+PAIRS: dict[str, np.ndarray] = {
     "compressed-tensors": _pair_table(E2M1_VALUES),
     "modelopt": _pair_table(E2M1_VALUES_MODELOPT),
 }
-#: The pair tables' rows as one 8-byte item each: a byte's two float32 values in one copy.
-_PAIR_ITEMS = {k: np.ascontiguousarray(v).view(np.uint64).reshape(256) for k, v in PAIRS.items()}
+
+
+def _items(pairs: np.ndarray) -> np.ndarray:
+    """A pair table's rows as one 8-byte item each: a byte's two float32 values in one copy."""
+    return np.ascontiguousarray(pairs, dtype=np.float32).view(np.uint64).reshape(256)
+
+
+def element_pairs(producer: Producer, global_scale: Any) -> np.ndarray:
+    """The [256, 2] float32 table taking a code byte to its two elements (before the block scale).
+
+    compressed-tensors and ModelOpt elements are plain E2M1 values; auto-round's are
+    ``float32(e2m1 * r)`` with ``r = float32(1 / g)``, or 0 for a zero ``g``.
+    """
+    if producer != "auto-round":
+        return PAIRS[producer]
+    g = _scalar(global_scale.numpy() if is_paddle(global_scale) else global_scale)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        r = np.float32(0.0) if g == 0 else np.float32(1.0) / g
+        return _pair_table(E2M1_VALUES * r)
 
 
 def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
-    """The float32 scale of each block: ``s / g`` (compressed-tensors) or ``s * g`` (ModelOpt).
+    """The float32 scale each block's elements are multiplied by.
+
+    ``s / g`` (compressed-tensors), ``s * g`` (ModelOpt), ``s`` (auto-round, whose
+    global scale is in its element table).
 
     :param scales: E4M3 bytes ``[..., blocks]`` (numpy uint8 or a Paddle uint8 tensor).
     :param global_scale: the one-element float32 global scale, any shape.
     """
     ops = ops_for(scales)
     s = ops.lut(E4M3_TO_FLOAT32, scales)
+    if producer == "auto-round":
+        return s
     g = global_scale.reshape([]) if is_paddle(global_scale) else _scalar(global_scale)
     if is_paddle(s):
         return s / g if producer == "compressed-tensors" else s * g
@@ -82,15 +107,29 @@ def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
     return out
 
 
+def scales_to_check(scale: Any, pairs: np.ndarray) -> Any:
+    """What multiplies each block's elements, for :func:`flexq.validate.check_scales`:
+    the effective scale times what the element table holds of the global scale."""
+    # Byte 0x02 holds code 2 (1.0): its entry is the table's factor (1 but for auto-round).
+    r = pairs[2, 0]
+    if r == 1:
+        return scale
+    if is_paddle(scale):
+        return scale * float(r)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return scale * r
+
+
 def _scalar(x: Any) -> np.float32:
     return np.float32(np.asarray(x, dtype=np.float32).reshape(()))
 
 
 def dequantize(
-    producer: Producer, packed: Any, scale: Any, trim: int, size: int, out: Any = None
+    pairs: np.ndarray, packed: Any, scale: Any, trim: int, size: int, out: Any = None
 ) -> Any:
     """Decode a run of whole blocks along the last axis and cut out ``size`` elements.
 
+    :param pairs: the tensor's element table, [256, 2] float32 (:func:`element_pairs`).
     :param packed: codes as bytes, ``[..., nbytes]``; the run starts on a block
         boundary and holds whole blocks except possibly a partial last one.
     :param scale: the blocks' float32 effective scales (:func:`effective_scales`),
@@ -109,8 +148,8 @@ def dequantize(
         return empty if isinstance(packed, np.ndarray) else _paddle_zeros(packed, empty)
     if isinstance(packed, np.ndarray):
         if packed.flags.c_contiguous and n == nblk * BLOCK and trim == 0 and size == n:
-            return _whole_blocks(producer, packed, scale, out)
-        values = _PAIR_ITEMS[producer][packed].view(np.float32)
+            return _whole_blocks(pairs, packed, scale, out)
+        values = _items(pairs)[packed].view(np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             if n == nblk * BLOCK:
                 blocks = values.reshape((*lead, nblk, BLOCK))
@@ -118,7 +157,7 @@ def dequantize(
             else:
                 values *= np.repeat(scale, BLOCK, axis=-1)[..., :n]
         return values[..., trim : trim + size]
-    return _paddle(producer, packed, scale, lead, n, nblk)[..., trim : trim + size]
+    return _paddle(pairs, packed, scale, lead, n, nblk)[..., trim : trim + size]
 
 
 def _paddle_zeros(like: Any, empty: np.ndarray) -> Any:
@@ -128,12 +167,12 @@ def _paddle_zeros(like: Any, empty: np.ndarray) -> Any:
 
 
 def _paddle(
-    producer: Producer, packed: Any, scale: Any, lead: tuple[int, ...], n: int, nblk: int
+    pairs: np.ndarray, packed: Any, scale: Any, lead: tuple[int, ...], n: int, nblk: int
 ) -> Any:
     """The device path: the same lookups and float32 products as Paddle ops."""
     import paddle
 
-    table = paddle.to_tensor(PAIRS[producer], place=packed.place)
+    table = paddle.to_tensor(pairs, place=packed.place)
     values = paddle.gather(table, packed.astype("int64").reshape([-1]), axis=0)
     if n == nblk * BLOCK:
         blocks = values.reshape([*lead, nblk, BLOCK]) * scale.reshape([*lead, nblk, 1])
@@ -143,7 +182,7 @@ def _paddle(
 
 
 def _whole_blocks(
-    producer: Producer, packed: np.ndarray, scale: np.ndarray, out: np.ndarray | None
+    pairs: np.ndarray, packed: np.ndarray, scale: np.ndarray, out: np.ndarray | None
 ) -> np.ndarray:
     """The numpy path for runs of whole blocks: band by band on the worker threads.
 
@@ -156,8 +195,8 @@ def _whole_blocks(
     codes = packed.reshape((*lead, nblk, BLOCK // 2))
     side = np.ascontiguousarray(scale, dtype=np.float32).reshape((*lead, nblk, 1))
     result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
-    pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
-    items = _PAIR_ITEMS[producer]
+    items = _items(pairs)
+    result_items = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
 
     def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
         np.take(items, c, out=o, mode="clip")
@@ -166,5 +205,5 @@ def _whole_blocks(
         with np.errstate(over="ignore", invalid="ignore"):
             values *= s
 
-    for_bands(work, codes, pairs, side)
+    for_bands(work, codes, result_items, side)
     return result

@@ -115,7 +115,8 @@ def _ct_triple(
     base = key.removesuffix(CT_PACKED)
     scale = ckpt.tensors.get(base + CT_SCALE)
     glob = ckpt.tensors.get(base + CT_GLOBAL)
-    where = f"{info.file}: tensor {key!r} ({FORMAT}, compressed-tensors layout)"
+    layout = "auto-round" if config.auto_round else "compressed-tensors"
+    where = f"{info.file}: tensor {key!r} ({FORMAT}, {layout} layout)"
     if glob is None and (scale is None or scale.dtype != SCALE_DTYPE):
         if config.ct_formats == {CT_FORMAT}:
             raise FormatError(
@@ -126,7 +127,7 @@ def _ct_triple(
     return _triple(
         ckpt,
         info,
-        "compressed-tensors",
+        "auto-round" if config.auto_round else "compressed-tensors",
         base + ".weight",
         scale,
         glob,

@@ -35,7 +35,7 @@ from flexq_nvfp4.layout import (
     MO_GLOBAL,
     MO_SCALE,
     MO_WEIGHT,
-    Producer,
+    Layout,
     n_blocks,
 )
 
@@ -100,7 +100,7 @@ MODELOPT_NVFP4_CONFIG: dict[str, Any] = {
 
 
 def quantize(
-    tensors: Mapping[str, npt.ArrayLike], *, layout: Producer = "compressed-tensors"
+    tensors: Mapping[str, npt.ArrayLike], *, layout: Layout = "compressed-tensors"
 ) -> dict[str, RawTensor]:
     """Quantize float tensors ``X.weight`` [..., n] (n even) to NVFP4 checkpoint tensors.
 
@@ -133,7 +133,7 @@ def quantize(
 
 
 def quantize_array(
-    x: npt.ArrayLike, layout: Producer = "compressed-tensors"
+    x: npt.ArrayLike, layout: Layout = "compressed-tensors"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quantize ``x`` [..., n] (n even) with ``layout``'s recipe.
 

@@ -4,9 +4,11 @@ Two producers store NVFP4 (16 E2M1 elements along the last axis share one
 E4M3 scale byte, and the whole tensor shares one float32 scale), with
 different names:
 
-- compressed-tensors ``nvfp4-pack-quantized`` (llm-compressor, auto-round):
-  ``X.weight_packed`` U8 [..., in/2] + ``X.weight_scale`` F8_E4M3 [..., in/16]
-  + ``X.weight_global_scale`` F32 [1], and W = e2m1 * (scale / global);
+- compressed-tensors ``nvfp4-pack-quantized`` (llm-compressor, auto-round's
+  ``llm_compressor`` export): ``X.weight_packed`` U8 [..., in/2] + ``X.weight_scale``
+  F8_E4M3 [..., in/16] + ``X.weight_global_scale`` F32 [1], and W = e2m1 * (scale / global);
+- auto-round's own format (``quant_method: "auto-round"``, ``data_type: "nv_fp"``):
+  the same names, and W = (e2m1 * (1 / global)) * scale;
 - NVIDIA ModelOpt: ``X.weight`` U8 [..., in/2] + ``X.weight_scale`` F8_E4M3
   [..., in/16] + ``X.weight_scale_2`` F32 (0-d or [1]), and W = e2m1 * (scale * scale_2).
 
@@ -27,7 +29,10 @@ BLOCK = 16
 #: bytes holding one block of E2M1 codes.
 BLOCK_BYTES = BLOCK // 2
 
-Producer = Literal["compressed-tensors", "modelopt"]
+#: Whose names and whose dequantization order a tensor follows.
+Producer = Literal["compressed-tensors", "modelopt", "auto-round"]
+#: The layouts the encoder writes.
+Layout = Literal["compressed-tensors", "modelopt"]
 
 CT_PACKED, CT_SCALE, CT_GLOBAL = ".weight_packed", ".weight_scale", ".weight_global_scale"
 MO_WEIGHT, MO_SCALE, MO_GLOBAL = ".weight", ".weight_scale", ".weight_scale_2"

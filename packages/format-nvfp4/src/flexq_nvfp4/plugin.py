@@ -1,4 +1,4 @@
-"""NVFP4: compressed-tensors ``nvfp4-pack-quantized`` and NVIDIA ModelOpt ``NVFP4``.
+"""NVFP4: compressed-tensors ``nvfp4-pack-quantized``, NVIDIA ModelOpt ``NVFP4`` and auto-round.
 
 The flexq hook implementations of the ``nvfp4`` format (entry point
 ``flexq_nvfp4.plugin``). Detection lives in :mod:`flexq_nvfp4.detect`, plans in
@@ -17,7 +17,7 @@ import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
 from flexq.validate import check_scales
 from flexq_nvfp4.config import CT_FORMAT, FORMAT
-from flexq_nvfp4.decode import dequantize, effective_scales
+from flexq_nvfp4.decode import dequantize, effective_scales, element_pairs, scales_to_check
 from flexq_nvfp4.detect import analyze, tensor_of
 from flexq_nvfp4.encode import CT_NVFP4_CONFIG, quantize
 from flexq_nvfp4.plan import covering_blocks, local_plan, trim_of
@@ -84,15 +84,16 @@ def flexq_apply(
                 f"{checkpoint.path}: format {FORMAT!r}: {logical_key!r} got {key!r} of shape "
                 f"{tuple(sources[key].shape)}, its plan needs {shape}"
             )
+    pairs = element_pairs(t.producer, glob)
     scale = effective_scales(t.producer, scales, glob)
     check_scales(
-        scale,
+        scales_to_check(scale, pairs),
         scale=checkpoint.info(t.scale_key),
         logical_key=logical_key,
         format_name=FORMAT,
         offset=plan.source_slices.get(t.scale_key, ((), ()))[0],
     )
-    return dequantize(t.producer, packed, scale, trim_of(target), target.local_shape[-1], out)
+    return dequantize(pairs, packed, scale, trim_of(target), target.local_shape[-1], out)
 
 
 def flexq_quant_methods() -> list[str]:
