@@ -202,7 +202,7 @@ def test_e4m3_subnormal_scales_decode_exactly(tmp_path: Path, build: Build, nv: 
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name", ["llmcompressor-nvfp4a16", "autoround-nvfp4"])
+@pytest.mark.parametrize("name", ["llmcompressor-nvfp4a16", "autoround-nvfp4", "modelopt-nvfp4"])
 def test_real_producer_checkpoints_are_bit_exact_against_their_dequantizers(
     name: str, dtype: str
 ) -> None:
