@@ -37,7 +37,7 @@ def f32(*shape: int) -> flexq.RawTensor:
     return flexq.RawTensor("F32", np.ones(shape, np.float32))
 
 
-def owners(path: Path, formats: list[str] | None = None) -> dict[str, str | None]:
+def owners(path: Path, formats: list[str] | None = None) -> dict[str, str]:
     return {k: e.owner for k, e in flexq.compose(path, formats).entries.items()}
 
 
@@ -45,7 +45,11 @@ def test_entry_point_and_quant_methods() -> None:
     (ep,) = [e for e in entry_points(group="flexq") if e.name == "nvfp4"]
     module = ep.load()
     assert module.__name__ == "flexq_nvfp4.plugin"
-    assert module.flexq_quant_methods() == ["compressed-tensors/nvfp4-pack-quantized", "modelopt"]
+    assert module.flexq_quant_methods() == [
+        "compressed-tensors/nvfp4-pack-quantized",
+        "modelopt",
+        "auto-round",
+    ]
     info = {i.name: i for i in flexq.list_formats()}["nvfp4"]
     assert info.distribution == "flexq-format-nvfp4"
     assert info.description.startswith("NVFP4")
@@ -65,8 +69,8 @@ def test_every_installed_format_leaves_nvfp4_to_nvfp4(
     ct = flexq.compose(path, ALL)
     assert {k: e.owner for k, e in ct.entries.items()} == {
         DOWN + ".weight": "nvfp4",
-        DOWN + act: None,  # activation scales pass through, never claimed
-        "lm_head.weight": None,
+        DOWN + act: "passthrough",  # activation scales pass through, never claimed
+        "lm_head.weight": "passthrough",
     }
     entry = ct.entries[DOWN + ".weight"]
     assert entry.shape == (4, 32)
@@ -130,9 +134,9 @@ def test_modelopt_mixed_precision_leaves_fp8_layers_to_fp8(
     }
     assert owners(build(tmp_path / "c", tensors, config), ALL) == {
         DOWN + ".weight": "nvfp4",
-        DOWN + ".input_scale": None,
+        DOWN + ".input_scale": "passthrough",
         Q + ".weight": "fp8",
-        Q + ".input_scale": None,
+        Q + ".input_scale": "passthrough",
     }
 
 
@@ -166,7 +170,7 @@ def test_auto_round_format_is_claimed_with_its_own_math(
     ct = flexq.compose(path, ALL)
     assert {k: e.owner for k, e in ct.entries.items()} == {
         DOWN + ".weight": "nvfp4",
-        DOWN + ".input_global_scale": None,
+        DOWN + ".input_global_scale": "passthrough",
     }
     from flexq_nvfp4.detect import analyze
 
@@ -198,7 +202,7 @@ def test_other_formats_tensors_are_never_claimed(tmp_path: Path, build: Build) -
     }
     path = build(tmp_path / "c", tensors)
     found = flexq.compose(path, ["nvfp4"], strict=False)
-    assert all(e.owner is None for e in found.entries.values())
+    assert all(e.is_passthrough for e in found.entries.values())
 
 
 @pytest.mark.parametrize(

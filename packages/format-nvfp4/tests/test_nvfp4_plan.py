@@ -80,7 +80,7 @@ def test_partial_last_block_plans_stay_inside_the_codes(
     ct = write_case(tmp_path / "c", build, nv, random_nv_data, CT, (2,), 40, 1)  # 16+16+8
     plan = ct.plan(KEY, TargetSlice((2, 40), (2, 5), (0, 35), "float32"))
     assert dict(plan.source_slices)[BASE + ".weight_packed"] == ((0, 16), (2, 4))
-    local = ct.dequantize(KEY, ct.read_sources(KEY, plan), plan, "float32")
+    local = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", flexq.ScaleWarning)
         whole = ct.load(KEY, "float32")
@@ -96,7 +96,7 @@ def test_force_global_gives_the_whole_tensor(
     ct = flexq.compose(path, FORMATS)
     plan = ct.plan(KEY, TargetSlice((4, 64), (2, 10), (2, 40), "float32"), force_global=True)
     assert plan.mode == "global"
-    out = ct.dequantize(KEY, ct.read_sources(KEY, plan), plan, "float32")
+    out = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(bits(out), bits(ct.load(KEY, "float32")))
 
 
@@ -143,7 +143,7 @@ def test_local_plan_equals_the_slice_of_the_global_result(
         plan = ct.plan(KEY, target)
         assert plan.mode == "local"
         before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(KEY, plan)
+        sources = ct.read_sources(plan)
         read = ct.checkpoint.bytes_read - before
         local = ct.dequantize(KEY, sources, plan, "float32")
         box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
@@ -165,7 +165,7 @@ def test_paddle_sources_through_the_load_transform_protocol_are_bit_identical(
     ct = write_case(tmp_path / "c", build, nv, random_nv_data, producer, (3, 5), 88, 7)
     target = TargetSlice((3, 5, 88), (3, 4, 75), (0, 1, 5), "bfloat16")
     plan = ct.read_plan(KEY, target)
-    sources = ct.read_sources(KEY, plan)
+    sources = ct.read_sources(plan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", flexq.ScaleWarning)
         want32 = ct.dequantize(KEY, sources, plan, "float32")

@@ -20,13 +20,12 @@ Used by :mod:`flexq_nvfp4.detect`.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any
 
 from flexq import Checkpoint, FormatError
+from flexq.formatkit import IgnoreList
 
 FORMAT = "nvfp4"
 CT_FORMAT = "nvfp4-pack-quantized"
@@ -45,7 +44,7 @@ class Nvfp4Config:
     :ivar ct_formats: formats a compressed-tensors config declares (empty otherwise).
     :ivar modelopt_algo: ModelOpt's ``quant_algo`` (upper case), None without a ModelOpt config.
     :ivar layers: for ModelOpt ``MIXED_PRECISION``, module -> its ``quant_algo``.
-    :ivar ignored: (config field, entry) pairs naming unquantized modules.
+    :ivar ignored: the modules the config lists as unquantized (the kit's one rule).
     :ivar auto_round: the checkpoint is auto-round's own format (its dequantization order).
     """
 
@@ -53,39 +52,18 @@ class Nvfp4Config:
     ct_formats: frozenset[str] = frozenset()
     modelopt_algo: str | None = None
     layers: Mapping[str, str] = field(default_factory=dict)
-    ignored: tuple[tuple[str, str], ...] = ()
+    ignored: IgnoreList = field(default_factory=IgnoreList)
     auto_round: bool = False
 
     @property
     def declares_ct_nvfp4(self) -> bool:
         return CT_FORMAT in self.ct_formats
 
-    def ignored_by(self, logical_key: str) -> tuple[str, str] | None:
-        """The (field, entry) of the ignore list covering ``logical_key``'s module, if any."""
-        for name, entry in self.ignored:
-            if matches(entry, logical_key):
-                return name, entry
-        return None
-
     def modelopt_algo_of(self, module: str) -> str | None:
         """The ModelOpt algorithm that quantized ``module`` (None: the config does not say)."""
         if self.modelopt_algo == MIXED:
             return self.layers.get(module)
         return self.modelopt_algo
-
-
-def matches(entry: str, logical_key: str) -> bool:
-    """Whether the module of ``logical_key`` (or one of its parents) is named by ``entry``.
-
-    ``re:<regex>`` (compressed-tensors) must match from the start; anything else
-    is a name or an fnmatch wildcard (ModelOpt's ``model.layers.0.mlp*``), or a
-    dotted run of components anywhere in the key (``lm_head``, ``mlp.gate``).
-    """
-    parts = logical_key.split(".")
-    names = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
-    if entry.startswith("re:"):
-        return any(re.match(entry[3:], name) for name in names)
-    return any(fnmatchcase(name, entry) for name in names) or f".{entry}." in f".{logical_key}."
 
 
 def read_config(ckpt: Checkpoint) -> Nvfp4Config:
@@ -127,7 +105,8 @@ def _compressed_tensors(qc: Mapping[str, Any], where: str) -> Nvfp4Config:
             _check_group_size(weights.get("group_size"), f"{where}.config_groups.{name}.weights")
     # "mixed-precision" only says the groups carry the formats.
     formats.discard("mixed-precision")
-    return Nvfp4Config(where, ct_formats=frozenset(formats), ignored=_ignore(qc, "ignore", where))
+    ignored = _ignore(qc, ("ignore",), where)
+    return Nvfp4Config(where, ct_formats=frozenset(formats), ignored=ignored)
 
 
 def _modelopt(doc: Mapping[str, Any], where: str, *, nested: bool) -> Nvfp4Config:
@@ -156,7 +135,7 @@ def _modelopt(doc: Mapping[str, Any], where: str, *, nested: bool) -> Nvfp4Confi
             layers[str(module)] = layer_algo.upper()
             if layer_algo.upper() in MODELOPT_ALGOS:
                 _check_group_size(spec.get("group_size"), f"{prefix}.quantized_layers.{module}")
-    ignored = _ignore(body, "exclude_modules", prefix) + _ignore(body, "ignore", prefix)
+    ignored = _ignore(body, ("exclude_modules", "ignore"), prefix)
     return Nvfp4Config(where, modelopt_algo=algo, layers=layers, ignored=ignored)
 
 
@@ -168,15 +147,11 @@ def _check_group_size(value: object, where: str) -> None:
         )
 
 
-def _ignore(body: Mapping[str, Any], name: str, where: str) -> tuple[tuple[str, str], ...]:
-    value = body.get(name)
-    if value is None:
-        return ()
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple((name, v) for v in value)
-    raise FormatError(
-        f"{where}.{name} must be a list of module names, got {value!r} (format {FORMAT!r})"
-    )
+def _ignore(body: Mapping[str, Any], fields: tuple[str, ...], where: str) -> IgnoreList:
+    try:
+        return IgnoreList.from_config(body, where, fields)
+    except FormatError as exc:
+        raise FormatError(f"{exc} (format {FORMAT!r})") from None
 
 
 def _hf_quant_config(ckpt: Checkpoint) -> dict[str, Any] | None:

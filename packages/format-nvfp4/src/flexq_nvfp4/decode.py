@@ -26,33 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from flexq.ops import for_bands, is_paddle, ops_for
+from flexq.formatkit import (
+    E2M1_PAIRS,
+    E2M1_VALUES,
+    E4M3_TO_FLOAT32,
+    for_bands,
+    is_paddle,
+    ops_for,
+)
 from flexq_nvfp4.layout import BLOCK, Producer
 
-#: E2M1 code (0..15) -> value; bit 3 is the sign (compressed-tensors: code 8 is -0.0).
-E2M1_VALUES = np.array(
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
-    dtype=np.float32,
-)
-#: ModelOpt's own table: code 8 is +0.0.
+#: ModelOpt's own E2M1 table: code 8 is +0.0 (the kit's, compressed-tensors', is -0.0).
 E2M1_VALUES_MODELOPT = np.where(np.arange(16) == 8, np.float32(0.0), E2M1_VALUES).astype(np.float32)
-
-
-def _e4m3_table() -> np.ndarray:
-    """float32 value of every E4M3FN byte; 0x7F / 0xFF are NaN (sign kept), no infinities."""
-    codes = np.arange(256, dtype=np.uint32)
-    sign = np.where(codes & 0x80, -1.0, 1.0)
-    exp = (codes >> 3) & 0xF
-    man = (codes & 0x7).astype(np.float64)
-    normal = (1.0 + man / 8.0) * np.exp2(exp.astype(np.float64) - 7.0)
-    table = (sign * np.where(exp == 0, man * 2.0**-9, normal)).astype(np.float32)
-    nan = (exp == 0xF) & ((codes & 0x7) == 0x7)
-    table[nan] = np.copysign(np.float32(np.nan), sign[nan]).astype(np.float32)
-    return table
-
-
-#: E4M3FN byte -> float32 (256 entries).
-E4M3_TO_FLOAT32 = _e4m3_table()
 
 
 def _pair_table(values: np.ndarray) -> np.ndarray:
@@ -62,7 +47,7 @@ def _pair_table(values: np.ndarray) -> np.ndarray:
 
 
 PAIRS: dict[str, np.ndarray] = {
-    "compressed-tensors": _pair_table(E2M1_VALUES),
+    "compressed-tensors": E2M1_PAIRS,
     "modelopt": _pair_table(E2M1_VALUES_MODELOPT),
 }
 
@@ -108,7 +93,7 @@ def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
 
 
 def scales_to_check(scale: Any, pairs: np.ndarray) -> Any:
-    """What multiplies each block's elements, for :func:`flexq.validate.check_scales`:
+    """What multiplies each block's elements, for :func:`flexq.formatkit.check_scales`:
     the effective scale times what the element table holds of the global scale."""
     # Byte 0x02 holds code 2 (1.0): its entry is the table's factor (1 but for auto-round).
     r = pairs[2, 0]

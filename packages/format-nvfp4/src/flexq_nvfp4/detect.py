@@ -24,11 +24,10 @@ chosen so that NVFP4 next to FP8, MXFP4 or INT4 tensors goes to the right format
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
-from typing import Any
 
 from flexq import Checkpoint, FormatError, TensorInfo
+from flexq.formatkit import natural_dtype, per_checkpoint
 from flexq_nvfp4.config import CT_FORMAT, FORMAT, MODELOPT_ALGOS, Nvfp4Config, read_config
 from flexq_nvfp4.layout import (
     CT_GLOBAL,
@@ -45,8 +44,6 @@ from flexq_nvfp4.layout import (
     n_blocks,
 )
 
-OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
-
 
 @dataclass(frozen=True)
 class Analysis:
@@ -62,19 +59,29 @@ class Analysis:
     dtype: str
 
 
-_MEMO: weakref.WeakKeyDictionary[Checkpoint, Analysis] = weakref.WeakKeyDictionary()
-
-
+@per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis:
     """The NVFP4 tensors of ``ckpt`` (computed once per checkpoint).
 
     :raises FormatError: on incomplete or malformed NVFP4 tensors, or ones the config excludes.
     """
-    found = _MEMO.get(ckpt)
-    if found is None:
-        found = _analyze(ckpt)
-        _MEMO[ckpt] = found
-    return found
+    config = read_config(ckpt)
+    tensors: dict[str, Nvfp4Tensor] = {}
+    for key, info in ckpt.tensors.items():
+        found = _ct_triple(ckpt, key, info, config) or _modelopt_triple(ckpt, key, info, config)
+        if found is None:
+            continue
+        hit = config.ignored.match(found.key)
+        if hit is not None:
+            raise FormatError(
+                f"{info.file}: tensor {key!r} is stored as NVFP4 ({found.producer} layout), "
+                f"but {config.where}.{hit[0]} lists {hit[1]!r} as not quantized "
+                f"(format {FORMAT!r})"
+            )
+        tensors[found.key] = found
+    used = {k for t in tensors.values() for k in t.sources}
+    orphans = {k for k in ckpt.tensors if k not in used and _is_global_scale(k, config)}
+    return Analysis(tensors, frozenset(used | orphans), natural_dtype(ckpt))
 
 
 def tensor_of(ckpt: Checkpoint, logical_key: str) -> Nvfp4Tensor:
@@ -85,26 +92,6 @@ def tensor_of(ckpt: Checkpoint, logical_key: str) -> Nvfp4Tensor:
         raise FormatError(
             f"{ckpt.path}: format {FORMAT!r} has no logical tensor {logical_key!r}"
         ) from None
-
-
-def _analyze(ckpt: Checkpoint) -> Analysis:
-    config = read_config(ckpt)
-    tensors: dict[str, Nvfp4Tensor] = {}
-    for key, info in ckpt.tensors.items():
-        found = _ct_triple(ckpt, key, info, config) or _modelopt_triple(ckpt, key, info, config)
-        if found is None:
-            continue
-        hit = config.ignored_by(found.key)
-        if hit is not None:
-            raise FormatError(
-                f"{info.file}: tensor {key!r} is stored as NVFP4 ({found.producer} layout), "
-                f"but {config.where}.{hit[0]} lists {hit[1]!r} as not quantized "
-                f"(format {FORMAT!r})"
-            )
-        tensors[found.key] = found
-    used = {k for t in tensors.values() for k in t.sources}
-    orphans = {k for k in ckpt.tensors if k not in used and _is_global_scale(k, config)}
-    return Analysis(tensors, frozenset(used | orphans), _natural_dtype(ckpt.config))
 
 
 def _ct_triple(
@@ -208,11 +195,3 @@ def _is_global_scale(key: str, config: Nvfp4Config) -> bool:
         algo = config.modelopt_algo_of(key.removesuffix(MO_GLOBAL))
         return algo is None or algo in MODELOPT_ALGOS
     return False
-
-
-def _natural_dtype(config: dict[str, Any]) -> str:
-    for name in ("torch_dtype", "dtype"):
-        value = config.get(name)
-        if isinstance(value, str) and value.removeprefix("torch.") in OUTPUT_DTYPES:
-            return value.removeprefix("torch.")
-    return "bfloat16"

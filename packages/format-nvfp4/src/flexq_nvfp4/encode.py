@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from flexq import RawTensor
-from flexq_nvfp4.decode import E4M3_TO_FLOAT32
+from flexq.formatkit import E4M3_TO_FLOAT32
 from flexq_nvfp4.layout import (
     BLOCK,
     CT_GLOBAL,

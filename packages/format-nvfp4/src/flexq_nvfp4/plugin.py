@@ -15,7 +15,7 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
-from flexq.validate import check_scales
+from flexq.formatkit import check_scales
 from flexq_nvfp4.config import CT_FORMAT, FORMAT
 from flexq_nvfp4.decode import dequantize, effective_scales, element_pairs, scales_to_check
 from flexq_nvfp4.detect import analyze, tensor_of
@@ -96,9 +96,14 @@ def flexq_apply(
     return dequantize(pairs, packed, scale, trim_of(target), target.local_shape[-1], out)
 
 
+@flexq.hookimpl
 def flexq_quant_methods() -> list[str]:
-    """The ``quant_method`` values this format decodes (compressed-tensors with its format)."""
-    return [f"compressed-tensors/{CT_FORMAT}", "modelopt"]
+    """The ``quant_method`` values this format decodes (compressed-tensors with its format).
+
+    auto-round also names GPTQ-style integer checkpoints; this format claims only its
+    NVFP4 tensors (the core matches a method when any format claiming it finds tensors).
+    """
+    return [f"compressed-tensors/{CT_FORMAT}", "modelopt", "auto-round"]
 
 
 #: Smallest logits cosine similarity promised for a model loaded from NVFP4 weights
