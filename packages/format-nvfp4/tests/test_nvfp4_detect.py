@@ -318,9 +318,9 @@ def test_ignore_regex_matches_from_the_start_only(
         ),
         (
             {"quant_method": "compressed-tensors", "ignore": "lm_head"},
-            r"quantization_config\.ignore must be a list",
+            r"quantization_config\.ignore: Input should be a valid list",
         ),
-        ({"quant_method": "modelopt"}, r"quant_algo must be a string"),
+        ({"quant_method": "modelopt"}, r"quantization_config\.quant_algo: Field required"),
         ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 8}, r"group_size is 8"),
         (
             {"quant_method": "auto-round", "data_type": "nv_fp", "group_size": 32},
@@ -341,6 +341,12 @@ def test_malformed_hf_quant_config_names_the_file(tmp_path: Path, build: Build, 
     path = build(tmp_path / "c", nv(MO, DOWN, *codes()))
     (path / "hf_quant_config.json").write_text("{not json")
     with pytest.raises(FormatError, match=r"hf_quant_config\.json: not valid JSON"):
+        flexq.compose(path, FORMATS)
+    doc = {"quantization": {"quant_algo": "NVFP4", "exclude_modules": "lm_head"}}
+    (path / "hf_quant_config.json").write_text(json.dumps(doc))
+    with pytest.raises(
+        FormatError, match=r"hf_quant_config\.json: quantization\.exclude_modules: Input should"
+    ):
         flexq.compose(path, FORMATS)
 
 

@@ -22,10 +22,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import IgnoreList
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
 
 FORMAT = "nvfp4"
 CT_FORMAT = "nvfp4-pack-quantized"
@@ -34,6 +37,60 @@ HF_QUANT_CONFIG = "hf_quant_config.json"
 MODELOPT_ALGOS = frozenset({"NVFP4", "W4A16_NVFP4"})
 MIXED = "MIXED_PRECISION"
 GROUP_SIZE = 16
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class CtWeights(QuantConfig):
+    """A compressed-tensors config group's ``weights``."""
+
+    group_size: int | None = None
+
+
+class CtGroup(QuantConfig):
+    """One compressed-tensors config group."""
+
+    format: str | None = None
+    weights: CtWeights | None = None
+
+
+class CtConfig(QuantConfig):
+    """compressed-tensors' ``quantization_config`` (the fields this format reads)."""
+
+    format: str | None = None
+    config_groups: dict[str, CtGroup] | None = None
+    ignore: list[str] | None = None
+
+
+class ModeloptLayer(QuantConfig):
+    """One module of a ModelOpt ``MIXED_PRECISION`` ``quantized_layers``."""
+
+    quant_algo: str
+    group_size: int | None = None
+
+
+class ModeloptSettings(QuantConfig):
+    """ModelOpt's settings: config.json's ``quantization_config`` (``ignore``) or
+    ``hf_quant_config.json``'s ``quantization`` (``exclude_modules``)."""
+
+    quant_algo: str
+    group_size: int | None = None
+    exclude_modules: list[str] | None = None
+    ignore: list[str] | None = None
+    quantized_layers: dict[str, ModeloptLayer] | None = None
+
+
+class HfQuantConfig(QuantConfig):
+    """ModelOpt's ``hf_quant_config.json``."""
+
+    quantization: ModeloptSettings
+
+
+class AutoRoundConfig(QuantConfig):
+    """auto-round's own ``quantization_config`` (the fields this format reads)."""
+
+    data_type: str | None = None
+    group_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,71 +132,56 @@ def read_config(ckpt: Checkpoint) -> Nvfp4Config:
     where = f"{ckpt.path / 'config.json'}: quantization_config"
     method = str(qc.get("quant_method", "")).lower()
     if method == "compressed-tensors":
-        return _compressed_tensors(qc, where)
+        return _compressed_tensors(parse_quant_config(CtConfig, ckpt, FORMAT), where)
     if method == "auto-round":
-        if str(qc.get("data_type", "")).startswith("nv_fp"):
-            _check_group_size(qc.get("group_size"), where)
+        ar = parse_quant_config(AutoRoundConfig, ckpt, FORMAT)
+        if (ar.data_type or "").startswith("nv_fp"):
+            _check_group_size(ar.group_size, where)
         return Nvfp4Config(where, auto_round=True)
     if method.startswith("modelopt"):
-        return _modelopt(qc, where, nested=isinstance(qc.get("quantization"), Mapping))
+        if isinstance(qc.get("quantization"), Mapping):
+            nested = _validate(HfQuantConfig, qc, ckpt.path / "config.json", "quantization_config.")
+            return _modelopt(nested.quantization, f"{where}.quantization")
+        return _modelopt(parse_quant_config(ModeloptSettings, ckpt, FORMAT), where)
     if not method:
-        doc = _hf_quant_config(ckpt)
+        path = ckpt.path / HF_QUANT_CONFIG
+        doc = _hf_quant_config(ckpt, path)
         if doc is not None:
-            return _modelopt(doc, f"{ckpt.path / HF_QUANT_CONFIG}", nested=True)
+            hf = _validate(HfQuantConfig, doc, path, "")
+            return _modelopt(hf.quantization, f"{path}: quantization")
     return Nvfp4Config(where)
 
 
-def _compressed_tensors(qc: Mapping[str, Any], where: str) -> Nvfp4Config:
-    formats = {qc["format"]} if isinstance(qc.get("format"), str) else set()
-    groups = qc.get("config_groups") or {}
-    if not isinstance(groups, Mapping):
-        raise FormatError(f"{where}.config_groups is not an object (format {FORMAT!r})")
-    for name, group in groups.items():
-        if not isinstance(group, Mapping):
-            continue
-        fmt = group.get("format") if isinstance(group.get("format"), str) else qc.get("format")
-        if isinstance(fmt, str):
+def _compressed_tensors(qc: CtConfig, where: str) -> Nvfp4Config:
+    formats = {qc.format} if qc.format else set()
+    for name, group in (qc.config_groups or {}).items():
+        fmt = group.format or qc.format
+        if fmt:
             formats.add(fmt)
-        if fmt == CT_FORMAT:
-            weights = group.get("weights") or {}
-            _check_group_size(weights.get("group_size"), f"{where}.config_groups.{name}.weights")
+        if fmt == CT_FORMAT and group.weights is not None:
+            _check_group_size(group.weights.group_size, f"{where}.config_groups.{name}.weights")
     # "mixed-precision" only says the groups carry the formats.
     formats.discard("mixed-precision")
-    ignored = _ignore(qc, ("ignore",), where)
+    ignored = IgnoreList(tuple(("ignore", e) for e in qc.ignore or ()))
     return Nvfp4Config(where, ct_formats=frozenset(formats), ignored=ignored)
 
 
-def _modelopt(doc: Mapping[str, Any], where: str, *, nested: bool) -> Nvfp4Config:
-    body: Mapping[str, Any] = doc["quantization"] if nested else doc
-    prefix = f"{where}.quantization" if nested else where
-    if not isinstance(body, Mapping):
-        raise FormatError(f"{prefix} is not an object (format {FORMAT!r})")
-    algo = body.get("quant_algo")
-    if not isinstance(algo, str) or not algo:
-        raise FormatError(f"{prefix}.quant_algo must be a string, got {algo!r} (format {FORMAT!r})")
-    algo = algo.upper()
+def _modelopt(body: ModeloptSettings, where: str) -> Nvfp4Config:
+    algo = body.quant_algo.upper()
     if algo in MODELOPT_ALGOS:
-        _check_group_size(body.get("group_size"), prefix)
+        _check_group_size(body.group_size, where)
     layers: dict[str, str] = {}
     if algo == MIXED:
-        raw = body.get("quantized_layers") or {}
-        if not isinstance(raw, Mapping):
-            raise FormatError(f"{prefix}.quantized_layers is not an object (format {FORMAT!r})")
-        for module, spec in raw.items():
-            layer_algo = spec.get("quant_algo") if isinstance(spec, Mapping) else None
-            if not isinstance(layer_algo, str):
-                raise FormatError(
-                    f"{prefix}.quantized_layers.{module}.quant_algo must be a string, "
-                    f"got {layer_algo!r} (format {FORMAT!r})"
-                )
-            layers[str(module)] = layer_algo.upper()
-            if layer_algo.upper() in MODELOPT_ALGOS:
-                _check_group_size(spec.get("group_size"), f"{prefix}.quantized_layers.{module}")
-    ignored = _ignore(body, ("exclude_modules", "ignore"), prefix)
-    return Nvfp4Config(where, modelopt_algo=algo, layers=layers, ignored=ignored)
+        for module, spec in (body.quantized_layers or {}).items():
+            layers[module] = spec.quant_algo.upper()
+            if layers[module] in MODELOPT_ALGOS:
+                _check_group_size(spec.group_size, f"{where}.quantized_layers.{module}")
+    entries = [("exclude_modules", e) for e in body.exclude_modules or ()]
+    entries += [("ignore", e) for e in body.ignore or ()]
+    return Nvfp4Config(where, modelopt_algo=algo, layers=layers, ignored=IgnoreList(tuple(entries)))
 
 
-def _check_group_size(value: object, where: str) -> None:
+def _check_group_size(value: int | None, where: str) -> None:
     if value is not None and value != GROUP_SIZE:
         raise FormatError(
             f"{where}.group_size is {value!r}; NVFP4 blocks are {GROUP_SIZE} elements "
@@ -147,16 +189,20 @@ def _check_group_size(value: object, where: str) -> None:
         )
 
 
-def _ignore(body: Mapping[str, Any], fields: tuple[str, ...], where: str) -> IgnoreList:
+def _validate(model: type[M], doc: Mapping[str, Any], path: Path, prefix: str) -> M:
+    """``doc`` validated as ``model``; errors name ``path`` and the field (as the kit's do)."""
     try:
-        return IgnoreList.from_config(body, where, fields)
-    except FormatError as exc:
-        raise FormatError(f"{exc} (format {FORMAT!r})") from None
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise FormatError(
+            f"{path}: {prefix}{name}: {err['msg']} (got {err.get('input')!r}; format {FORMAT!r})"
+        ) from None
 
 
-def _hf_quant_config(ckpt: Checkpoint) -> dict[str, Any] | None:
-    """ModelOpt's ``hf_quant_config.json`` when it is there and describes a quantization."""
-    path = ckpt.path / HF_QUANT_CONFIG
+def _hf_quant_config(ckpt: Checkpoint, path: Path) -> dict[str, Any] | None:
+    """ModelOpt's ``hf_quant_config.json`` when it is there."""
     if not path.is_file():
         return None
     if not path.resolve().is_relative_to(ckpt.path.resolve()):
@@ -165,8 +211,6 @@ def _hf_quant_config(ckpt: Checkpoint) -> dict[str, Any] | None:
         doc = json.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(f"{path}: not valid JSON ({exc}) (format {FORMAT!r})") from None
-    if not isinstance(doc, dict) or "quantization" not in doc:
-        raise FormatError(
-            f"{path}: expected an object with a 'quantization' object (format {FORMAT!r})"
-        )
+    if not isinstance(doc, dict):
+        raise FormatError(f"{path}: not a JSON object (format {FORMAT!r})")
     return doc
