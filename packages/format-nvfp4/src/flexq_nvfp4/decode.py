@@ -1,8 +1,8 @@
 """The NVFP4 dequantization math, in the producers' own float32 operation order.
 
 Each block of 16 E2M1 elements has an E4M3 scale ``s`` (exact in float32) and the
-tensor has one float32 global scale ``g``. The producers' dequantizers first form
-the block's effective scale, rounded once to float32, then multiply:
+tensor has one float32 global scale ``g``. Each producer's dequantizer rounds its
+two float32 products (or quotients) in its own order, and bit-exactness depends on it:
 
 - compressed-tensors 0.19.0 (``NVFP4PackedCompressor.decompress`` ->
   ``_dequantize``): ``e = s / g`` (a float32 division: the bf16-cast scale meets

@@ -102,8 +102,8 @@ def _ct_triple(
     base = key.removesuffix(CT_PACKED)
     scale = ckpt.tensors.get(base + CT_SCALE)
     glob = ckpt.tensors.get(base + CT_GLOBAL)
-    layout = "auto-round" if config.auto_round else "compressed-tensors"
-    where = f"{info.file}: tensor {key!r} ({FORMAT}, {layout} layout)"
+    producer: Producer = "auto-round" if config.auto_round else "compressed-tensors"
+    where = f"{info.file}: tensor {key!r} ({FORMAT}, {producer} layout)"
     if glob is None and (scale is None or scale.dtype != SCALE_DTYPE):
         if config.ct_formats == {CT_FORMAT}:
             raise FormatError(
@@ -114,7 +114,7 @@ def _ct_triple(
     return _triple(
         ckpt,
         info,
-        "auto-round" if config.auto_round else "compressed-tensors",
+        producer,
         base + ".weight",
         scale,
         glob,

@@ -1,8 +1,8 @@
 """Where the bytes of one NVFP4 logical tensor live, for the detector, the planner and apply.
 
-Two producers store NVFP4 (16 E2M1 elements along the last axis share one
-E4M3 scale byte, and the whole tensor shares one float32 scale), with
-different names:
+Producers store NVFP4 (16 E2M1 elements along the last axis share one E4M3
+scale byte, and the whole tensor shares one float32 scale) under two sets of
+names and three dequantization orders:
 
 - compressed-tensors ``nvfp4-pack-quantized`` (llm-compressor, auto-round's
   ``llm_compressor`` export): ``X.weight_packed`` U8 [..., in/2] + ``X.weight_scale``
@@ -12,7 +12,7 @@ different names:
 - NVIDIA ModelOpt: ``X.weight`` U8 [..., in/2] + ``X.weight_scale`` F8_E4M3
   [..., in/16] + ``X.weight_scale_2`` F32 (0-d or [1]), and W = e2m1 * (scale * scale_2).
 
-Both put element 2b in the LOW nibble of byte b. :class:`Nvfp4Tensor` hides
+All put element 2b in the LOW nibble of byte b. :class:`Nvfp4Tensor` hides
 the differences behind source boxes.
 """
 
