@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
+from flexq_nvfp4 import decode
 
 CT, MO, AR = "compressed-tensors", "modelopt", "auto-round"
 FORMATS = ["nvfp4"]
@@ -149,6 +150,7 @@ def test_decode_matches_the_reference_decoder(
         ct.checkpoint.close()
 
 
+@pytest.mark.parametrize("quad_min_bytes", [0, 1 << 40])
 def test_large_tensor_takes_the_banded_path_and_matches_the_reference(
     tmp_path: Path,
     build: Build,
@@ -156,7 +158,12 @@ def test_large_tensor_takes_the_banded_path_and_matches_the_reference(
     ref_decode: RefDecode,
     random_nv_data: RandomNv,
     configs: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    quad_min_bytes: int,
 ) -> None:
+    # Both lookups of the banded path: four elements per uint16 (auto-round builds its
+    # per-tensor table only above a size) and two per byte.
+    monkeypatch.setattr(decode, "_QUAD_MIN_BYTES", quad_min_bytes)
     rng = np.random.default_rng(3)
     for producer in (CT, MO, AR):
         packed, scales, glob = random_nv_data(rng, (300,), 1024)
