@@ -132,7 +132,7 @@ def nearest_codes(book: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def quantize_int8(key: str, x: np.ndarray) -> dict[str, RawTensor]:
-    """LLM.int8 as bnb's ``int8_vectorwise_quant``: ``CB = rint(x * (127 / SCB))``, SCB = row absmax."""
+    """LLM.int8 as bnb's ``int8_vectorwise_quant``: SCB = row absmax, CB = rint(x * (127/SCB))."""
     if x.ndim != 2:
         raise ValueError(f"{key!r}: LLM.int8 weights are [out, in], got shape {x.shape}")
     stats = np.abs(x).max(axis=1).astype(np.float32) if x.size else np.zeros(len(x), np.float32)
