@@ -24,7 +24,7 @@ def four_bit(kit: Any, nested: bool = True, quant_type: str = "nf4") -> dict[str
     return dict(kit.tensors_4bit(KEY, case))
 
 
-def blob(state: dict[str, Any]) -> RawTensor:
+def blob(state: object) -> RawTensor:
     return RawTensor("U8", np.frombuffer(json.dumps(state).encode(), np.uint8).copy())
 
 

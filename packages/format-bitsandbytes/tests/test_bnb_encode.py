@@ -34,7 +34,10 @@ def test_names_dtypes_shapes_and_blob_are_what_bnb_writes() -> None:
         KEY + ".quant_map": ("F32", (16,)),
         KEY + ".nested_absmax": ("F32", (1,)),
         KEY + ".nested_quant_map": ("F32", (256,)),
-        KEY + ".quant_state.bitsandbytes__nf4": ("U8", out[KEY + ".quant_state.bitsandbytes__nf4"].data.shape),
+        KEY + ".quant_state.bitsandbytes__nf4": (
+            "U8",
+            out[KEY + ".quant_state.bitsandbytes__nf4"].data.shape,
+        ),
     }
     text = out[KEY + ".quant_state.bitsandbytes__nf4"].data.tobytes().decode()
     assert text.startswith(

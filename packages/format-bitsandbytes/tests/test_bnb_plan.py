@@ -162,9 +162,7 @@ def test_int8_local_plan_reads_only_its_box(
     nr, nc = data.draw(st.integers(1, rows - r0)), data.draw(st.integers(1, cols - c0))
     cb, scb = kit.random_int8(np.random.default_rng(rows * 100 + cols), rows, cols)
     with tempfile.TemporaryDirectory() as tmp:
-        ct = flexq.compose(
-            build(Path(tmp) / "c", kit.tensors_int8("m", cb, scb)), formats=FORMATS
-        )
+        ct = flexq.compose(build(Path(tmp) / "c", kit.tensors_int8("m", cb, scb)), formats=FORMATS)
         plan = ct.plan(KEY, TargetSlice((rows, cols), (nr, nc), (r0, c0), "float32"))
         before = ct.checkpoint.bytes_read
         sources = ct.read_sources(KEY, plan)
