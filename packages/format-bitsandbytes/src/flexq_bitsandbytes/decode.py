@@ -23,7 +23,7 @@ import numpy as np
 from flexq.ops import for_bands
 from flexq_bitsandbytes.arrayops import BnbOps, bnb_ops_for
 from flexq_bitsandbytes.codebook import CODE_BOOKS, pair_table
-from flexq_bitsandbytes.layout import INV_127, FourBit, Int8
+from flexq_bitsandbytes.layout import INV_127, FourBit
 from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range
 
 if TYPE_CHECKING:
@@ -141,12 +141,24 @@ def _banded(
     return result
 
 
-def dequantize_int8(t: Int8, codes: Any, scb: Any) -> Any:
-    """``(float32(CB) * SCB[:, None]) * float32(1/127)`` for a box of rows (numpy or Paddle)."""
+def dequantize_int8(codes: Any, scb: Any, out: Any = None) -> Any:
+    """``(float32(CB) * SCB[:, None]) * float32(1/127)`` for a box of rows (numpy or Paddle).
+
+    :param out: None, or a C-contiguous numpy float32 array of the box's shape.
+    """
     ops = bnb_ops_for(codes)
-    rows = ops.float32(codes, "I8") * ops.reshape(ops.float32(scb, "F32"), (-1, 1))
-    if isinstance(rows, np.ndarray):
+    scale = ops.reshape(ops.float32(scb, "F32"), (-1, 1))
+    if not isinstance(codes, np.ndarray):
+        rows = ops.float32(codes, "I8") * scale
+        return rows * ops.const(rows, INV_127)
+    result = np.empty(codes.shape, np.float32) if out is None else out
+    inv = np.float32(INV_127)
+
+    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
+        np.copyto(o, c, casting="unsafe")  # int8 -> float32 is exact
         with np.errstate(over="ignore", invalid="ignore"):
-            rows *= np.float32(INV_127)
-        return rows
-    return rows * ops.const(rows, INV_127)
+            o *= s
+            o *= inv
+
+    for_bands(work, np.ascontiguousarray(codes), result, np.ascontiguousarray(scale))
+    return result

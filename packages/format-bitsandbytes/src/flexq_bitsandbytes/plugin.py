@@ -72,7 +72,7 @@ def flexq_apply(
 ) -> Any:
     t = _tensor(checkpoint, logical_key)
     if isinstance(t, Int8):
-        return _apply_int8(checkpoint, t, sources, plan)
+        return _apply_int8(checkpoint, t, sources, plan, out)
     return _apply_four_bit(checkpoint, t, sources, plan, out)
 
 
@@ -119,7 +119,9 @@ def _check_book(ckpt: Checkpoint, t: FourBit, stored: Any) -> None:
         )
 
 
-def _apply_int8(ckpt: Checkpoint, t: Int8, sources: Mapping[str, Any], plan: ReadPlan) -> Any:
+def _apply_int8(
+    ckpt: Checkpoint, t: Int8, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
     codes, scb = sources[t.key], sources[t.scb_key]
     if t.format_key is not None:
         fmt = bnb_ops_for(codes).host(sources[t.format_key]).reshape(-1)
@@ -143,7 +145,7 @@ def _apply_int8(ckpt: Checkpoint, t: Int8, sources: Mapping[str, Any], plan: Rea
         format_name=FORMAT,
         offset=plan.source_slices.get(t.scb_key, ((0,), ()))[0],
     )
-    return dequantize_int8(t, codes, scb)
+    return dequantize_int8(codes, scb, out)
 
 
 def _tensor(checkpoint: Checkpoint, logical_key: str) -> FourBit | Int8:
