@@ -40,7 +40,7 @@ def measure(rows: int = 4096, cols: int = 4096, rounds: int = 5) -> dict[str, fl
             k: ct.plan(k, flexq.TargetSlice.whole((rows, cols), "float32"))
             for k in (NF4_KEY, INT8_KEY)
         }
-        sources = {k: ct.read_sources(k, p) for k, p in plans.items()}
+        sources = {k: ct.read_sources(p) for k, p in plans.items()}
         ct.checkpoint.close()
     out_bytes = rows * cols * 4
     src = np.ones(out_bytes // 4, dtype=np.float32)

@@ -143,7 +143,7 @@ def test_paddle_sources_are_bit_identical_to_numpy(tmp_path: Path, build: Build,
     ct = flexq.compose(build(tmp_path / "c", tensors, kit.config_4bit()), formats=FORMATS)
     for key in [*cases, "q.weight"]:
         plan = ct.read_plan(key, flexq.TargetSlice.whole(ct.entries[key].shape, "float32"))
-        sources = ct.read_sources(key, plan)
+        sources = ct.read_sources(plan)
         want = ct.dequantize(key, sources, plan, "float32")
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
         got = ct.apply(key, on_device, "float32")

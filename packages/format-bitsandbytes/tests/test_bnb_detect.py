@@ -40,8 +40,9 @@ def test_claims_4bit_and_int8_and_passes_the_rest_through(
     assert owners == {
         KEY: "bitsandbytes",
         "model.layers.0.mlp.up_proj.weight": "bitsandbytes",
-        "lm_head.weight": None,
+        "lm_head.weight": "passthrough",
     }
+    assert ct.entries["lm_head.weight"].is_passthrough
     assert set(ct.entries[KEY].sources) == {
         KEY,
         KEY + ".absmax",
@@ -181,13 +182,14 @@ def test_scb_without_an_int8_weight_is_an_error(tmp_path: Path, build: Build, ki
     [
         {"llm_int8_skip_modules": ["q_proj"]},
         {"modules_to_not_convert": ["model.layers.0"]},
-        {"llm_int8_skip_modules": ["model\\.layers\\.\\d+\\.self_attn"]},
+        {"llm_int8_skip_modules": ["model.layers.*.self_attn"]},
+        {"llm_int8_skip_modules": ["re:model\\.layers\\.\\d+\\.self_attn"]},
     ],
 )
 def test_quantized_tensor_in_a_skipped_module_is_an_error(
     tmp_path: Path, build: Build, kit: Any, skip: dict[str, list[str]]
 ) -> None:
-    with pytest.raises(FormatError, match="not quantized"):
+    with pytest.raises(FormatError, match="left unquantized"):
         flexq.compose(build(tmp_path / "c", four_bit(kit), kit.config_4bit(**skip)), FORMATS)
 
 

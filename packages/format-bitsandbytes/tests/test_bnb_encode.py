@@ -128,7 +128,7 @@ def test_flexq_encode_writes_a_loadable_nf4_double_quant_checkpoint(tmp_path: Pa
     assert 0 < cosine <= 1
     ct = flexq.compose(tmp_path, formats=FORMATS)
     assert ct.entries[KEY].owner == "bitsandbytes"
-    assert ct.entries["model.norm.weight"].owner is None
+    assert ct.entries["model.norm.weight"].is_passthrough
     assert KEY + ".nested_absmax" in ct.entries[KEY].sources
     qc = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
     assert qc["bnb_4bit_quant_type"] == "nf4"

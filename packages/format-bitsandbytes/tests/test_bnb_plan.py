@@ -26,6 +26,7 @@ def test_aligned_row_range_reads_exactly_its_blocks(tmp_path: Path, build: Build
     ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
     plan = ct.plan(KEY, TargetSlice((8, 128), (4, 128), (4, 0), "float32"))
     assert plan.mode == "local"
+    blob = ct.checkpoint.info(KEY + ".quant_state.bitsandbytes__nf4").shape[0]
     # rows 4..8 = flat [512, 1024) = blocks 8..16 = bytes 256..512; nested groups 2..4.
     assert dict(plan.source_slices) == {
         KEY: ((256, 0), (256, 1)),
@@ -33,6 +34,7 @@ def test_aligned_row_range_reads_exactly_its_blocks(tmp_path: Path, build: Build
         KEY + ".quant_map": ((0,), (16,)),
         KEY + ".nested_absmax": ((2,), (2,)),
         KEY + ".nested_quant_map": ((0,), (256,)),
+        KEY + ".quant_state.bitsandbytes__nf4": ((0,), (blob,)),
     }
 
 
@@ -46,8 +48,9 @@ def test_unaligned_rows_read_one_covering_block_at_each_end(
     assert dict(plan.source_slices)[KEY] == ((32, 0), (96, 1))
     assert dict(plan.source_slices)[KEY + ".absmax"] == ((1,), (3,))
     before = ct.checkpoint.bytes_read
-    local = ct.dequantize(KEY, ct.read_sources(KEY, plan), plan, "float32")
-    assert ct.checkpoint.bytes_read - before == 96 + 3 * 4 + 16 * 4
+    local = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
+    blob = ct.checkpoint.info(KEY + ".quant_state.bitsandbytes__fp4").shape[0]
+    assert ct.checkpoint.bytes_read - before == 96 + 3 * 4 + 16 * 4 + blob
     np.testing.assert_array_equal(kit.bits(local), kit.bits(kit.reference_4bit(case)[2:5]))
 
 
@@ -59,7 +62,7 @@ def test_column_slice_reads_the_whole_rows_of_its_box(
     ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
     plan = ct.plan(KEY, TargetSlice((6, 64), (6, 32), (0, 32), "float32"))
     assert dict(plan.source_slices)[KEY] == ((0, 0), (192, 1))
-    local = ct.dequantize(KEY, ct.read_sources(KEY, plan), plan, "float32")
+    local = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(kit.bits(local), kit.bits(kit.reference_4bit(case)[:, 32:]))
 
 
@@ -72,7 +75,7 @@ def test_int8_plan_is_the_box_and_its_rows_scales(tmp_path: Path, build: Build, 
         "m.SCB": ((4,), (3,)),
         "m.weight_format": ((), ()),
     }
-    local = ct.dequantize(KEY, ct.read_sources(KEY, plan), plan, "float32")
+    local = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(
         kit.bits(local), kit.bits(kit.reference_int8(cb, scb)[4:7, 10:17])
     )
@@ -83,7 +86,7 @@ def test_force_global_gives_the_whole_tensor(tmp_path: Path, build: Build, kit: 
     ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
     plan = ct.plan(KEY, TargetSlice((5, 30), (2, 10), (2, 5), "float32"), force_global=True)
     assert plan.mode == "global"
-    out = ct.dequantize(KEY, ct.read_sources(KEY, plan), plan, "float32")
+    out = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(kit.bits(out), kit.bits(kit.reference_4bit(case)))
 
 
@@ -128,17 +131,20 @@ def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
         plan = ct.plan(KEY, target)
         assert plan.mode == "local"
         before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(KEY, plan)
+        sources = ct.read_sources(plan)
         read = ct.checkpoint.bytes_read - before
         local = ct.dequantize(KEY, sources, plan, "float32")
         box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
         np.testing.assert_array_equal(kit.bits(local), kit.bits(whole[box]))
         # The box's rows plus one block at each end: codes, absmax (4 or 1 bytes each),
-        # nested absmax of those blocks' groups plus one at each end, both code books.
+        # nested absmax of those blocks' groups plus one at each end, both code books,
+        # and the quant-state blob.
         bs = case["blocksize"]
         elements = case["local"][0] * math.prod(case["shape"][1:])
         blocks = elements // bs + 2
+        blob = ct.checkpoint.info(KEY + ".quant_state.bitsandbytes__" + case["quant_type"])
         bound = (elements + 2 * bs) // 2 + 1 + blocks * (1 if case["nested"] else 4) + 64
+        bound += blob.nbytes
         if case["nested"]:
             bound += (blocks // case["nested_blocksize"] + 2) * 4 + 1024
         assert read <= bound
@@ -165,7 +171,7 @@ def test_int8_local_plan_reads_only_its_box(
         ct = flexq.compose(build(Path(tmp) / "c", kit.tensors_int8("m", cb, scb)), formats=FORMATS)
         plan = ct.plan(KEY, TargetSlice((rows, cols), (nr, nc), (r0, c0), "float32"))
         before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(KEY, plan)
+        sources = ct.read_sources(plan)
         assert ct.checkpoint.bytes_read - before == nr * nc + nr * 4 + 1
         local = ct.dequantize(KEY, sources, plan, "float32")
         want = kit.reference_int8(cb, scb)[r0 : r0 + nr, c0 : c0 + nc]

@@ -1,4 +1,4 @@
-"""Array operations bitsandbytes decoding needs beyond :mod:`flexq.ops`, for numpy and Paddle.
+"""Array operations bitsandbytes decoding needs beyond :mod:`flexq.formatkit`, for numpy and Paddle.
 
 - :meth:`BnbOps.pairs`: one lookup per packed byte yielding its two decoded
   codes (a [256, 2] table), element 2k from the high nibble;
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.ops import ArrayOps, NumpyOps, PaddleOps, is_paddle
+from flexq.formatkit import ArrayOps, NumpyOps, PaddleOps, is_paddle
 
 
 class NumpyBnbOps(NumpyOps):
@@ -52,7 +52,7 @@ class PaddleBnbOps(PaddleOps):
 
 
 class BnbOps(ArrayOps, Protocol):
-    """:class:`flexq.ops.ArrayOps` plus the three bitsandbytes operations."""
+    """:class:`flexq.formatkit.ArrayOps` plus the three bitsandbytes operations."""
 
     def pairs(self, table: np.ndarray, codes: Any) -> Any:
         """``table`` [256, 2] looked up by byte ``codes`` (any shape) -> flat float32 [2n]."""

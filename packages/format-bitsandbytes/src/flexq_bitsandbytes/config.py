@@ -1,28 +1,30 @@
 """The ``quantization_config`` transformers writes for bitsandbytes (``BitsAndBytesConfig``).
 
-For the detector: whether the checkpoint declares bitsandbytes, which kind
-(4-bit or LLM.int8), its storage type and the modules it left unquantized.
-Only the fields flexq acts on are modelled; transformers writes more
-(``bnb_4bit_compute_dtype``, ``llm_int8_threshold``, ...), which are
-accepted and ignored: the compute dtype is what bnb multiplies activations in,
-not the dtype the weights were stored from (that is the quant state's ``dtype``).
+For the detector: whether the checkpoint declares bitsandbytes and which kind
+(4-bit or LLM.int8). Only the fields flexq acts on are modelled; transformers
+writes more (``bnb_4bit_compute_dtype``, ``llm_int8_threshold``, ...), which are
+kept and ignored: the compute dtype is what bnb multiplies activations in, not
+the dtype the weights were stored from (that is the quant state's ``dtype``).
+The ignore lists (``llm_int8_skip_modules``, ``modules_to_not_convert``) are read
+by :class:`flexq.formatkit.IgnoreList`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from flexq.formatkit import QuantConfig, parse_quant_config
 
-from flexq import Checkpoint, FormatError
+if TYPE_CHECKING:
+    from flexq import Checkpoint
 
 FORMAT = "bitsandbytes"
+#: Config fields naming the modules bitsandbytes left unquantized.
+SKIP_FIELDS = ("llm_int8_skip_modules", "modules_to_not_convert")
 
 
-class BnbConfig(BaseModel):
+class BnbConfig(QuantConfig):
     """``quantization_config`` of a bitsandbytes checkpoint."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
 
     quant_method: str = FORMAT
     load_in_4bit: bool = False
@@ -30,13 +32,6 @@ class BnbConfig(BaseModel):
     bnb_4bit_quant_type: str = "fp4"
     bnb_4bit_use_double_quant: bool = False
     bnb_4bit_quant_storage: str = "uint8"
-    llm_int8_skip_modules: list[str] | None = None
-    modules_to_not_convert: list[str] | None = None
-
-    @property
-    def skipped(self) -> list[str]:
-        """Module patterns the producer left unquantized."""
-        return [*(self.llm_int8_skip_modules or ()), *(self.modules_to_not_convert or ())]
 
 
 def declared(qc: dict[str, Any]) -> bool:
@@ -52,15 +47,6 @@ def parse(ckpt: Checkpoint) -> BnbConfig | None:
 
     :raises FormatError: when a bitsandbytes config has fields of the wrong type.
     """
-    qc = ckpt.quantization_config
-    if not declared(qc):
+    if not declared(ckpt.quantization_config):
         return None
-    try:
-        return BnbConfig.model_validate(qc)
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        field = ".".join(str(p) for p in problem["loc"])
-        raise FormatError(
-            f"{ckpt.path / 'config.json'}: quantization_config.{field}: {problem['msg']} "
-            f"(format {FORMAT!r})"
-        ) from None
+    return parse_quant_config(BnbConfig, ckpt, FORMAT)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.ops import for_bands
+from flexq.formatkit import for_bands
 from flexq_bitsandbytes.arrayops import BnbOps, bnb_ops_for
 from flexq_bitsandbytes.codebook import CODE_BOOKS, pair_table
 from flexq_bitsandbytes.layout import INV_127, FourBit

@@ -20,15 +20,14 @@ Used by the plugin hooks (memoized per :class:`flexq.Checkpoint`). The rules:
 
 from __future__ import annotations
 
-import re
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq_bitsandbytes.config import FORMAT, BnbConfig, parse
+from flexq.formatkit import IgnoreList, natural_dtype, per_checkpoint
+from flexq_bitsandbytes.config import FORMAT, SKIP_FIELDS, BnbConfig, parse
 from flexq_bitsandbytes.layout import (
     ABSMAX,
     FOUR_BIT_SUFFIXES,
@@ -44,8 +43,6 @@ from flexq_bitsandbytes.layout import (
 )
 from flexq_bitsandbytes.quantstate import read_quant_state
 
-OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
-
 
 @dataclass(frozen=True)
 class Analysis:
@@ -59,9 +56,7 @@ class Analysis:
     recognized: frozenset[str]
 
 
-_MEMO: weakref.WeakKeyDictionary[Checkpoint, Analysis] = weakref.WeakKeyDictionary()
-
-
+@per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis:
     """The bitsandbytes tensors of ``ckpt`` (computed once per checkpoint).
 
@@ -69,14 +64,6 @@ def analyze(ckpt: Checkpoint) -> Analysis:
         quantized-looking weights without their state, or claimed tensors in
         modules the config lists as not quantized.
     """
-    found = _MEMO.get(ckpt)
-    if found is None:
-        found = _analyze(ckpt)
-        _MEMO[ckpt] = found
-    return found
-
-
-def _analyze(ckpt: Checkpoint) -> Analysis:
     cfg = parse(ckpt)
     tensors: dict[str, FourBit | Int8] = {}
     recognized: set[str] = set()
@@ -99,7 +86,7 @@ def _analyze(ckpt: Checkpoint) -> Analysis:
         tensors[found.key] = found
     if cfg is not None:
         _check_unclaimed(ckpt, cfg, tensors)
-        _check_skipped(ckpt, cfg, tensors)
+        _check_skipped(ckpt, tensors)
     return Analysis(tensors, frozenset(recognized))
 
 
@@ -151,6 +138,7 @@ def _four_bit(ckpt: Checkpoint, state_key: str) -> FourBit:
         shape,
         state.dtype,
         nested,
+        ckpt.info(state_key).shape[0],
     )
 
 
@@ -178,7 +166,7 @@ def _int8(ckpt: Checkpoint, scb_key: str) -> Int8:
                 "expected a U8 scalar"
             )
     shape = (weight.shape[0], weight.shape[1])
-    return Int8(key, scb_key, format_key, shape, model_dtype(ckpt.config))
+    return Int8(key, scb_key, format_key, shape, natural_dtype(ckpt))
 
 
 def _expect(
@@ -219,34 +207,14 @@ def _check_unclaimed(ckpt: Checkpoint, cfg: BnbConfig, tensors: dict[str, Any]) 
             )
 
 
-def _check_skipped(ckpt: Checkpoint, cfg: BnbConfig, tensors: dict[str, FourBit | Int8]) -> None:
-    patterns = cfg.skipped
+def _check_skipped(ckpt: Checkpoint, tensors: dict[str, FourBit | Int8]) -> None:
+    where = f"{ckpt.path / 'config.json'}: quantization_config"
+    skipped = IgnoreList.from_config(ckpt.quantization_config, where, SKIP_FIELDS)
     for key, t in tensors.items():
-        module = key.rsplit(".", 1)[0] if "." in key else key
-        for pattern in patterns:
-            if skips(module, pattern):
-                raise FormatError(
-                    f"{ckpt.info(t.key).file}: tensor {key!r} is stored quantized "
-                    f"({FORMAT}), but its module matches {pattern!r}, which the config "
-                    "lists as not quantized"
-                )
-
-
-def skips(module: str, pattern: str) -> bool:
-    """transformers' rule (``should_convert_module``): ``pattern`` names ``module`` when it
-    matches from the start as a regex (alone or followed by a dot) or ends the name."""
-    if module.endswith(pattern):
-        return True
-    try:
-        return bool(re.match(f"{pattern}\\.", module) or re.match(pattern, module))
-    except re.error:
-        return module == pattern or module.startswith(pattern + ".")
-
-
-def model_dtype(config: dict[str, Any]) -> str:
-    """The model's dtype from config.json (``torch_dtype`` or ``dtype``), else bfloat16."""
-    for name in ("torch_dtype", "dtype"):
-        value = config.get(name)
-        if isinstance(value, str) and value.removeprefix("torch.") in OUTPUT_DTYPES:
-            return value.removeprefix("torch.")
-    return "bfloat16"
+        hit = skipped.match(key)
+        if hit is not None:
+            raise FormatError(
+                f"{ckpt.info(t.key).file}: tensor {key!r} is stored quantized ({FORMAT}), "
+                f"but its module matches {hit[1]!r} of {hit[0]}, which lists modules "
+                "the producer left unquantized"
+            )

@@ -58,6 +58,7 @@ class FourBit:
     :ivar key: the logical key, which is also the packed codes' key.
     :ivar shape: logical shape (the blob's ``shape``).
     :ivar dtype: natural dtype (the blob's ``dtype``: what bnb dequantizes to).
+    :ivar state_bytes: length of the blob tensor.
     """
 
     key: str
@@ -69,6 +70,7 @@ class FourBit:
     shape: tuple[int, ...]
     dtype: str
     nested: Nested | None
+    state_bytes: int
 
     @property
     def n(self) -> int:

@@ -13,8 +13,9 @@ blocks; otherwise one partial block at each end, so a rank reads at most
 other axis. A column slice ``[:, c0:c0+nc]`` touches every row, and blocks are
 rows of the flattened tensor, so the plan reads the whole rows of the box (the
 same bytes a row range of the box's rows would) and apply cuts the columns: a
-2-way column split reads all the codes on each rank. The blob is parsed at
-detection time and not read again.
+2-way column split reads all the codes on each rank. The quant-state blob,
+already parsed at detection time, is planned whole too (a few hundred bytes):
+Paddle's own loader reports a source that no plan reads as an unexpected key.
 
 **LLM.int8.** Codes ``[out, in]`` map one to one: the box itself, ``SCB`` for
 its rows, and the ``weight_format`` scalar.
@@ -60,6 +61,7 @@ def four_bit_boxes(t: FourBit, target: TargetSlice) -> dict[str, Box]:
         t.key: ((b0, 0), (b1 - b0, 1)),
         t.absmax_key: ((first,), (end - first,)),
         t.quant_map_key: ((0,), (16,)),
+        t.state_key: ((0,), (t.state_bytes,)),
     }
     if t.nested is not None:
         g0, g1 = nested_groups(t, first, end)

@@ -14,7 +14,7 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
-from flexq.validate import check_scales
+from flexq.formatkit import check_scales
 from flexq_bitsandbytes.arrayops import bnb_ops_for
 from flexq_bitsandbytes.codebook import CODE_BOOKS
 from flexq_bitsandbytes.config import FORMAT
@@ -40,7 +40,7 @@ def flexq_recognized_keys(checkpoint: Checkpoint) -> frozenset[str]:
     return analyze(checkpoint).recognized
 
 
-@flexq.hookimpl(optionalhook=True)
+@flexq.hookimpl
 def flexq_quant_methods() -> list[str]:
     return [FORMAT]
 
@@ -81,7 +81,7 @@ def _apply_four_bit(
 ) -> Any:
     target = plan.target
     boxes = four_bit_boxes(t, target)
-    for key, (_, shape) in boxes.items():
+    for key, (_, shape) in boxes.items():  # the blob's box included, though unused here
         got = tuple(sources[key].shape)
         if got != tuple(shape):
             raise FormatError(
