@@ -159,7 +159,7 @@ def _tensor(checkpoint: Checkpoint, logical_key: str) -> FourBit | Int8:
 
 #: Smallest logits cosine similarity promised for a model loaded from NF4 weights
 #: with double quantization (16 levels per block of 64, absmax coded in 8 bits).
-MIN_LOGITS_COSINE = 0.95
+MIN_LOGITS_COSINE = 0.93
 
 
 @flexq.hookimpl
