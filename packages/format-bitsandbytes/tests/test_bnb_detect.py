@@ -224,10 +224,42 @@ def test_non_row_int8_weight_format_is_a_format_error(
         ct.load("m.weight", "float32")
 
 
-def test_nan_absmax_warns_with_the_tensor_name(tmp_path: Path, build: Build, kit: Any) -> None:
-    case = kit.random_4bit(np.random.default_rng(0), (4, 32), "nf4", 64, False)
-    case["absmax"][1] = np.nan
+@pytest.mark.parametrize(
+    ("nested", "corrupt", "named"),
+    [(False, "absmax", "absmax"), (True, "nested_absmax", "nested_absmax"),
+     (True, "nested_map", "nested_quant_map")],
+)  # fmt: skip
+def test_non_finite_scales_are_declared_to_the_core(
+    tmp_path: Path, build: Build, kit: Any, nested: bool, corrupt: str, named: str
+) -> None:
+    case = kit.random_4bit(np.random.default_rng(0), (4, 32), "nf4", 64, nested, 1)
+    if corrupt == "nested_map":
+        case["nested_map"][case["absmax"][1]] = np.inf
+    else:
+        case[corrupt][1] = np.nan
     ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
-    with pytest.warns(flexq.ScaleWarning, match=r"absmax"):
+    plan = ct.plan(KEY, flexq.TargetSlice.whole((4, 32), "float32"))
+    assert named in " ".join(plan.scales)
+    with pytest.warns(flexq.ScaleWarning, match=named):
         out = ct.load(KEY, "float32")
-    assert np.isnan(out.reshape(-1)[64:]).all()
+    assert not np.isfinite(out.reshape(-1)[64:]).any()
+    assert np.isfinite(out.reshape(-1)[:64]).all()
+
+
+def test_int8_scb_is_a_declared_scale(tmp_path: Path, build: Build, kit: Any) -> None:
+    cb, scb = kit.random_int8(np.random.default_rng(0), 3, 4)
+    scb[2] = np.inf
+    ct = flexq.compose(build(tmp_path / "c", kit.tensors_int8("m", cb, scb)), formats=FORMATS)
+    with pytest.warns(flexq.ScaleWarning, match="SCB"):
+        ct.load("m.weight", "float32")
+
+
+def test_non_finite_nested_offset_is_a_format_error(tmp_path: Path, build: Build, kit: Any) -> None:
+    state = {**STATE, "nested_blocksize": 256, "nested_dtype": "float32"}
+    tensors = four_bit(kit)
+    text = json.dumps({**state, "nested_offset": float("nan")}).encode()
+    tensors[KEY + ".quant_state.bitsandbytes__nf4"] = RawTensor(
+        "U8", np.frombuffer(text, np.uint8).copy()
+    )
+    with pytest.raises(FormatError, match="non-finite nested_offset"):
+        flexq.compose(build(tmp_path / "c", tensors), formats=FORMATS)

@@ -89,10 +89,26 @@ def int8_boxes(t: Int8, target: TargetSlice, format_shape: tuple[int, ...]) -> d
     return boxes
 
 
+def scale_keys(t: FourBit | Int8) -> tuple[str, ...]:
+    """The float32 sources a NaN or infinity in which makes the tensor non-finite.
+
+    The core checks them before anything is written. With double quantization
+    the absmax codes are U8 indexes, not scales: the nested absmax and the
+    nested code book are checked instead (the offset is checked at detection).
+    """
+    if isinstance(t, Int8):
+        return (t.scb_key,)
+    if t.nested is not None:
+        return (t.nested.absmax_key, t.nested.quant_map_key)
+    return (t.absmax_key,)
+
+
 def local_plan(
     t: FourBit | Int8, target: TargetSlice, format_shape: tuple[int, ...] = ()
 ) -> ReadPlan:
     """The plan reading only what ``target`` needs (see the module doc for the 4-bit limits)."""
     if isinstance(t, FourBit):
-        return ReadPlan("local", four_bit_boxes(t, target), target)
-    return ReadPlan("local", int8_boxes(t, target, format_shape), target)
+        boxes = four_bit_boxes(t, target)
+    else:
+        boxes = int8_boxes(t, target, format_shape)
+    return ReadPlan("local", boxes, target, scales=scale_keys(t))

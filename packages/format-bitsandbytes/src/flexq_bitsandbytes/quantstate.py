@@ -17,6 +17,7 @@ size, and counted in ``Checkpoint.bytes_read`` like every other read.
 from __future__ import annotations
 
 import json
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -84,4 +85,6 @@ def read_quant_state(ckpt: Checkpoint, key: str) -> QuantState:
         raise FormatError(
             f"{where} has only some of nested_blocksize, nested_dtype and nested_offset"
         )
+    if state.nested_offset is not None and not math.isfinite(state.nested_offset):
+        raise FormatError(f"{where} has a non-finite nested_offset {state.nested_offset}")
     return state
