@@ -54,6 +54,7 @@ def block_elements(t: FourBit, first: int, end: int) -> tuple[int, int]:
 
 
 def four_bit_boxes(t: FourBit, target: TargetSlice) -> dict[str, Box]:
+    """Every source box a 4-bit ``target`` needs (the plan's, and what apply checks)."""
     first, end = covering_blocks(t, target)
     e0, e1 = block_elements(t, first, end)
     b0, b1 = e0 // 2, -(-e1 // 2) if e1 > e0 else e0 // 2
