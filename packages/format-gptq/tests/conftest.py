@@ -186,7 +186,7 @@ def gptq_config(
         "bits": bits,
         "group_size": group_size,
         "sym": sym,
-        "desc_act": False,
+        "desc_act": extra.pop("desc_act", False),
         "checkpoint_format": "gptq" if v1 else "gptq_v2",
         **extra,
     }

@@ -44,7 +44,8 @@ def test_whole_decode_equals_the_oracle(oracle: Any, case: dict[str, Any], dtype
         g_idx=case["g_idx"],
         scale_dtype=case["scale_dtype"],
     )
-    config = oracle.gptq_config(case["bits"], case["group"], v1=case["v1"])
+    act_order = case["g_idx"] in ("permuted", "random")
+    config = oracle.gptq_config(case["bits"], case["group"], v1=case["v1"], desc_act=act_order)
     with oracle.written({"fc": lin}, config) as ckpt:
         ct = compose(ckpt.path, ["gptq"])
         oracle.same_bits(ct.load("fc.weight", dtype), oracle.round_to(lin.reference(), dtype))
@@ -60,7 +61,9 @@ def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, An
         rng, case["bits"], case["out_f"], case["in_f"], case["group"], v1=case["v1"],
         g_idx=case["g_idx"], scale_dtype=case["scale_dtype"],
     )
-    with oracle.written({"fc": lin}, oracle.gptq_config(case["bits"], case["group"], v1=case["v1"])) as ckpt:
+    act_order = case["g_idx"] in ("permuted", "random")
+    config = oracle.gptq_config(case["bits"], case["group"], v1=case["v1"], desc_act=act_order)
+    with oracle.written({"fc": lin}, config) as ckpt:
         ct = compose(ckpt.path, ["gptq"])
         out_f, in_f = lin.shape
         o0, i0 = out_f // 3, in_f // 4

@@ -35,7 +35,6 @@ from flexq.threads import run_parts
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
 from flexq_gptq.layout import GptqLinear
-from flexq_gptq.plan import check_groups
 
 
 def zero_offsets(linear: GptqLinear) -> tuple[tuple[int, ...], int]:
@@ -46,6 +45,18 @@ def zero_offsets(linear: GptqLinear) -> tuple[tuple[int, ...], int]:
     if linear.bits == 3:
         return (0,) * p.unit_words, 1
     return p.v1_word_offsets(), 0
+
+
+def check_groups(ckpt: Checkpoint, linear: GptqLinear, values: np.ndarray, offset: int) -> None:
+    """Raise :class:`FormatError` unless every g_idx value names one of the linear's groups."""
+    bad = (values < 0) | (values >= linear.n_groups)
+    if bad.any():
+        at = int(np.argmax(bad))
+        info = ckpt.info(linear.g_idx)
+        raise FormatError(
+            f"{info.file}: tensor {linear.g_idx!r} holds group {int(values[at])} at "
+            f"[{offset + at}], outside 0..{linear.n_groups - 1} (format {FORMAT_NAME!r})"
+        )
 
 
 def group_index(
@@ -68,11 +79,13 @@ def group_index(
         values = np.arange(i0, i0 + ni, dtype=np.int64) // linear.group_size
     rows = values - g0
     if rows.size and (rows.min() < 0 or rows.max() >= ng):
-        info = ckpt.info(linear.g_idx if linear.has_g_idx else linear.scales)
+        # Only a g_idx that is not i // g under desc_act: false gets here.
+        info = ckpt.info(linear.g_idx)
         raise FormatError(
             f"{info.file}: tensor {info.key!r}: columns {i0}..{i0 + ni - 1} of "
             f"{linear.logical_key!r} use groups {int(values.min())}..{int(values.max())}, "
-            f"but the plan read rows {g0}..{g0 + ng - 1} (format {FORMAT_NAME!r})"
+            f"not the i // group_size groups {g0}..{g0 + ng - 1} that desc_act: false "
+            f"promises (format {FORMAT_NAME!r})"
         )
     return rows
 

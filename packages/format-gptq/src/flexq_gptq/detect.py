@@ -162,5 +162,6 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
         config.zeros_minus_one,
         scales.dtype,
         has_g_idx,
+        has_g_idx and config.raw.desc_act,
         _natural_dtype(ckpt, scales.dtype),
     )

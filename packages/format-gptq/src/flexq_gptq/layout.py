@@ -27,6 +27,8 @@ class GptqLinear:
     :ivar group_size: input columns per group (``in`` for group_size -1).
     :ivar zeros_minus_one: stored zeros are z - 1 (GPTQ v1).
     :ivar has_g_idx: ``X.g_idx`` is stored (else a column's group is ``i // g``).
+    :ivar act_order: the config says ``desc_act: true`` and ``X.g_idx`` is stored:
+        groups may be scattered over the columns.
     :ivar dtype: natural Paddle dtype of the logical weight.
     """
 
@@ -38,6 +40,7 @@ class GptqLinear:
     zeros_minus_one: bool
     scale_dtype: str
     has_g_idx: bool
+    act_order: bool
     dtype: str
 
     @property

@@ -79,7 +79,7 @@ def flexq_read_plan(
 ) -> ReadPlan | None:
     if force_global:
         return None
-    return local_plan(checkpoint, _linear(checkpoint, logical_key), target)
+    return local_plan(_linear(checkpoint, logical_key), target)
 
 
 @hookimpl
