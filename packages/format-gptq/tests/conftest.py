@@ -117,11 +117,10 @@ class GptqTensors:
         return self.qweight.shape[1], self.qweight.shape[0] * 32 // self.bits
 
     def raw(self, prefix: str) -> dict[str, RawTensor]:
-        scales = self.scales
         if self.scale_dtype == "BF16":
-            scales = RawTensor("BF16", np.asarray(scales).view(np.uint16))
+            scales = RawTensor("BF16", np.asarray(self.scales).view(np.uint16))
         else:
-            scales = RawTensor.of(np.asarray(scales))
+            scales = RawTensor.of(np.asarray(self.scales))
         out = {
             f"{prefix}.qweight": RawTensor.of(self.qweight),
             f"{prefix}.qzeros": RawTensor.of(self.qzeros),
@@ -203,7 +202,9 @@ class Written:
 
 @contextmanager
 def written(
-    linears: dict[str, GptqTensors], config: dict[str, Any], extra: dict[str, RawTensor] | None = None
+    linears: dict[str, GptqTensors],
+    config: dict[str, Any],
+    extra: dict[str, RawTensor] | None = None,
 ) -> Iterator[Written]:
     """Write ``linears`` (prefix -> tensors) with ``config`` into a fresh directory."""
     with tempfile.TemporaryDirectory() as tmp:

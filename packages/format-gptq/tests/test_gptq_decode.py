@@ -58,8 +58,14 @@ def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, An
 
     rng = np.random.default_rng(case["seed"])
     lin = oracle.random_gptq(
-        rng, case["bits"], case["out_f"], case["in_f"], case["group"], v1=case["v1"],
-        g_idx=case["g_idx"], scale_dtype=case["scale_dtype"],
+        rng,
+        case["bits"],
+        case["out_f"],
+        case["in_f"],
+        case["group"],
+        v1=case["v1"],
+        g_idx=case["g_idx"],
+        scale_dtype=case["scale_dtype"],
     )
     act_order = case["g_idx"] in ("permuted", "random")
     config = oracle.gptq_config(case["bits"], case["group"], v1=case["v1"], desc_act=act_order)
@@ -70,7 +76,9 @@ def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, An
         target = TargetSlice((out_f, in_f), (out_f - o0, in_f - i0), (o0, i0), "float32")
         plan = ct.plan("fc.weight", target)
         sources = ct.read_sources("fc.weight", plan)
-        on_device = {k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()}
+        on_device = {
+            k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()
+        }
         numpy_result = ct.dequantize("fc.weight", sources, plan, "float32")
         paddle_result = ct.dequantize("fc.weight", on_device, plan, "float32")
         oracle.same_bits(paddle_result.numpy(), numpy_result)
@@ -124,7 +132,11 @@ def test_v1_three_bit_zeros_wrap_field_by_field(oracle: Any) -> None:
 
     stored = pack_codes(np.full((1, 32), 7), 3, axis=1)  # every field z - 1 = -1 mod 8
     lin = oracle.GptqTensors(
-        3, -1, True, pack_codes(np.full((32, 32), 5), 3, axis=0), stored,
+        3,
+        -1,
+        True,
+        pack_codes(np.full((32, 32), 5), 3, axis=0),
+        stored,
         np.ones((1, 32), np.float16),
     )
     with oracle.written({"fc": lin}, oracle.gptq_config(3, -1)) as ckpt:

@@ -12,7 +12,9 @@ from flexq import FlexqError, FormatError, RawTensor, TargetSlice, compose
 from flexq_gptq import plugin
 
 
-def one(oracle: Any, bits: int = 4, out_f: int = 32, in_f: int = 64, group: int = 32, **kw: Any) -> Any:
+def one(
+    oracle: Any, bits: int = 4, out_f: int = 32, in_f: int = 64, group: int = 32, **kw: Any
+) -> Any:
     return oracle.random_gptq(np.random.default_rng(3), bits, out_f, in_f, group, **kw)
 
 
@@ -96,7 +98,9 @@ def test_dynamic_and_extra_config_override_bits_and_group_size_per_module(oracle
         "extra_config": {"m.down_proj": {"bits": 8, "group_size": 16}},
     }
     down.v1 = up.v1 = False
-    with oracle.written({"m.down_proj": down, "m.up_proj": up}, {"quantization_config": qc}) as ckpt:
+    with oracle.written(
+        {"m.down_proj": down, "m.up_proj": up}, {"quantization_config": qc}
+    ) as ckpt:
         ct = compose(ckpt.path, ["gptq"])
         oracle.same_bits(ct.load("m.down_proj.weight", "float32"), down.reference())
 
@@ -127,9 +131,11 @@ def test_a_quantized_module_the_config_leaves_unquantized_is_an_error(
 
 
 def test_quantized_lm_head_needs_lm_head_true(oracle: Any) -> None:
-    with oracle.written({"lm_head": one(oracle)}, oracle.gptq_config(4, 32)) as ckpt:
-        with pytest.raises(FormatError, match="lm_head is false"):
-            compose(ckpt.path, ["gptq"])
+    with (
+        oracle.written({"lm_head": one(oracle)}, oracle.gptq_config(4, 32)) as ckpt,
+        pytest.raises(FormatError, match="lm_head is false"),
+    ):
+        compose(ckpt.path, ["gptq"])
     with oracle.written({"lm_head": one(oracle)}, oracle.gptq_config(4, 32, lm_head=True)) as ckpt:
         assert "lm_head.weight" in compose(ckpt.path, ["gptq"]).entries
 
@@ -216,29 +222,40 @@ def test_act_order_g_idx_under_desc_act_false_decodes_whole_but_not_in_slices(
 
 
 def test_desc_act_needs_g_idx(oracle: Any) -> None:
-    with oracle.written({"fc": one(oracle, g_idx="none")}, oracle.gptq_config(4, 32, desc_act=True)) as ckpt:
-        with pytest.raises(FormatError, match="has no fc.g_idx, which desc_act: true needs"):
-            compose(ckpt.path, ["gptq"])
+    config = oracle.gptq_config(4, 32, desc_act=True)
+    with (
+        oracle.written({"fc": one(oracle, g_idx="none")}, config) as ckpt,
+        pytest.raises(FormatError, match="has no fc.g_idx, which desc_act: true needs"),
+    ):
+        compose(ckpt.path, ["gptq"])
 
 
 def test_orphan_g_idx_is_recognised_and_reported(oracle: Any) -> None:
     orphan = {"other.g_idx": RawTensor.of(np.zeros(64, np.int32))}
     with oracle.written({"fc": one(oracle)}, oracle.gptq_config(4, 32), orphan) as ckpt:
-        assert "other.g_idx" in plugin.flexq_recognized_keys(flexq.Checkpoint(ckpt.path))
+        recognized = plugin.flexq_recognized_keys(flexq.Checkpoint(ckpt.path))
+        assert recognized is not None
+        assert "other.g_idx" in recognized
         with pytest.raises(FlexqError, match="other.g_idx"):
             compose(ckpt.path, ["gptq"])
 
 
 def test_gptq_config_without_any_qweight_is_an_error(oracle: Any, tmp_path: Any) -> None:
     path = flexq.save_checkpoint(
-        tmp_path / "c", {"w": RawTensor.of(np.ones((4, 4), np.float16))}, config=oracle.gptq_config(4, 32)
+        tmp_path / "c",
+        {"w": RawTensor.of(np.ones((4, 4), np.float16))},
+        config=oracle.gptq_config(4, 32),
     )
     with pytest.raises(FormatError, match="no tensor is a GPTQ '<module>.qweight'"):
         compose(path, ["gptq"])
 
 
-def test_gptq_tensors_without_a_quantization_config_are_an_error(oracle: Any, tmp_path: Any) -> None:
-    path = flexq.save_checkpoint(tmp_path / "c", one(oracle).raw("fc"), config={"model_type": "llama"})
+def test_gptq_tensors_without_a_quantization_config_are_an_error(
+    oracle: Any, tmp_path: Any
+) -> None:
+    path = flexq.save_checkpoint(
+        tmp_path / "c", one(oracle).raw("fc"), config={"model_type": "llama"}
+    )
     with pytest.raises(FormatError, match="has no quantization_config"):
         compose(path, ["gptq"])
 

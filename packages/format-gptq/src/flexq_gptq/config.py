@@ -23,6 +23,7 @@ Two producer dialects share the packing:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +113,8 @@ class GptqConfig:
         if module.split(".")[-1] == "lm_head" and not raw.lm_head and not self._named(module):
             return "lm_head is false"
         blocks = _names(raw.block_name_to_quantize)
-        if blocks and not any(module.startswith(f"{b}.") for b in blocks) and not self._named(module):
+        covered = any(module.startswith(f"{b}.") for b in blocks)
+        if blocks and not covered and not self._named(module):
             return f"block_name_to_quantize {blocks} does not cover it"
         inside = _names(raw.modules_in_block_to_quantize)
         if inside and not any(re.search(n, module) for n in inside) and not self._named(module):
@@ -159,7 +161,7 @@ class GptqConfig:
         return scheme
 
 
-def _names(value: str | list[str | list[str]] | None) -> list[str]:
+def _names(value: str | Sequence[str | Sequence[str]] | None) -> list[str]:
     """A flat list of names from a string (comma-separated) or a possibly nested list."""
     if value is None:
         return []
@@ -167,7 +169,7 @@ def _names(value: str | list[str | list[str]] | None) -> list[str]:
         return [v.strip() for v in value.split(",") if v.strip()]
     out: list[str] = []
     for item in value:
-        out.extend(_names(item))
+        out.extend(_names(item) if isinstance(item, str) else [n for x in item for n in _names(x)])
     return out
 
 
@@ -222,7 +224,8 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
             )
         minus_one = GPTQ_CHECKPOINT_FORMATS[fmt]
     else:
-        if raw.data_type is not None and raw.data_type.lower() not in ("int", "int_sym", "int_asym"):
+        integer = ("int", "int_sym", "int_asym")
+        if raw.data_type is not None and raw.data_type.lower() not in integer:
             raise fail("data_type", f"{raw.data_type!r} is not an integer GPTQ layout")
         if raw.act_bits is not None and raw.act_bits < 16:
             raise fail("act_bits", f"{raw.act_bits}-bit activations use another layout")
@@ -234,7 +237,7 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
                 f"(supported: {', '.join(AUTO_ROUND_PACKINGS)})",
             )
         minus_one = AUTO_ROUND_PACKINGS[packing]
-    patterns = [("dynamic", k, k[2:] if k.startswith(("+:", "-:")) else k) for k in raw.dynamic or {}]
+    patterns = [("dynamic", k, k.removeprefix("+:").removeprefix("-:")) for k in raw.dynamic or {}]
     patterns += [("extra_config", k, k) for k in raw.extra_config or {}]
     for field, key, pattern in patterns:
         try:
@@ -243,4 +246,3 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
             raise fail(field, f"key {key!r} is not a regular expression ({err})") from None
     scheme = Scheme(raw.bits, raw.group_size, raw.sym)
     return GptqConfig(method, scheme, minus_one, raw, where)
-

@@ -25,7 +25,7 @@ boxes' offsets, so one routine serves local and global plans.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,9 @@ from flexq.ops import RUNS_PER_TASK, ops_for, row_runs
 from flexq.threads import run_parts
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
-from flexq_gptq.layout import GptqLinear
+
+if TYPE_CHECKING:
+    from flexq_gptq.layout import GptqLinear
 
 
 def zero_offsets(linear: GptqLinear) -> tuple[tuple[int, ...], int]:

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flexq import Checkpoint, FormatError
+from flexq import Checkpoint, FormatError, TensorInfo
 from flexq_gptq.config import FORMAT_NAME, GptqConfig, parse_config
 from flexq_gptq.layout import COMPONENTS, SCALE_DTYPES, GptqLinear
 from flexq_gptq.packing import Packing
@@ -143,7 +143,10 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
         )
     g = in_f if scheme.group_size == -1 else scheme.group_size
     n_groups = -(-in_f // g)
-    expected = [(qzeros, (n_groups, z_cols)), (scales, (n_groups, out_f))]
+    expected: list[tuple[TensorInfo, tuple[int, ...]]] = [
+        (qzeros, (n_groups, z_cols)),
+        (scales, (n_groups, out_f)),
+    ]
     if has_g_idx:
         expected.append((ckpt.tensors[f"{prefix}.g_idx"], (in_f,)))
     for info, want in expected:

@@ -1,4 +1,4 @@
-"""GPTQ (AutoGPTQ, GPTQModel, optimum, auto-round): qweight/qzeros/scales/g_idx -> X.weight [out, in].
+"""GPTQ (AutoGPTQ, GPTQModel, optimum, auto-round): qweight, qzeros, scales, g_idx -> X.weight.
 
 The flexq hook implementations of the ``gptq`` format (entry point in the
 group ``flexq``). Detection lives in :mod:`flexq_gptq.detect`, plans in
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,8 +30,10 @@ from flexq_gptq.config import AUTO_ROUND_METHODS, FORMAT_NAME, GPTQ_METHODS
 from flexq_gptq.decode import dequantize
 from flexq_gptq.detect import analyze
 from flexq_gptq.encode import quantization_config, quantize
-from flexq_gptq.layout import GptqLinear
 from flexq_gptq.plan import local_plan
+
+if TYPE_CHECKING:
+    from flexq_gptq.layout import GptqLinear
 
 
 def _linear(checkpoint: Checkpoint, logical_key: str) -> GptqLinear:
@@ -121,8 +123,6 @@ def flexq_encode(
         perm = np.random.default_rng(n).permutation(w.shape[1])
         prefix = key.removesuffix(".weight")
         tensors.update(quantize(w, DEMO_BITS, DEMO_GROUP_SIZE, perm=perm, prefix=prefix))
-    config = {
-        "quantization_config": quantization_config(DEMO_BITS, DEMO_GROUP_SIZE, desc_act=True)
-    }
+    config = {"quantization_config": quantization_config(DEMO_BITS, DEMO_GROUP_SIZE, desc_act=True)}
     save_checkpoint(directory, tensors, config=config)
     return MIN_LOGITS_COSINE
