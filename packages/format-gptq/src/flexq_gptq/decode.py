@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq import Checkpoint, FormatError, ReadPlan
-from flexq.ops import RUNS_PER_TASK, ops_for, row_runs
+from flexq.ops import RUNS_PER_TASK, lookup_into, ops_for, row_runs
 from flexq.threads import run_parts
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
+from flexq_gptq.packing import Packing
 
 if TYPE_CHECKING:
     from flexq_gptq.layout import GptqLinear
@@ -136,25 +137,39 @@ def dequantize(
 
 
 def _byte_table(bits: int) -> np.ndarray:
-    """For each byte value, the float32 codes it holds in stream order (256 x 8/bits)."""
+    """For each byte value, the float32 codes it holds in stream order, as one item of
+    ``4 * 8 / bits`` bytes (float32, uint64 or complex128), so one ``np.take`` per
+    byte copies them all (a copy of bits, no arithmetic)."""
     per = 8 // bits
     b = np.arange(256)
-    return np.stack([(b >> (bits * j)) & ((1 << bits) - 1) for j in range(per)], axis=-1).astype(
-        np.float32
-    )
+    codes = np.stack([(b >> (bits * j)) & ((1 << bits) - 1) for j in range(per)], axis=-1)
+    item = {1: np.float32, 2: np.uint64, 4: np.complex128}[per]
+    return np.ascontiguousarray(codes.astype(np.float32)).view(item).reshape(256)
 
 
 _BYTE_TABLES = {bits: _byte_table(bits) for bits in (2, 4, 8)}
+_THREE_BIT_FIELDS = Packing(3).fields()
 
 
 def _unpack_rows_into(words_t: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """Codes of transposed qweight words [rows, W] into ``out`` [rows, W*32/bits]."""
+    """Codes of transposed qweight words [rows, W] (uint32) into ``out`` [rows, W*32/bits]."""
     if bits == 3:
-        out[...] = gptq_ops_for(words_t).unpack(words_t, 3, 1, (0, 0, 0), 0)
+        units = words_t.reshape(words_t.shape[0], -1, 3)
+        fields = out.reshape(units.shape[0], units.shape[1], 32)
+        code = np.empty(units.shape[:2], np.uint32)
+        for k, (word, shift, low) in enumerate(_THREE_BIT_FIELDS):
+            np.right_shift(units[:, :, word], np.uint32(shift), out=code)
+            if low < 3:
+                code |= units[:, :, word + 1] << np.uint32(low)
+            code &= np.uint32(7)
+            fields[:, :, k] = code
         return
     codes = words_t.view(np.uint8)  # little-endian: stream order, byte by byte
+    if bits == 8:
+        lookup_into(_BYTE_TABLES[8], codes, out)
+        return
     table = _BYTE_TABLES[bits]
-    np.take(table, codes, axis=0, out=out.reshape(*codes.shape, table.shape[1]), mode="clip")
+    np.take(table, codes, out=out.view(table.dtype).reshape(codes.shape), mode="clip")
 
 
 def _banded(
@@ -169,16 +184,16 @@ def _banded(
     every step of a band of output rows done while it is still in cache, bands on
     the worker threads.
 
-    The words are transposed first (``bits/32`` of the output), so output row o
-    is transposed word row o: little-endian bytes hold its codes in order, which
-    one table lookup per byte expands. Columns whose groups are contiguous and
+    A band's words are transposed first (``bits/32`` of its output), so output
+    row o is transposed word row o: little-endian bytes hold its codes in order,
+    which one table lookup per byte expands. Columns whose groups are contiguous and
     whole broadcast one zero and scale per group; others (act-order, partial
     groups) gather them per band.
     """
     ni = rows.size
     no = z.shape[1]
     result = np.empty((no, ni), np.float32) if out is None else out
-    src = np.ascontiguousarray(words.T).view(np.uint32)
+    src = words.view(np.uint32)
     zt, st = np.ascontiguousarray(z.T), np.ascontiguousarray(s.T)
     ng = zt.shape[1]
     g = ni // ng if ng and ni % ng == 0 else 0
@@ -188,14 +203,18 @@ def _banded(
         for run in runs:
             band = slice(run.start, run.stop)
             values = result[band]
-            _unpack_rows_into(src[band], bits, values)
+            # Each band transposes its own words: small, in cache, on its thread.
+            _unpack_rows_into(np.ascontiguousarray(src[:, band].T), bits, values)
             if grouped:
                 v3 = values.reshape(len(run), ng, g)
                 v3 -= zt[band, :, None]
                 v3 *= st[band, :, None]
             else:
-                values -= zt[band][:, rows]
-                values *= st[band][:, rows]
+                side = np.empty_like(values)
+                np.take(zt[band], rows, axis=1, out=side)
+                values -= side
+                np.take(st[band], rows, axis=1, out=side)
+                values *= side
 
     def guarded(runs: Sequence[range]) -> None:
         # numpy's error state is per thread: each worker sets its own.
