@@ -40,6 +40,16 @@ def test_natural_dtype_falls_back_to_the_scales_dtype(oracle: Any) -> None:
         assert compose(ckpt.path, ["gptq"]).entry("fc.weight").dtype == "bfloat16"
 
 
+def test_newer_gptqmodel_format_key_selects_v2(oracle: Any) -> None:
+    lin = one(oracle, v1=False)
+    config = oracle.gptq_config(4, 32, v1=False)
+    del config["quantization_config"]["checkpoint_format"]
+    config["quantization_config"].update(format="gptq_v2", method="gptq")
+    with oracle.written({"fc": lin}, config) as ckpt:
+        got = compose(ckpt.path, ["gptq"]).load("fc.weight", "float32")
+    oracle.same_bits(got, lin.reference())
+
+
 def test_v1_and_v2_read_the_same_words_one_apart(oracle: Any) -> None:
     lin = one(oracle, g_idx="none")
     with oracle.written({"fc": lin}, oracle.gptq_config(4, 32, v1=True)) as ckpt:
@@ -276,6 +286,11 @@ def test_another_method_is_not_claimed(oracle: Any, tmp_path: Any) -> None:
         ({"group_size": 0}, "group_size", "must be -1 or positive"),
         ({"sym": "maybe"}, "sym", "valid boolean"),
         ({"checkpoint_format": "marlin"}, "checkpoint_format", "'marlin' is not a GPTQ layout"),
+        (
+            {"checkpoint_format": None, "format": "gptq_p"},
+            "format",
+            "'gptq_p' is not a GPTQ layout",
+        ),
         ({"pack_dtype": "int64"}, "pack_dtype", "'int64' words are not supported"),
         ({"dynamic": {"+:(": {"bits": 8}}}, "dynamic", "is not a regular expression"),
         ({"dynamic": {"+:.*": {"bits": 5}}}, "(override for 'fc')", "bits must be one of"),

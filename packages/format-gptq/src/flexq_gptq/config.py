@@ -4,8 +4,9 @@ Two producer dialects share the packing:
 
 - ``quant_method: "gptq"`` (AutoGPTQ, GPTQModel, optimum, auto-round's
   ``auto_gptq`` export, Qwen's -GPTQ-Int4/Int8): ``bits``, ``group_size``,
-  ``sym``, ``desc_act``, ``checkpoint_format`` (absent or ``"gptq"``: v1 zeros,
-  stored as z - 1; ``"gptq_v2"``: z stored), GPTQModel's ``pack_dtype`` and
+  ``sym``, ``desc_act``, ``checkpoint_format`` (newer GPTQModel: ``format``;
+  absent or ``"gptq"``: v1 zeros, stored as z - 1; ``"gptq_v2"``: z stored),
+  GPTQModel's ``pack_dtype`` and
   ``dynamic`` (per-module overrides keyed ``"+:regex"`` / bare regex, and
   ``"-:regex"`` for modules left unquantized, matched with ``re.match``),
   optimum's ``modules_in_block_to_quantize`` and ``block_name_to_quantize``,
@@ -58,6 +59,7 @@ class QuantConfig(BaseModel):
     sym: bool = True
     desc_act: bool = False
     checkpoint_format: str | None = None
+    format: str | None = None
     pack_dtype: str | None = None
     packing_format: str | None = None
     data_type: str | None = None
@@ -215,11 +217,14 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
     if raw.pack_dtype is not None and raw.pack_dtype.removeprefix("torch.") != "int32":
         raise fail("pack_dtype", f"{raw.pack_dtype!r} words are not supported (int32 only)")
     if method in GPTQ_METHODS:
-        fmt = (raw.checkpoint_format or "gptq").lower()
+        # Newer GPTQModel writes `format` beside (and instead of) `checkpoint_format`.
+        field = "checkpoint_format" if raw.checkpoint_format is not None else "format"
+        given = raw.checkpoint_format if raw.checkpoint_format is not None else raw.format
+        fmt = (given or "gptq").lower()
         if fmt not in GPTQ_CHECKPOINT_FORMATS:
             raise fail(
-                "checkpoint_format",
-                f"{raw.checkpoint_format!r} is not a GPTQ layout this format reads "
+                field,
+                f"{given!r} is not a GPTQ layout this format reads "
                 f"(supported: {', '.join(GPTQ_CHECKPOINT_FORMATS)})",
             )
         minus_one = GPTQ_CHECKPOINT_FORMATS[fmt]
