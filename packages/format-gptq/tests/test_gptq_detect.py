@@ -270,6 +270,23 @@ def test_gptq_tensors_without_a_quantization_config_are_an_error(
         compose(path, ["gptq"])
 
 
+def test_autogptq_quantize_config_json_is_read_when_config_json_has_none(
+    oracle: Any, tmp_path: Any
+) -> None:
+    import json
+
+    lin = one(oracle)
+    path = flexq.save_checkpoint(tmp_path / "c", lin.raw("fc"), config={"model_type": "llama"})
+    qc = {"bits": 4, "group_size": 32, "desc_act": False, "sym": False, "true_sequential": True}
+    (path / "quantize_config.json").write_text(json.dumps(qc))
+    oracle.same_bits(compose(path, ["gptq"]).load("fc.weight", "float32"), lin.reference())
+    (path / "quantize_config.json").write_text(json.dumps({**qc, "bits": 6}))
+    with pytest.raises(
+        FormatError, match=r"quantize_config.json: quantize_config.bits: .*must be one of"
+    ):
+        compose(path, ["gptq"])
+
+
 def test_another_method_is_not_claimed(oracle: Any, tmp_path: Any) -> None:
     path = flexq.save_checkpoint(
         tmp_path / "c",

@@ -23,6 +23,7 @@ Two producer dialects share the packing:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -184,9 +185,36 @@ def _component_match(entry: str, name: str) -> bool:
     return f".{entry}." in f".{name}."
 
 
+#: AutoGPTQ's own config file, beside config.json (the only one in checkpoints made
+#: before transformers read GPTQ, which have no quantization_config).
+QUANTIZE_CONFIG_NAME = "quantize_config.json"
+
+
+def quant_config_of(ckpt: Checkpoint) -> tuple[dict[str, Any], str]:
+    """(quantization config, where it was read) for ``ckpt``.
+
+    config.json's ``quantization_config`` when there is one; else AutoGPTQ's
+    ``quantize_config.json`` (which early AutoGPTQ wrote without ``quant_method``).
+    """
+    if ckpt.quantization_config:
+        return ckpt.quantization_config, f"{ckpt.path / 'config.json'}: quantization_config"
+    path = ckpt.path / QUANTIZE_CONFIG_NAME
+    if path.is_file():
+        where = f"{path}: quantize_config"
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise FormatError(
+                f"{where}: not readable JSON ({err}) (format {FORMAT_NAME!r})"
+            ) from None
+        if isinstance(value, dict) and "bits" in value:
+            return {"quant_method": "gptq", **value}, where
+    return {}, ""
+
+
 def method_of(ckpt: Checkpoint) -> str | None:
     """``quant_method`` (lower case) when it is one this format decodes, else None."""
-    method = ckpt.quantization_config.get("quant_method")
+    method = quant_config_of(ckpt)[0].get("quant_method")
     if isinstance(method, str) and method.lower() in (*GPTQ_METHODS, *AUTO_ROUND_METHODS):
         return method.lower()
     return None
@@ -201,9 +229,9 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
     method = method_of(ckpt)
     if method is None:
         return None
-    where = f"{ckpt.path / 'config.json'}: quantization_config"
+    qc, where = quant_config_of(ckpt)
     try:
-        raw = QuantConfig.model_validate(ckpt.quantization_config)
+        raw = QuantConfig.model_validate(qc)
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"])

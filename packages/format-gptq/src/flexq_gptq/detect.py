@@ -1,6 +1,7 @@
 """Find the GPTQ linears of a checkpoint from its headers and config (no tensor data read).
 
-A checkpoint is GPTQ when ``quantization_config.quant_method`` is one of
+A checkpoint is GPTQ when ``quantization_config.quant_method`` (or AutoGPTQ's
+``quantize_config.json`` when config.json has none) is one of
 :data:`flexq_gptq.config.GPTQ_METHODS` or ``AUTO_ROUND_METHODS``; every
 ``X.qweight`` is then a linear with ``X.qzeros``, ``X.scales`` and optionally
 ``X.g_idx`` beside it. The analysis runs once per :class:`flexq.Checkpoint`.
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq_gptq.config import FORMAT_NAME, GptqConfig, parse_config
+from flexq_gptq.config import FORMAT_NAME, GptqConfig, parse_config, quant_config_of
 from flexq_gptq.layout import COMPONENTS, SCALE_DTYPES, GptqLinear
 from flexq_gptq.packing import Packing
 
@@ -75,7 +76,7 @@ def analyze(ckpt: Checkpoint) -> GptqCheckpoint | None:
 
 
 def _refuse_unconfigured(ckpt: Checkpoint) -> None:
-    if ckpt.quantization_config.get("quant_method") is not None:
+    if quant_config_of(ckpt)[0].get("quant_method") is not None:
         return  # another method: another format's checkpoint
     for key in ckpt.tensors:
         if key.endswith(".qweight") and f"{key.removesuffix('.qweight')}.g_idx" in ckpt.tensors:
