@@ -76,7 +76,7 @@ def measure() -> dict[str, float]:
             )
             ct = compose(path, ["gptq"])
             plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            runs[name] = _dequantizer(ct, plan, ct.read_sources("fc.weight", plan))
+            runs[name] = _dequantizer(ct, plan, ct.read_sources(plan))
         for fn in runs.values():  # warm-up: page faults and allocator growth
             fn()
         for _ in range(ROUNDS):

@@ -54,7 +54,7 @@ def test_whole_decode_equals_the_oracle(oracle: Any, case: dict[str, Any], dtype
 @settings(max_examples=30, deadline=None)
 @given(case=linears())
 def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, Any]) -> None:
-    from flexq.arrays import source_to_paddle
+    from flexq.formatkit.testing import source_to_paddle
 
     rng = np.random.default_rng(case["seed"])
     lin = oracle.random_gptq(
@@ -75,7 +75,7 @@ def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, An
         o0, i0 = out_f // 3, in_f // 4
         target = TargetSlice((out_f, in_f), (out_f - o0, in_f - i0), (o0, i0), "float32")
         plan = ct.plan("fc.weight", target)
-        sources = ct.read_sources("fc.weight", plan)
+        sources = ct.read_sources(plan)
         on_device = {
             k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()
         }

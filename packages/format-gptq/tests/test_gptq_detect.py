@@ -31,7 +31,7 @@ def test_logical_weight_is_out_by_in_in_the_config_dtype_and_bias_passes_through
         ct = compose(ckpt.path, ["gptq"])
         entry = ct.entry("fc.weight")
         assert (entry.shape, entry.dtype) == ((32, 64), "bfloat16")
-        assert ct.entry("fc.bias").owner is None
+        assert ct.entry("fc.bias").is_passthrough
         np.testing.assert_array_equal(ct.load("fc.bias"), np.arange(32, dtype=np.float16))
 
 
@@ -211,7 +211,7 @@ def test_g_idx_naming_a_missing_group_is_an_error(oracle: Any, desc_act: bool) -
     with oracle.written({"fc": lin}, oracle.gptq_config(4, 32, desc_act=desc_act)) as ckpt:
         ct = compose(ckpt.path, ["gptq"])
         plan = ct.plan("fc.weight", TargetSlice((32, 64), (32, 30), (0, 30), "float32"))
-        sources = ct.read_sources("fc.weight", plan)
+        sources = ct.read_sources(plan)
         with pytest.raises(FormatError, match=r"'fc.g_idx' holds group 7 at \[40\], outside 0..1"):
             ct.dequantize("fc.weight", sources, plan, "float32")
 
@@ -226,7 +226,7 @@ def test_act_order_g_idx_under_desc_act_false_decodes_whole_but_not_in_slices(
         ct = compose(ckpt.path, ["gptq"])
         oracle.same_bits(ct.load("fc.weight", "float32"), lin.reference())
         plan = ct.plan("fc.weight", TargetSlice((32, 64), (32, 16), (0, 0), "float32"))
-        sources = ct.read_sources("fc.weight", plan)
+        sources = ct.read_sources(plan)
         with pytest.raises(FormatError, match="that desc_act: false promises"):
             ct.dequantize("fc.weight", sources, plan, "float32")
 

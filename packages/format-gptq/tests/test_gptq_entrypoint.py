@@ -31,7 +31,8 @@ def test_plugin_implements_every_hook() -> None:
         "flexq_read_plan",
         "flexq_apply",
         "flexq_encode",
+        "flexq_quant_methods",
     ):
         assert callable(getattr(flexq_gptq.plugin, hook))
-        assert flexq.plugins.registry.implements("gptq", hook)
+        assert flexq.plugin.manager.registry.implements("gptq", hook)
     assert flexq_gptq.plugin.flexq_quant_methods() == ["gptq", "auto-round", "intel/auto-round"]

@@ -95,7 +95,7 @@ def test_local_plan_equals_slice_of_global_and_reads_within_the_bound(
     assert plan.mode == "local"
     assert plan.target == target
     before = ct.checkpoint.bytes_read
-    sources = ct.read_sources("fc.weight", plan)
+    sources = ct.read_sources(plan)
     assert ct.checkpoint.bytes_read - before == expected_bytes(lin, o0, no, i0, ni)
     got = ct.dequantize("fc.weight", sources, plan, dtype)
     oracle.same_bits(got, oracle.round_to(whole[o0 : o0 + no, i0 : i0 + ni], dtype))
@@ -116,7 +116,7 @@ def test_act_order_plan_reads_every_group_row_of_its_columns(built: Built) -> No
         "fc.scales": ((0, 8), (3, 10)),
         "fc.g_idx": ((50,), (1,)),
     }
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, whole[8:18, 50:51])
 
 
@@ -129,7 +129,7 @@ def test_trivial_g_idx_plan_reads_only_the_covering_groups(built: Built) -> None
         "fc.scales": ((1, 0), (2, 24)),
         "fc.g_idx": ((30,), (10,)),
     }
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, whole[:, 30:40])
 
 
@@ -139,7 +139,7 @@ def test_three_bit_row_slice_reads_whole_three_word_units(built: Built) -> None:
     qz_offset, qz_shape = plan.source_slices["fc.qzeros"]
     assert (qz_offset[1], qz_shape[1]) == (0, 6)  # out 30..49 -> units 0 and 1 -> words 0..5
     assert plan.source_slices["fc.qweight"] == ((0, 30), (9, 20))
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, whole[30:50])
 
 
@@ -148,14 +148,14 @@ def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Bu
     target = TargetSlice((32, 96), (5, 7), (3, 9), "float32")
     plan = ct.plan("fc.weight", target, force_global=True)
     assert plan.mode == "global"
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
 
 
 def test_empty_box_gives_an_empty_result(built: Built) -> None:
     ct, _, _ = built.items[1]
     plan = ct.plan("fc.weight", TargetSlice((32, 96), (0, 5), (32, 3), "float32"))
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     assert got.shape == (0, 5)
 
 
@@ -166,9 +166,9 @@ def test_whole_units_decode_band_by_band_into_a_given_output(
 ) -> None:
     """Boxes that are whole units of words take the banded path: bands of one output row
     up to the whole weight, over the worker threads, into a fresh array or the one offered."""
-    import flexq.ops as core_ops
+    import flexq.formatkit.bands as core_bands
 
-    monkeypatch.setattr(core_ops, "_BAND_CODES", band)
+    monkeypatch.setattr(core_bands, "_BAND_CODES", band)
     ct, _, lin = built.items[case]
     shape = lin.shape
     want = lin.reference()
@@ -178,7 +178,7 @@ def test_whole_units_decode_band_by_band_into_a_given_output(
     ]
     for target in targets:
         plan = ct.plan("fc.weight", target)
-        sources = ct.read_sources("fc.weight", plan)
+        sources = ct.read_sources(plan)
         (o0, i0), (no, ni) = target.global_offset, target.local_shape
         oracle.same_bits(ct.dequantize("fc.weight", sources, plan, "float32"), want[o0 : o0 + no])
         into = np.full(target.local_shape, 5.0, np.float32)

@@ -1,4 +1,4 @@
-"""The array operations the GPTQ decoder needs beyond :class:`flexq.ops.ArrayOps`.
+"""The array operations the GPTQ decoder needs beyond :class:`flexq.formatkit.ArrayOps`.
 
 Unpacking ``bits``-bit codes from int32 words along either axis (with the GPTQ
 v1 zero offset undone on the words or on the fields), taking rows by a group
@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.ops import is_paddle
+from flexq.formatkit import is_paddle
 from flexq_gptq.packing import Packing
 
 
 class GptqOps(Protocol):
-    """Operations the GPTQ decoder needs beyond :class:`flexq.ops.ArrayOps`."""
+    """Operations the GPTQ decoder needs beyond :class:`flexq.formatkit.ArrayOps`."""
 
     def unpack(
         self, words: Any, bits: int, axis: int, word_add: Sequence[int], field_add: int

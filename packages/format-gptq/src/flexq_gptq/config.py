@@ -10,7 +10,8 @@ Two producer dialects share the packing:
   ``dynamic`` (per-module overrides keyed ``"+:regex"`` / bare regex, and
   ``"-:regex"`` for modules left unquantized, matched with ``re.match``),
   optimum's ``modules_in_block_to_quantize`` and ``block_name_to_quantize``,
-  ``lm_head``, ``modules_to_not_convert``.
+  ``lm_head``, and the ignore lists :class:`flexq.formatkit.IgnoreList` reads
+  (``modules_to_not_convert`` and its kin).
 - ``quant_method: "auto-round"`` (or the older ``"intel/auto-round"``): the same
   scheme keys plus ``data_type`` (``"int"``), ``act_bits``, ``packing_format``
   (``"auto_round:auto_gptq"`` / ``"auto_round:gptq"``: v1 zeros;
@@ -29,9 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import ValidationError, field_validator
 
 from flexq import Checkpoint, FormatError
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
 from flexq_gptq.packing import BITS
 
 FORMAT_NAME = "gptq"
@@ -49,10 +51,8 @@ AUTO_ROUND_PACKINGS = {
 GPTQ_CHECKPOINT_FORMATS = {"gptq": True, "gptq_v2": False}
 
 
-class QuantConfig(BaseModel):
-    """The keys of ``quantization_config`` this format reads (others are ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
+class GptqQuantConfig(QuantConfig):
+    """The keys of ``quantization_config`` this format reads (others are kept, unread)."""
 
     quant_method: str
     bits: int = 4
@@ -70,7 +70,6 @@ class QuantConfig(BaseModel):
     extra_config: dict[str, dict[str, Any]] | None = None
     block_name_to_quantize: str | list[str | list[str]] | None = None
     modules_in_block_to_quantize: list[str | list[str]] | None = None
-    modules_to_not_convert: list[str] | None = None
 
     @field_validator("bits")
     @classmethod
@@ -104,15 +103,16 @@ class GptqConfig:
     default: Scheme
     #: True when stored zeros are z - 1 (GPTQ v1).
     zeros_minus_one: bool
-    raw: QuantConfig
+    raw: GptqQuantConfig
+    ignored: IgnoreList
     where: str
 
     def scheme_of(self, module: str) -> Scheme | str:
         """The scheme of ``module``, or a sentence saying why it is left unquantized."""
         raw = self.raw
-        for entry in raw.modules_to_not_convert or ():
-            if _component_match(entry, module):
-                return f"modules_to_not_convert lists {entry!r}"
+        hit = self.ignored.match(module)
+        if hit is not None:
+            return f"{hit[0]} lists {hit[1]!r}"
         if module.split(".")[-1] == "lm_head" and not raw.lm_head and not self._named(module):
             return "lm_head is false"
         blocks = _names(raw.block_name_to_quantize)
@@ -176,15 +176,6 @@ def _names(value: str | Sequence[str | Sequence[str]] | None) -> list[str]:
     return out
 
 
-def _component_match(entry: str, name: str) -> bool:
-    # "re:<pattern>" entries are regexes (compressed-tensors style); plain entries
-    # name a module or a dotted run of components, matched on component
-    # boundaries so "gate" does not cover "gate_proj".
-    if entry.startswith("re:"):
-        return re.match(entry[3:], name) is not None
-    return f".{entry}." in f".{name}."
-
-
 #: AutoGPTQ's own config file, beside config.json (the only one in checkpoints made
 #: before transformers read GPTQ, which have no quantization_config).
 QUANTIZE_CONFIG_NAME = "quantize_config.json"
@@ -230,14 +221,18 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
     if method is None:
         return None
     qc, where = quant_config_of(ckpt)
-    try:
-        raw = QuantConfig.model_validate(qc)
-    except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise FormatError(
-            f"{where}.{field}: {first['msg']} (got {first.get('input')!r}) (format {FORMAT_NAME!r})"
-        ) from None
+    if qc is ckpt.quantization_config:
+        raw = parse_quant_config(GptqQuantConfig, ckpt, FORMAT_NAME)
+    else:
+        try:
+            raw = GptqQuantConfig.model_validate(qc)
+        except ValidationError as err:
+            first = err.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise FormatError(
+                f"{where}.{field}: {first['msg']} (got {first.get('input')!r}; "
+                f"format {FORMAT_NAME!r})"
+            ) from None
 
     def fail(field: str, msg: str) -> FormatError:
         return FormatError(f"{where}.{field}: {msg} (format {FORMAT_NAME!r})")
@@ -278,4 +273,4 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
         except re.error as err:
             raise fail(field, f"key {key!r} is not a regular expression ({err})") from None
     scheme = Scheme(raw.bits, raw.group_size, raw.sym)
-    return GptqConfig(method, scheme, minus_one, raw, where)
+    return GptqConfig(method, scheme, minus_one, raw, IgnoreList.from_config(qc, where), where)

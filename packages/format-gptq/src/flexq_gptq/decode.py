@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq import Checkpoint, FormatError, ReadPlan
-from flexq.ops import RUNS_PER_TASK, lookup_into, ops_for, row_runs
-from flexq.threads import run_parts
+from flexq.formatkit import RUNS_PER_TASK, lookup_into, ops_for, row_runs, run_parts
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
 from flexq_gptq.packing import Packing

@@ -9,7 +9,7 @@ A checkpoint is GPTQ when ``quantization_config.quant_method`` (or AutoGPTQ's
 Rules (each pinned by a test):
 - a missing companion, a wrong dtype or a shape that does not fit the bits and
   group size is a :class:`flexq.FormatError` naming file, tensor and format;
-- a quantized module the config leaves unquantized (``modules_to_not_convert``,
+- a quantized module the config leaves unquantized (an ignore list,
   a ``-:`` rule of ``dynamic``, ``extra_config`` bits >= 16, outside
   ``block_name_to_quantize`` / ``modules_in_block_to_quantize``, ``lm_head:
   false``) is an error: its readers would treat it as a plain layer;
@@ -21,11 +21,11 @@ Rules (each pinned by a test):
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flexq import Checkpoint, FormatError, TensorInfo
+from flexq.formatkit import natural_dtype, per_checkpoint
 from flexq_gptq.config import FORMAT_NAME, GptqConfig, parse_config, quant_config_of
 from flexq_gptq.layout import COMPONENTS, SCALE_DTYPES, GptqLinear
 from flexq_gptq.packing import Packing
@@ -42,37 +42,30 @@ class GptqCheckpoint:
     recognized: frozenset[str]
 
 
-_MEMO: weakref.WeakKeyDictionary[Checkpoint, GptqCheckpoint | None] = weakref.WeakKeyDictionary()
-
-
+@per_checkpoint
 def analyze(ckpt: Checkpoint) -> GptqCheckpoint | None:
     """The GPTQ linears of ``ckpt``, or None when it is not a GPTQ checkpoint.
 
     :raises FormatError: on a bad config or a broken linear.
     """
-    if ckpt in _MEMO:
-        return _MEMO[ckpt]
     config = parse_config(ckpt)
-    result = None
     if config is None:
         _refuse_unconfigured(ckpt)
-    else:
-        suffixes = tuple(f".{c}" for c in COMPONENTS)
-        recognized = frozenset(k for k in ckpt.tensors if k.endswith(suffixes))
-        linears = {}
-        for key in sorted(ckpt.tensors):
-            if key.endswith(".qweight"):
-                linear = _linear(ckpt, config, key.removesuffix(".qweight"))
-                linears[linear.logical_key] = linear
-        if not linears:
-            dtypes = ", ".join(sorted({t.dtype for t in ckpt.tensors.values()}))
-            raise FormatError(
-                f"{config.where}: quant_method {config.method!r}, but no tensor is a GPTQ "
-                f"'<module>.qweight' (tensor dtypes: {dtypes}) (format {FORMAT_NAME!r})"
-            )
-        result = GptqCheckpoint(config, linears, recognized)
-    _MEMO[ckpt] = result
-    return result
+        return None
+    suffixes = tuple(f".{c}" for c in COMPONENTS)
+    recognized = frozenset(k for k in ckpt.tensors if k.endswith(suffixes))
+    linears = {}
+    for key in sorted(ckpt.tensors):
+        if key.endswith(".qweight"):
+            linear = _linear(ckpt, config, key.removesuffix(".qweight"))
+            linears[linear.logical_key] = linear
+    if not linears:
+        dtypes = ", ".join(sorted({t.dtype for t in ckpt.tensors.values()}))
+        raise FormatError(
+            f"{config.where}: quant_method {config.method!r}, but no tensor is a GPTQ "
+            f"'<module>.qweight' (tensor dtypes: {dtypes}) (format {FORMAT_NAME!r})"
+        )
+    return GptqCheckpoint(config, linears, recognized)
 
 
 def _refuse_unconfigured(ckpt: Checkpoint) -> None:
@@ -85,14 +78,6 @@ def _refuse_unconfigured(ckpt: Checkpoint) -> None:
                 f"{ckpt.path / 'config.json'} has no quantization_config, so its bits and "
                 f"zero convention are unknown (format {FORMAT_NAME!r})"
             )
-
-
-def _natural_dtype(ckpt: Checkpoint, scale_dtype: str) -> str:
-    for name in ("torch_dtype", "dtype"):
-        value = ckpt.config.get(name)
-        if value in ("bfloat16", "float16", "float32"):
-            return str(value)
-    return SCALE_DTYPES[scale_dtype]
 
 
 def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
@@ -167,5 +152,5 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
         scales.dtype,
         has_g_idx,
         has_g_idx and config.raw.desc_act,
-        _natural_dtype(ckpt, scales.dtype),
+        natural_dtype(ckpt, default=SCALE_DTYPES[scales.dtype]),
     )

@@ -24,8 +24,7 @@ from flexq import (
     hookimpl,
     save_checkpoint,
 )
-from flexq.ops import ops_for
-from flexq.validate import check_scales
+from flexq.formatkit import check_scales, ops_for
 from flexq_gptq.config import AUTO_ROUND_METHODS, FORMAT_NAME, GPTQ_METHODS
 from flexq_gptq.decode import dequantize
 from flexq_gptq.detect import analyze
@@ -46,9 +45,7 @@ def _linear(checkpoint: Checkpoint, logical_key: str) -> GptqLinear:
     return linear
 
 
-# optionalhook: the core's hookspec for this hook is new; until a core declares
-# it, pluggy must not reject the plugin for implementing it.
-@hookimpl(optionalhook=True)
+@hookimpl
 def flexq_quant_methods() -> list[str]:
     return [*GPTQ_METHODS, *AUTO_ROUND_METHODS]
 
