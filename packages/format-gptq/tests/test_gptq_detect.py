@@ -35,6 +35,58 @@ def test_logical_weight_is_out_by_in_in_the_config_dtype_and_bias_passes_through
         np.testing.assert_array_equal(ct.load("fc.bias"), np.arange(32, dtype=np.float16))
 
 
+#: optimum's GPTQConfig.to_dict() as Qwen's -GPTQ-Int4 releases carry it in config.json.
+OPTIMUM_CONFIG = {
+    "batch_size": 1,
+    "bits": 4,
+    "block_name_to_quantize": None,
+    "cache_block_outputs": True,
+    "damp_percent": 0.01,
+    "dataset": None,
+    "desc_act": False,
+    "exllama_config": {"version": 1},
+    "group_size": 32,
+    "max_input_length": None,
+    "model_seqlen": None,
+    "module_name_preceding_first_block": None,
+    "modules_in_block_to_quantize": None,
+    "pad_token_id": None,
+    "quant_method": "gptq",
+    "sym": True,
+    "tokenizer": None,
+    "true_sequential": True,
+    "use_cuda_fp16": False,
+    "use_exllama": True,
+}
+
+
+def test_optimum_config_with_biases_and_a_plain_lm_head(oracle: Any) -> None:
+    rng = np.random.default_rng(9)
+    q = oracle.random_gptq(rng, 4, 32, 64, 32)
+    down = oracle.random_gptq(rng, 4, 64, 32, 32)
+    plain = {
+        "model.layers.0.self_attn.q_proj.bias": RawTensor.of(np.ones(32, np.float16)),
+        "lm_head.weight": RawTensor.of(np.ones((8, 64), np.float16)),
+    }
+    config = {
+        "quantization_config": {
+            **OPTIMUM_CONFIG,
+            "block_name_to_quantize": "model.layers",
+            "modules_in_block_to_quantize": [["self_attn.q_proj"], ["mlp.down_proj"]],
+        },
+        "torch_dtype": "float16",
+    }
+    linears = {"model.layers.0.self_attn.q_proj": q, "model.layers.0.mlp.down_proj": down}
+    with oracle.written(linears, config, plain) as ckpt:
+        ct = compose(ckpt.path, ["gptq"])
+        assert ct.entry("lm_head.weight").is_passthrough
+        assert ct.entry("model.layers.0.self_attn.q_proj.bias").is_passthrough
+        for prefix, lin in linears.items():
+            oracle.same_bits(ct.load(f"{prefix}.weight", "float32"), lin.reference())
+    with oracle.written(linears, {"quantization_config": OPTIMUM_CONFIG}) as ckpt:
+        assert len(compose(ckpt.path, ["gptq"]).entries) == 2
+
+
 def test_natural_dtype_falls_back_to_the_scales_dtype(oracle: Any) -> None:
     with oracle.written({"fc": one(oracle, scale_dtype="BF16")}, oracle.gptq_config(4, 32)) as ckpt:
         assert compose(ckpt.path, ["gptq"]).entry("fc.weight").dtype == "bfloat16"
