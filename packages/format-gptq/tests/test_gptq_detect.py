@@ -167,6 +167,18 @@ def test_dynamic_and_extra_config_override_bits_and_group_size_per_module(oracle
         oracle.same_bits(ct.load("m.down_proj.weight", "float32"), down.reference())
 
 
+def test_dynamic_desc_act_override_plans_act_order_for_that_module(oracle: Any) -> None:
+    lin = one(oracle, g_idx="permuted")
+    config = oracle.gptq_config(4, 32, dynamic={"+:fc": {"desc_act": True}})
+    with oracle.written({"fc": lin}, config) as ckpt:
+        ct = compose(ckpt.path, ["gptq"])
+        target = TargetSlice((32, 64), (32, 16), (0, 0), "float32")
+        plan = ct.plan("fc.weight", target)
+        assert plan.source_slices["fc.scales"] == ((0, 0), (2, 32))  # every group
+        got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+        oracle.same_bits(got, lin.reference()[:, :16])
+
+
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
@@ -370,6 +382,16 @@ def test_another_method_is_not_claimed(oracle: Any, tmp_path: Any) -> None:
         ),
         ({"quant_method": "auto-round", "data_type": "mx_fp"}, "data_type", "'mx_fp'"),
         ({"quant_method": "auto-round", "act_bits": 8}, "act_bits", "8-bit activations"),
+        (
+            {"quant_method": "auto-round", "extra_config": {"fc": {"data_type": "mx_fp"}}},
+            "(override for 'fc')",
+            "data_type 'mx_fp' is not an integer GPTQ layout",
+        ),
+        (
+            {"modules_in_block_to_quantize": [["fc("]]},
+            "modules_in_block_to_quantize",
+            "is not a regular expression",
+        ),
     ],
 )
 def test_config_errors_name_the_file_and_field(

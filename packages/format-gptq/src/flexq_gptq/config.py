@@ -47,6 +47,8 @@ AUTO_ROUND_PACKINGS = {
     "auto_round": False,
     "auto_round:gptqmodel": False,
 }
+#: auto-round ``data_type`` values of integer (GPTQ-packed) weights.
+INTEGER_DATA_TYPES = ("int", "int_sym", "int_asym")
 #: GPTQ checkpoint formats in the GPTQ layout, and whether they store z - 1.
 GPTQ_CHECKPOINT_FORMATS = {"gptq": True, "gptq_v2": False}
 
@@ -88,11 +90,12 @@ class GptqQuantConfig(QuantConfig):
 
 @dataclass(frozen=True)
 class Scheme:
-    """How one module is quantized: bits, group size (-1 = all of in) and symmetry."""
+    """How one module is quantized: bits, group size (-1 = all of in), symmetry, act-order."""
 
     bits: int
     group_size: int
     sym: bool
+    desc_act: bool
 
 
 @dataclass(frozen=True)
@@ -141,26 +144,38 @@ class GptqConfig:
         bits = overrides.get("bits", self.default.bits)
         if isinstance(bits, int) and bits >= 16:
             return "its extra_config gives bits >= 16 (unquantized)"
+        where = f"{self.where} (override for {module!r})"
+        data_type = overrides.get("data_type", "int")
+        if not isinstance(data_type, str) or data_type.lower() not in INTEGER_DATA_TYPES:
+            raise FormatError(f"{where}: data_type {data_type!r} is not an integer GPTQ layout")
+        act_bits = overrides.get("act_bits", 16)
+        if not isinstance(act_bits, int) or act_bits < 16:
+            raise FormatError(
+                f"{where}: act_bits {act_bits!r}: quantized activations use another layout"
+            )
         scheme = Scheme(
             bits,
             overrides.get("group_size", self.default.group_size),
             overrides.get("sym", self.default.sym),
+            overrides.get("desc_act", self.default.desc_act),
         )
-        return self._checked(scheme, module)
+        return self._checked(scheme, where)
 
     def _named(self, module: str) -> bool:
         """Whether ``extra_config`` names ``module`` exactly (auto-round's out-of-block layers)."""
         return module in (self.raw.extra_config or {})
 
-    def _checked(self, scheme: Scheme, module: str) -> Scheme:
-        where = f"{self.where} (override for {module!r})"
+    def _checked(self, scheme: Scheme, where: str) -> Scheme:
         if scheme.bits not in BITS or isinstance(scheme.bits, bool):
             raise FormatError(f"{where}: bits must be one of {BITS}, got {scheme.bits!r}")
         g = scheme.group_size
         if not isinstance(g, int) or isinstance(g, bool) or (g != -1 and g <= 0):
             raise FormatError(f"{where}: group_size must be -1 or positive, got {g!r}")
-        if not isinstance(scheme.sym, bool):
-            raise FormatError(f"{where}: sym must be true or false, got {scheme.sym!r}")
+        for name in ("sym", "desc_act"):
+            if not isinstance(getattr(scheme, name), bool):
+                raise FormatError(
+                    f"{where}: {name} must be true or false, got {getattr(scheme, name)!r}"
+                )
         return scheme
 
 
@@ -252,8 +267,7 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
             )
         minus_one = GPTQ_CHECKPOINT_FORMATS[fmt]
     else:
-        integer = ("int", "int_sym", "int_asym")
-        if raw.data_type is not None and raw.data_type.lower() not in integer:
+        if raw.data_type is not None and raw.data_type.lower() not in INTEGER_DATA_TYPES:
             raise fail("data_type", f"{raw.data_type!r} is not an integer GPTQ layout")
         if raw.act_bits is not None and raw.act_bits < 16:
             raise fail("act_bits", f"{raw.act_bits}-bit activations use another layout")
@@ -267,10 +281,13 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
         minus_one = AUTO_ROUND_PACKINGS[packing]
     patterns = [("dynamic", k, k.removeprefix("+:").removeprefix("-:")) for k in raw.dynamic or {}]
     patterns += [("extra_config", k, k) for k in raw.extra_config or {}]
+    patterns += [
+        ("modules_in_block_to_quantize", n, n) for n in _names(raw.modules_in_block_to_quantize)
+    ]
     for field, key, pattern in patterns:
         try:
             re.compile(pattern)
         except re.error as err:
             raise fail(field, f"key {key!r} is not a regular expression ({err})") from None
-    scheme = Scheme(raw.bits, raw.group_size, raw.sym)
+    scheme = Scheme(raw.bits, raw.group_size, raw.sym, raw.desc_act)
     return GptqConfig(method, scheme, minus_one, raw, IgnoreList.from_config(qc, where), where)

@@ -99,7 +99,7 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
         if f"{prefix}.{comp}" not in ckpt.tensors:
             raise fail(qweight.key, f"has no companion {prefix}.{comp} (missing component)")
     has_g_idx = f"{prefix}.g_idx" in ckpt.tensors
-    if config.raw.desc_act and not has_g_idx:
+    if scheme.desc_act and not has_g_idx:
         raise fail(qweight.key, f"has no {prefix}.g_idx, which desc_act: true needs")
     qzeros, scales = ckpt.tensors[f"{prefix}.qzeros"], ckpt.tensors[f"{prefix}.scales"]
     checks = [(qweight, ("I32",), 2), (qzeros, ("I32",), 2), (scales, tuple(SCALE_DTYPES), 2)]
@@ -151,6 +151,6 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
         config.zeros_minus_one,
         scales.dtype,
         has_g_idx,
-        has_g_idx and config.raw.desc_act,
+        has_g_idx and scheme.desc_act,
         natural_dtype(ckpt, default=SCALE_DTYPES[scales.dtype]),
     )
