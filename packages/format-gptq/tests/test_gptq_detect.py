@@ -243,6 +243,10 @@ def drop(tensors: dict[str, RawTensor], key: str) -> dict[str, RawTensor]:
             lambda t: {**t, "fc.qweight": RawTensor.of(np.zeros((8, 12), np.int32))},
             "12 output features, not a multiple of 8",
         ),
+        (
+            lambda t: {**t, "fc.weight": RawTensor.of(np.zeros((32, 64), np.float16))},
+            "'fc.qweight' sits beside a stored fc.weight",
+        ),
     ],
 )
 def test_broken_linear_is_an_error_naming_file_tensor_and_format(

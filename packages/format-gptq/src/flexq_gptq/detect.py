@@ -7,8 +7,9 @@ A checkpoint is GPTQ when ``quantization_config.quant_method`` (or AutoGPTQ's
 ``X.g_idx`` beside it. The analysis runs once per :class:`flexq.Checkpoint`.
 
 Rules (each pinned by a test):
-- a missing companion, a wrong dtype or a shape that does not fit the bits and
-  group size is a :class:`flexq.FormatError` naming file, tensor and format;
+- a missing companion, a stored ``X.weight`` beside ``X.qweight``, a wrong
+  dtype or a shape that does not fit the bits and group size is a
+  :class:`flexq.FormatError` naming file, tensor and format;
 - a quantized module the config leaves unquantized (an ignore list,
   a ``-:`` rule of ``dynamic``, ``extra_config`` bits >= 16, outside
   ``block_name_to_quantize`` / ``modules_in_block_to_quantize``, ``lm_head:
@@ -94,6 +95,11 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
             qweight.key,
             f"is quantized, but {config.where}: {scheme}, so readers would treat "
             f"{prefix!r} as an unquantized layer",
+        )
+    if f"{prefix}.weight" in ckpt.tensors:
+        raise fail(
+            qweight.key,
+            f"sits beside a stored {prefix}.weight: the module would have two weights",
         )
     for comp in ("qzeros", "scales"):
         if f"{prefix}.{comp}" not in ckpt.tensors:
