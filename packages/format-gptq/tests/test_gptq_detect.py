@@ -409,3 +409,17 @@ def test_config_errors_name_the_file_and_field(
     assert str(ckpt.path / "config.json") in text
     assert f"quantization_config.{field}" in text or field in text
     assert message in text
+
+
+def test_a_nan_scale_warns_naming_the_tensor_and_decodes_as_nan(oracle: Any) -> None:
+    from flexq import ScaleWarning
+
+    lin = one(oracle, g_idx="trivial")
+    lin.scales[1, 5] = np.nan
+    with oracle.written({"fc": lin}, oracle.gptq_config(4, 32)) as ckpt:
+        ct = compose(ckpt.path, ["gptq"])
+        assert ct.plan("fc.weight", TargetSlice.whole((32, 64), "float32")).scales == ("fc.scales",)
+        with pytest.warns(ScaleWarning, match=r"'fc.scales': scale nan at \[1, 5\]"):
+            got = ct.load("fc.weight", "float32")
+    assert np.isnan(got[5, 32:]).all()
+    assert not np.isnan(np.delete(got, 5, axis=0)).any()

@@ -24,7 +24,6 @@ from flexq import (
     hookimpl,
     save_checkpoint,
 )
-from flexq.formatkit import check_scales, ops_for
 from flexq_gptq.config import AUTO_ROUND_METHODS, FORMAT_NAME, GPTQ_METHODS
 from flexq_gptq.decode import dequantize
 from flexq_gptq.detect import analyze
@@ -90,16 +89,8 @@ def flexq_apply(
     output_dtype: str,
     out: Any,
 ) -> Any:
-    linear = _linear(checkpoint, logical_key)
-    scales = sources[linear.scales]
-    check_scales(
-        ops_for(scales).float32(scales, linear.scale_dtype),
-        scale=checkpoint.info(linear.scales),
-        logical_key=logical_key,
-        format_name=FORMAT_NAME,
-        offset=plan.source_slices.get(linear.scales, ((), ()))[0],
-    )
-    return dequantize(checkpoint, linear, sources, plan, out)
+    # The plan declares the scales: the core checks them before the first write.
+    return dequantize(checkpoint, _linear(checkpoint, logical_key), sources, plan, out)
 
 
 #: Smallest logits cosine similarity promised for a model loaded from 4-bit GPTQ
