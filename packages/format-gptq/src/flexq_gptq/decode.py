@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq import Checkpoint, FormatError, ReadPlan
-from flexq.formatkit import RUNS_PER_TASK, lookup_into, ops_for, row_runs, run_parts
+from flexq.formatkit import RUNS_PER_TASK, is_paddle, lookup_into, ops_for, row_runs, run_parts
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
 from flexq_gptq.packing import Packing
@@ -73,7 +73,7 @@ def group_index(
     (g0, _), (ng, _) = plan.source_slices[linear.scales]
     if linear.has_g_idx:
         raw = sources[linear.g_idx]
-        host = raw.numpy() if hasattr(raw, "place") else np.asarray(raw)
+        host = raw.numpy() if is_paddle(raw) else np.asarray(raw)
         (start,), _ = plan.source_slices[linear.g_idx]
         values = host[i0 - start : i0 - start + ni].astype(np.int64)
         check_groups(ckpt, linear, values, i0)
