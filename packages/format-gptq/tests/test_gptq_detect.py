@@ -349,10 +349,14 @@ def test_autogptq_quantize_config_json_is_read_when_config_json_has_none(
     (path / "quantize_config.json").write_text(json.dumps(qc))
     oracle.same_bits(compose(path, ["gptq"]).load("fc.weight", "float32"), lin.reference())
     (path / "quantize_config.json").write_text(json.dumps({**qc, "bits": 6}))
-    with pytest.raises(
-        FormatError, match=r"quantize_config.json: quantize_config.bits: .*must be one of"
-    ):
+    with pytest.raises(FormatError, match=r"quantize_config.json: quantize_config.bits: .*must be"):
         compose(path, ["gptq"])
+    # beside plain weights (a dequantized copy) the file is not read
+    plain = flexq.save_checkpoint(
+        tmp_path / "plain", {"fc.weight": RawTensor.of(np.ones((4, 4), np.float16))}
+    )
+    (plain / "quantize_config.json").write_text(json.dumps(qc))
+    assert plugin.flexq_logical_metadata(flexq.Checkpoint(plain)) is None
 
 
 def test_another_method_is_not_claimed(oracle: Any, tmp_path: Any) -> None:

@@ -200,12 +200,15 @@ def quant_config_of(ckpt: Checkpoint) -> tuple[dict[str, Any], str]:
     """(quantization config, where it was read) for ``ckpt``.
 
     config.json's ``quantization_config`` when there is one; else AutoGPTQ's
-    ``quantize_config.json`` (which early AutoGPTQ wrote without ``quant_method``).
+    ``quantize_config.json`` (which early AutoGPTQ wrote without ``quant_method``)
+    when packed weights sit beside it.
     """
     if ckpt.quantization_config:
         return ckpt.quantization_config, f"{ckpt.path / 'config.json'}: quantization_config"
     path = ckpt.path / QUANTIZE_CONFIG_NAME
-    if path.is_file():
+    # Only beside packed weights: a dequantized copy (``flexq convert`` output) may
+    # still carry the file, and its plain weights are no GPTQ checkpoint.
+    if path.is_file() and any(k.endswith(".qweight") for k in ckpt.tensors):
         where = f"{path}: quantize_config"
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
