@@ -1,0 +1,124 @@
+"""Array operations the decoder needs beyond :mod:`flexq.ops`, over numpy and Paddle.
+
+Unpacking int32 words into their codes (along dim 1 for weights, dim 0 for
+zero points) and gathering columns by index (act-order). All exact integer or
+data-movement operations, so the numpy and Paddle versions agree bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from flexq.ops import is_paddle
+from flexq_ct_int.packing import byte_table, codes_per_word
+
+
+class CtOps(Protocol):
+    """The operations :mod:`flexq_ct_int.decode` needs on one kind of array."""
+
+    def unpack(self, words: Any, bits: int) -> Any:
+        """int32 words ``[R, W]`` -> their unsigned codes as float32 ``[R, W * 32/bits]``."""
+
+    def unpack_along_rows(self, words: Any, bits: int) -> Any:
+        """int32 words ``[W, C]`` packed along dim 0 -> float32 codes ``[W * 32/bits, C]``."""
+
+    def take_columns(self, x: Any, index: Any) -> Any:
+        """``x[:, index]`` for a 2-D ``x`` and an integer index vector."""
+
+    def as_index(self, x: Any) -> Any:
+        """An integer vector as int64 indices (same kind of array)."""
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        """float32 zeros of ``shape`` where ``like`` lives."""
+
+
+class NumpyCtOps:
+    """:class:`CtOps` on numpy arrays (a byte-table lookup per word row)."""
+
+    def unpack(self, words: Any, bits: int) -> Any:
+        w = np.ascontiguousarray(words, dtype=np.int32)
+        rows, width = w.shape
+        out = np.empty((rows, width * codes_per_word(bits)), dtype=np.float32)
+        unpack_into(w, bits, out)
+        return out
+
+    def unpack_along_rows(self, words: Any, bits: int) -> Any:
+        return np.ascontiguousarray(self.unpack(np.asarray(words).T, bits).T)
+
+    def take_columns(self, x: Any, index: Any) -> Any:
+        return np.take(x, index, axis=1)
+
+    def as_index(self, x: Any) -> Any:
+        return np.asarray(x, dtype=np.int64)
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        return np.zeros(shape, np.float32)
+
+
+def unpack_into(words: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Unpack C-contiguous int32 words ``[R, W]`` into a C-contiguous float32 ``out``
+    ``[R, W * 32/bits]``: each byte's codes come from one table lookup (two
+    float32 codes as one 8-byte item for 4 bits, which numpy gathers fastest)."""
+    if not np.little_endian:
+        words = words.astype("<i4")
+    raw = words.view(np.uint8)
+    if bits == 4:
+        np.take(_NIBBLE_PAIRS, raw, out=out.view(np.uint64), mode="clip")
+    elif bits == 8:
+        np.take(_BYTE_VALUES, raw, out=out, mode="clip")
+    else:
+        per = 8 // bits
+        np.take(byte_table(bits), raw, axis=0, out=out.reshape(*raw.shape, per), mode="clip")
+
+
+#: A byte's two 4-bit codes (low nibble first) as float32, one 8-byte item each.
+_NIBBLE_PAIRS = byte_table(4).view(np.uint64).reshape(256)
+#: A byte's value as float32.
+_BYTE_VALUES = byte_table(8).reshape(256)
+
+
+class PaddleCtOps:
+    """:class:`CtOps` on Paddle tensors, on the tensors' own device."""
+
+    def __init__(self) -> None:
+        import paddle
+
+        self._paddle = paddle
+
+    def unpack(self, words: Any, bits: int) -> Any:
+        p = self._paddle
+        place = words.place
+        k = codes_per_word(bits)
+        # int64 holds every int32 bit pattern as a non-negative number once the
+        # sign extension is masked off, so the right shift is a logical one.
+        wide = p.bitwise_and(
+            words.astype("int64"), p.to_tensor(0xFFFFFFFF, dtype="int64", place=place)
+        )
+        rows, width = wide.shape
+        shifts = p.to_tensor([bits * s for s in range(k)], dtype="int64", place=place)
+        codes = p.bitwise_right_shift(wide.unsqueeze(-1), shifts, is_arithmetic=False)
+        codes = p.bitwise_and(codes, p.to_tensor((1 << bits) - 1, dtype="int64", place=place))
+        return codes.astype("float32").reshape([rows, width * k])
+
+    def unpack_along_rows(self, words: Any, bits: int) -> Any:
+        p = self._paddle
+        return p.transpose(self.unpack(p.transpose(words, [1, 0]), bits), [1, 0])
+
+    def take_columns(self, x: Any, index: Any) -> Any:
+        return self._paddle.index_select(x, index, axis=1)
+
+    def as_index(self, x: Any) -> Any:
+        return x.astype("int64")
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        return self._paddle.zeros(list(shape), dtype="float32").to(like.place)
+
+
+_NUMPY = NumpyCtOps()
+
+
+def ct_ops_for(x: object) -> CtOps:
+    """The :class:`CtOps` for ``x``'s kind of array."""
+    return PaddleCtOps() if is_paddle(x) else _NUMPY
