@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import ml_dtypes
-import pytest
 import numpy as np
+import pytest
 
 from flexq import RawTensor, save_checkpoint
 
@@ -112,7 +112,6 @@ def random_case(
     # Scales of both signs over a wide range, exactly representable in their dtype.
     mag = rng.uniform(0.5, 2.0, grid) * np.exp2(rng.integers(-12, 3, grid))
     scale = (mag * rng.choice([-1.0, 1.0], grid)).astype(SCALE_NUMPY[scale_dtype])
-    s = scale.astype(np.float64)
     g_idx = None
     if act_order:
         order = rng.permutation(in_f)
@@ -176,17 +175,17 @@ def reference_decode(case: Case) -> np.ndarray:
         wp = (qp - z[:, cols]) * s[:, cols]
         w = np.empty_like(wp)
         w[:, perm] = wp
-        return w.astype(np.float32)
+        return np.asarray(w, dtype=np.float32)
     rows = np.arange(out_f) // b0
     cols = np.arange(in_f) // b1
-    return ((q - z[rows][:, cols]) * s[rows][:, cols]).astype(np.float32)
+    return np.asarray((q - z[rows][:, cols]) * s[rows][:, cols], dtype=np.float32)
 
 
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """The oracle's one rounding, in the core's result convention (bfloat16 as uint16 bits)."""
     if dtype == "bfloat16":
-        return x.astype(ml_dtypes.bfloat16).view(np.uint16)
-    return x.astype(dtype)
+        return np.asarray(x.astype(ml_dtypes.bfloat16).view(np.uint16))
+    return np.asarray(x.astype(dtype))
 
 
 class Oracle:

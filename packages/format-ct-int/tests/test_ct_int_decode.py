@@ -71,10 +71,7 @@ def planned_bytes(case: Any, o0: int, no: int, i0: int, ni: int) -> int:
     b0, b1 = case.block
     item = {"BF16": 2, "F16": 2, "F32": 4}[case.scale_dtype]
     k = 32 // case.bits
-    if case.fmt == "pack-quantized":
-        total = no * cover(i0, ni, k) * 4
-    else:
-        total = no * ni
+    total = no * cover(i0, ni, k) * 4 if case.fmt == "pack-quantized" else no * ni
     rows = cover(o0, no, b0)
     groups = -(-case.shape[1] // b1) if case.g_idx is not None else cover(i0, ni, b1)
     if case.strategy == "tensor":
@@ -90,7 +87,11 @@ def planned_bytes(case: Any, o0: int, no: int, i0: int, ni: int) -> int:
     return total
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(layout=layouts(), data=st.data())
 def test_whole_and_sliced_decodes_match_the_oracle_and_read_only_covering_data(
     oracle: Any, layout: dict[str, Any], data: Any
@@ -136,7 +137,9 @@ def test_large_boxes_take_the_banded_path_into_the_offered_output(
             target = TargetSlice((1200, 512), (no, ni), (o0, i0), "float32")
             plan = ct.plan("fc.weight", target)
             out = np.full((no, ni), np.nan, np.float32)
-            got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32", out)
+            got = ct.dequantize(
+                "fc.weight", ct.read_sources("fc.weight", plan), plan, "float32", out
+            )
             assert np.shares_memory(got, out)
             np.testing.assert_array_equal(got, case.expected[o0 : o0 + no, i0 : i0 + ni])
 

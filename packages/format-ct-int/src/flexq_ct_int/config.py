@@ -29,8 +29,8 @@ from flexq import Checkpoint, FormatError
 
 FORMAT_NAME = "ct-int"
 QUANT_METHOD = "compressed-tensors"
-PACK = "pack-quantized"
-INT = "int-quantized"
+PACK: Literal["pack-quantized"] = "pack-quantized"
+INT: Literal["int-quantized"] = "int-quantized"
 #: The compressed-tensors formats this package decodes.
 FORMATS = (PACK, INT)
 MIXED = "mixed-precision"
@@ -66,7 +66,7 @@ class WeightArgs(BaseModel):
 
     @property
     def act_order(self) -> bool:
-        """Whether the group uses group act-order (older configs: ``"group"``, ``"dynamic"``, true)."""
+        """Group act-order (older configs: ``"group"``, ``"dynamic"`` or true)."""
         value = self.actorder
         return value is True or (isinstance(value, str) and value.lower() in ("group", "dynamic"))
 
@@ -175,8 +175,7 @@ def read_config(ckpt: Checkpoint) -> CtConfig | None:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise FormatError(
-            f"{where}.{field}: {first['msg']} (got {first.get('input')!r}) "
-            f"(format {FORMAT_NAME!r})"
+            f"{where}.{field}: {first['msg']} (got {first.get('input')!r}) (format {FORMAT_NAME!r})"
         ) from None
     for entry in [*parsed.ignore, *(t for g in parsed.config_groups.values() for t in g.targets)]:
         if entry.startswith("re:"):

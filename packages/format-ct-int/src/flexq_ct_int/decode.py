@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,7 +32,9 @@ from flexq.ops import RUNS_PER_TASK, ArrayOps, is_paddle, lookup_into, ops_for, 
 from flexq.threads import run_parts
 from flexq_ct_int.arrayops import CtOps, ct_ops_for, unpack_into
 from flexq_ct_int.config import FORMAT_NAME
-from flexq_ct_int.layout import CtLinear
+
+if TYPE_CHECKING:
+    from flexq_ct_int.layout import CtLinear
 
 #: I8 byte (as uint8) -> its signed value as float32.
 _SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
@@ -78,10 +80,7 @@ def dequantize(
         if out is None or not (out.flags.c_contiguous and out.dtype == np.float32):
             out = np.empty((no, ni), np.float32)
         return _banded(linear, np.ascontiguousarray(weight), ri, ci, affine, out)
-    if linear.packed:
-        codes = ct.unpack(weight, linear.bits)
-    else:
-        codes = ops.float32(weight, "I8")
+    codes = ct.unpack(weight, linear.bits) if linear.packed else ops.float32(weight, "I8")
     codes = codes[ri : ri + no, ci : ci + ni]
     scale, zero = _spread(affine, ops, ct, ni)
     return (codes - zero) * scale
@@ -109,7 +108,8 @@ def _affine(
         start = o0 - zr0 * linear.per_word
         zero = z[start : start + no]
     elif linear.zero == "raw":
-        assert linear.zero_key is not None and linear.zero_dtype is not None
+        assert linear.zero_key is not None
+        assert linear.zero_dtype is not None
         z = ops.float32(sources[linear.zero_key], linear.zero_dtype)
         z = ops.reshape(z, tuple(int(d) for d in scale.shape)) + float(linear.code_offset)
         zero = _rows(ops, z, sr0, o0, no, b0)
@@ -145,9 +145,7 @@ def _rows(ops: ArrayOps, x: Any, r0: int, o0: int, no: int, b0: int) -> Any:
     return ops.repeat(x, b0, 0)[start : start + no]
 
 
-def _group_index(
-    linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, ct: CtOps
-) -> Any:
+def _group_index(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, ct: CtOps) -> Any:
     """Act-order: the group of each target column, checked; None for column order."""
     if linear.gidx_key is None:
         return None

@@ -158,7 +158,9 @@ class _Finder:
             )
         scheme = self.config.scheme_for(self.module)
         if scheme is None:
-            raise self.fail(key, "is quantized, but no quantization_config.config_groups entry targets it")
+            raise self.fail(
+                key, "is quantized, but no quantization_config.config_groups entry targets it"
+            )
         where = f"quantization_config.config_groups.{scheme.group}"
         if scheme.format != fmt:
             raise self.fail(
@@ -202,9 +204,9 @@ class _Finder:
         if shape.shape != (2,):
             raise self.fail(shape.key, f"has shape {shape.shape}, expected (2,)")
         k = codes_per_word(bits)
-        candidates = range((width - 1) * k + 1, width * k + 1)
+        widths = range((width - 1) * k + 1, width * k + 1)
         strategy = args.resolved_strategy()
-        block0, candidates = self.grid(args, strategy, scale, out_f, candidates)
+        block0, candidates = self.grid(args, strategy, scale, out_f, widths)
         in_f = self.in_features(shape, out_f, candidates, bits)
         block = self.block(block0, strategy, out_f, in_f, args)
         zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, bits)
@@ -343,7 +345,9 @@ class _Finder:
                 )
             return None
         if strategy != "group":
-            raise self.fail(key, f"is present, but the weights' strategy is {strategy!r}, not group")
+            raise self.fail(
+                key, f"is present, but the weights' strategy is {strategy!r}, not group"
+            )
         if info.dtype not in GIDX_DTYPES or info.shape != (in_f,):
             raise self.fail(key, f"is {info.dtype} {info.shape}, expected I32 ({in_f},)")
         return key
@@ -358,7 +362,7 @@ class _Finder:
         scale = self.companion("weight_scale", SCALE_DTYPES)
         if args is not None:
             strategy = args.resolved_strategy()
-            block, allowed = self.grid(args, strategy, scale, out_f, range(in_f, in_f + 1))
+            block = self.grid(args, strategy, scale, out_f, range(in_f, in_f + 1))[0]
             block = self.block(block, strategy, out_f, in_f, args)
         else:
             strategy, block = self.infer(scale, out_f, in_f)
@@ -396,7 +400,8 @@ class _Finder:
                     return "channel", (1, in_f)
                 return ("group" if b0 == 1 else "block"), (b0, b1)
         raise self.fail(
-            scale.key, f"has shape {shape}, which is no scale grid of {self.weight.key!r} {self.weight.shape}"
+            scale.key,
+            f"has shape {shape}, which is no scale grid of {self.weight.key!r} {self.weight.shape}",
         )
 
 

@@ -83,8 +83,7 @@ def quantize(
     if g_idx is not None:
         tensors["weight_g_idx"] = np.asarray(g_idx, dtype=np.int32)
     return {
-        f"{name}{k}": v if isinstance(v, RawTensor) else RawTensor.of(v)
-        for k, v in tensors.items()
+        f"{name}{k}": v if isinstance(v, RawTensor) else RawTensor.of(v) for k, v in tensors.items()
     }
 
 
@@ -130,10 +129,7 @@ def quantize_codes(
         hi = np.fmax(np.nanmax(tiles, axis=(1, 3)), 0).astype(np.float32)
     qmin, qmax = -offset_of(bits), offset_of(bits) - 1
     steps = np.float32((1 << bits) - 1)
-    if symmetric:
-        raw = np.maximum(-lo, hi) / (steps / np.float32(2))
-    else:
-        raw = (hi - lo) / steps
+    raw = np.maximum(-lo, hi) / (steps / np.float32(2)) if symmetric else (hi - lo) / steps
     s = _round_to(raw.astype(np.float32), scale_dtype)
     s = np.where(s == 0, _eps(scale_dtype), s).astype(np.float32)
     z = None

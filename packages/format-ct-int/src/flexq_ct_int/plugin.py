@@ -18,6 +18,7 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
+from flexq.arrays import to_numpy
 from flexq.ops import ops_for
 from flexq.validate import check_scales
 from flexq_ct_int.config import FORMAT_NAME, FORMATS, QUANT_METHOD
@@ -95,7 +96,7 @@ def flexq_apply(
 
 def _check_shape(ckpt: Checkpoint, key: str, value: Any, shape: tuple[int, int]) -> None:
     """A global plan read ``weight_shape``: it must say what the headers said."""
-    recorded = tuple(int(v) for v in np.asarray(value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) else value).reshape(-1))
+    recorded = tuple(int(v) for v in np.asarray(to_numpy(value)).reshape(-1))
     if recorded != shape:
         raise FormatError(
             f"{ckpt.info(key).file}: tensor {key!r} says {recorded}, but the packed weight "
