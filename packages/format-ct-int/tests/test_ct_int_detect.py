@@ -90,15 +90,20 @@ def test_channel_strategy_reads_weight_shape_when_the_width_leaves_in_open(
     )
 
 
-def test_a_global_read_of_a_contradicting_weight_shape_is_an_error(
+def test_a_contradicting_weight_shape_is_an_error_on_every_plan(
     tmp_path: Path, oracle: Any
 ) -> None:
     case = layout(oracle)
     wrong = {"fc.weight_shape": RawTensor.of(np.array([16, 63], np.int64))}
     ct = compose(write(tmp_path, case, drop=("weight_shape",), extra=wrong), ["ct-int"])
-    plan = ct.plan("fc.weight", TargetSlice.whole((16, 64), "float32"), force_global=True)
-    with pytest.raises(FormatError, match=r"fc.weight_shape.*\(16, 63\).*\(16, 64\).*ct-int"):
-        ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    for target in (
+        TargetSlice((16, 64), (4, 8), (2, 8), "float32"),
+        TargetSlice.whole((16, 64), "float32"),
+    ):
+        plan = ct.plan("fc.weight", target, force_global=target.is_whole)
+        assert plan.source_slices["fc.weight_shape"] == ((0,), (2,))
+        with pytest.raises(FormatError, match=r"fc.weight_shape.*\(16, 63\).*\(16, 64\).*ct-int"):
+            ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
 
 
 def test_pack_quantized_without_a_compressed_tensors_config_is_an_error(

@@ -13,7 +13,9 @@ For a box ``[o0:o0+no, i0:i0+ni]`` of the logical ``[out, in]`` weight:
   zero point read every group of their rows, because the groups a column slice
   uses are scattered over all of them (act-order permutes columns by activation
   size) and a box must be contiguous;
-- ``weight_shape`` is not read: the geometry is known from the headers.
+- ``weight_shape`` whole (16 bytes): apply checks it against the geometry the
+  headers gave, and a source no plan reads is an unexpected key to Paddle's
+  ``load_state_dict``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def source_boxes(linear: CtLinear, target: TargetSlice) -> dict[str, Box]:
             boxes[linear.zero_key] = _stored_scale_box(linear, cover)
     if linear.gidx_key is not None:
         boxes[linear.gidx_key] = ((i0,), (ni,))
+    if linear.shape_key is not None:
+        boxes[linear.shape_key] = ((0,), (2,))
     return boxes
 
 

@@ -95,7 +95,7 @@ def flexq_apply(
 
 
 def _check_shape(ckpt: Checkpoint, key: str, value: Any, shape: tuple[int, int]) -> None:
-    """A global plan read ``weight_shape``: it must say what the headers said."""
+    """``weight_shape`` must say what the headers said."""
     recorded = tuple(int(v) for v in np.asarray(to_numpy(value)).reshape(-1))
     if recorded != shape:
         raise FormatError(
