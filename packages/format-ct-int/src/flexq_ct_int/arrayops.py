@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.ops import is_paddle
+from flexq.ops import is_paddle, lookup_into
 from flexq_ct_int.packing import byte_table, codes_per_word
 
 
@@ -57,26 +57,37 @@ class NumpyCtOps:
         return np.zeros(shape, np.float32)
 
 
-def unpack_into(words: np.ndarray, bits: int, out: np.ndarray) -> None:
+def unpack_into(words: np.ndarray, bits: int, out: np.ndarray, minus: float = 0.0) -> None:
     """Unpack C-contiguous int32 words ``[R, W]`` into a C-contiguous float32 ``out``
-    ``[R, W * 32/bits]``: each byte's codes come from one table lookup (two
-    float32 codes as one 8-byte item for 4 bits, which numpy gathers fastest)."""
+    ``[R, W * 32/bits]``, each code less ``minus`` (a small integer, so exact).
+
+    Each byte's codes come from one table lookup: two float32 codes as one
+    8-byte item for 4 bits (which numpy gathers fastest), byte pairs through
+    the core's pair table for 8 bits.
+    """
     if not np.little_endian:
         words = words.astype("<i4")
     raw = words.view(np.uint8)
+    table = _tables(bits, minus)
     if bits == 4:
-        np.take(_NIBBLE_PAIRS, raw, out=out.view(np.uint64), mode="clip")
+        np.take(table.view(np.uint64).reshape(256), raw, out=out.view(np.uint64), mode="clip")
     elif bits == 8:
-        np.take(_BYTE_VALUES, raw, out=out, mode="clip")
+        lookup_into(table.reshape(256), raw, out)
     else:
         per = 8 // bits
-        np.take(byte_table(bits), raw, axis=0, out=out.reshape(*raw.shape, per), mode="clip")
+        np.take(table, raw, axis=0, out=out.reshape(*raw.shape, per), mode="clip")
 
 
-#: A byte's two 4-bit codes (low nibble first) as float32, one 8-byte item each.
-_NIBBLE_PAIRS = byte_table(4).view(np.uint64).reshape(256)
-#: A byte's value as float32.
-_BYTE_VALUES = byte_table(8).reshape(256)
+_TABLES: dict[tuple[int, float], np.ndarray] = {}
+
+
+def _tables(bits: int, minus: float) -> np.ndarray:
+    """:func:`byte_table` less ``minus``, built once per (bits, minus)."""
+    table = _TABLES.get((bits, minus))
+    if table is None:
+        table = np.ascontiguousarray(byte_table(bits) - np.float32(minus), dtype=np.float32)
+        _TABLES[bits, minus] = table
+    return table
 
 
 class PaddleCtOps:

@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 #: I8 byte (as uint8) -> its signed value as float32.
 _SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
-#: uint8 byte -> its value as float32 (8-bit codes).
-_BYTE_VALUES = np.arange(256, dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -186,19 +184,24 @@ def _banded(
     per_row = int(weight.shape[1]) * linear.per_word
     aligned = ci == 0 and ni == per_row
     scale = np.asarray(affine.scale, dtype=np.float32)
-    zero = affine.zero if isinstance(affine.zero, float) else np.asarray(affine.zero, np.float32)
     index = None if affine.index is None else np.asarray(affine.index)
+    # Without a zero point the code offset goes into the lookup table: one pass less.
+    minus, zero = 0.0, None
+    if isinstance(affine.zero, float):
+        minus = affine.zero
+    else:
+        zero = np.asarray(affine.zero, np.float32)
+    signed = _SIGNED_VALUES - np.float32(minus)
 
     def decode(rows: slice, dst: np.ndarray) -> None:
         src = weight[ri + rows.start : ri + rows.stop]
-        if linear.packed and linear.bits != 8:
-            unpack_into(src, linear.bits, dst)
-            return
-        table = _BYTE_VALUES if linear.packed else _SIGNED_VALUES
-        lookup_into(table, src.view(np.uint8), dst)
+        if linear.packed:
+            unpack_into(src, linear.bits, dst, minus)
+        else:
+            lookup_into(signed, src.view(np.uint8), dst)
 
     def part(x: Any, rows: slice) -> Any:
-        if isinstance(x, float) or x.shape[0] == 1:
+        if x is None or x.shape[0] == 1:
             return x
         return x[rows]
 
@@ -221,22 +224,25 @@ def _banded(
 
 
 def _apply(dst: np.ndarray, s: Any, z: Any, affine: _Affine, index: np.ndarray | None) -> None:
-    """``dst = (dst - z) * s`` in place, with ``s``/``z`` per group of the affine's mode."""
+    """``dst = (dst - z) * s`` in place (no ``z``: ``dst *= s``), per group of the mode."""
     if affine.mode == "one":
-        dst -= z
+        if z is not None:
+            dst -= z
         dst *= s
         return
     if affine.mode == "groups":
-        rows = dst.shape[0]
-        groups = dst.reshape(rows, -1, affine.width)
-        groups -= z if isinstance(z, float) else z[:, :, None]
+        groups = dst.reshape(dst.shape[0], -1, affine.width)
+        if z is not None:
+            groups -= z[:, :, None]
         groups *= s[:, :, None]
         return
     if affine.mode == "index":
         assert index is not None
-        dst -= z if isinstance(z, float) else z[:, index]
+        if z is not None:
+            dst -= z[:, index]
         dst *= s[:, index]
         return
     a, w, n = affine.start, affine.width, dst.shape[1]
-    dst -= z if isinstance(z, float) else np.repeat(z, w, axis=1)[:, a : a + n]
+    if z is not None:
+        dst -= np.repeat(z, w, axis=1)[:, a : a + n]
     dst *= np.repeat(s, w, axis=1)[:, a : a + n]
