@@ -59,7 +59,7 @@ def measure() -> dict[str, float]:
             path = save_ct_int_checkpoint(f"{tmp}/{name}", {"fc.weight": w}, **scheme)
             ct = compose(path, ["ct-int"])
             plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            sources = ct.read_sources("fc.weight", plan)
+            sources = ct.read_sources(plan)
             runs[name] = _dequantizer(ct, plan, sources)
         times: dict[str, list[float]] = {name: [] for name in runs}
         for fn in runs.values():  # warm-up: page faults and allocator growth

@@ -59,7 +59,7 @@ def test_llm_compressor_w4a16_layout_is_claimed_with_the_config_dtype(
     assert set(entry.sources) == {"fc.weight_packed", "fc.weight_scale", "fc.weight_shape"}
     # Activation parameters and unquantized weights pass through untouched.
     for key in ("lm_head.weight", "fc.input_scale", "fc.input_zero_point"):
-        assert ct.entries[key].owner is None
+        assert ct.entries[key].is_passthrough
     np.testing.assert_array_equal(ct.load("fc.input_zero_point", "int8"), np.zeros(1, np.int8))
     np.testing.assert_array_equal(ct.load("fc.weight", "float32"), case.expected)
 
@@ -103,7 +103,7 @@ def test_a_contradicting_weight_shape_is_an_error_on_every_plan(
         plan = ct.plan("fc.weight", target, force_global=target.is_whole)
         assert plan.source_slices["fc.weight_shape"] == ((0,), (2,))
         with pytest.raises(FormatError, match=r"fc.weight_shape.*\(16, 63\).*\(16, 64\).*ct-int"):
-            ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+            ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
 
 
 def test_pack_quantized_without_a_compressed_tensors_config_is_an_error(

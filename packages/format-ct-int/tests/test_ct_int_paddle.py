@@ -14,7 +14,8 @@ import paddle
 import pytest
 
 from flexq import TargetSlice, compose
-from flexq.arrays import source_to_paddle, to_numpy
+from flexq.formatkit.arrays import to_numpy
+from flexq.formatkit.testing import source_to_paddle
 
 LAYOUTS = [
     dict(fmt="pack-quantized", bits=4, strategy="group", group=16, symmetric=False),
@@ -40,7 +41,7 @@ def test_paddle_sources_give_the_numpy_bits_for_local_and_global_plans(
         TargetSlice.whole((40, 96), out),
     ):
         plan = ct.plan("fc.weight", target)
-        sources = ct.read_sources("fc.weight", plan)
+        sources = ct.read_sources(plan)
         on_device = {
             k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()
         }
@@ -65,7 +66,7 @@ def test_upstream_apply_protocol_returns_a_paddle_tensor_with_the_numpy_bits(
     plan = ct.read_plan("fc.weight", TargetSlice((64, 128), (32, 128), (32, 0), "bfloat16"))
     sources = {
         k: source_to_paddle(v, ct.checkpoint.info(k).dtype)
-        for k, v in ct.read_sources("fc.weight", plan).items()
+        for k, v in ct.read_sources(plan).items()
     }
     result = ct.apply("fc.weight", sources, paddle.bfloat16)
     assert result.shape == [32, 128]

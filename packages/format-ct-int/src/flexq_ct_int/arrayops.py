@@ -1,4 +1,5 @@
-"""Array operations the decoder needs beyond :mod:`flexq.ops`, over numpy and Paddle.
+"""Array operations the decoder needs beyond :class:`flexq.formatkit.ArrayOps`, on numpy and
+Paddle alike.
 
 Unpacking int32 words into their codes (along dim 1 for weights, dim 0 for
 zero points) and gathering columns by index (act-order). All exact integer or
@@ -11,7 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.ops import is_paddle, lookup_into
+from flexq.formatkit import is_paddle, lookup_into
 from flexq_ct_int.packing import byte_table, codes_per_word
 
 

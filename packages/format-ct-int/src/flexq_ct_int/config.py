@@ -14,7 +14,7 @@ For :mod:`flexq_ct_int.detect`. llm-compressor writes (compressed-tensors 0.19.0
 group whose targets match it best, as compressed-tensors' ``match_targets``
 ranks them: the exact module name, then a ``re:`` pattern (``re.match``), then a
 class name (``"Linear"``), which headers cannot check and so match every
-quantized module. ``ignore`` entries are exact names or ``re:`` patterns.
+quantized module. ``ignore`` follows the kit's one rule (:class:`IgnoreList`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from flexq import Checkpoint, FormatError
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
 
 FORMAT_NAME = "ct-int"
 QUANT_METHOD = "compressed-tensors"
@@ -38,10 +39,8 @@ MIXED = "mixed-precision"
 Strategy = Literal["tensor", "channel", "group", "block"]
 
 
-class WeightArgs(BaseModel):
+class WeightArgs(QuantConfig):
     """``config_groups.*.weights``: how a group's weights are quantized."""
-
-    model_config = ConfigDict(extra="ignore")
 
     num_bits: int = 8
     type: str = "int"
@@ -71,20 +70,16 @@ class WeightArgs(BaseModel):
         return value is True or (isinstance(value, str) and value.lower() in ("group", "dynamic"))
 
 
-class ConfigGroup(BaseModel):
+class ConfigGroup(QuantConfig):
     """One ``config_groups`` entry."""
-
-    model_config = ConfigDict(extra="ignore")
 
     targets: list[str] = Field(default_factory=list)
     weights: WeightArgs | None = None
     format: str | None = None
 
 
-class CompressedTensorsConfig(BaseModel):
+class CompressedTensorsConfig(QuantConfig):
     """The fields of a compressed-tensors ``quantization_config`` this format reads."""
-
-    model_config = ConfigDict(extra="ignore")
 
     quant_method: str
     format: str | None = None
@@ -110,14 +105,12 @@ class CtConfig:
     """A parsed compressed-tensors config, with the lookups detection needs."""
 
     parsed: CompressedTensorsConfig
-    where: str
+    ignored: IgnoreList
 
     def ignored_by(self, module: str) -> str | None:
-        """The ``ignore`` entry that names ``module``, if any."""
-        for entry in self.parsed.ignore:
-            if _name_matches(module, entry):
-                return entry
-        return None
+        """The ``ignore`` entry that covers ``module``, if any."""
+        hit = self.ignored.match(module)
+        return None if hit is None else hit[1]
 
     def scheme_for(self, module: str) -> Scheme | None:
         """The scheme of the best-matching group for ``module`` (None: no group targets it)."""
@@ -143,12 +136,6 @@ class CtConfig:
         return {f for f in found if f and f != MIXED}
 
 
-def _name_matches(module: str, entry: str) -> bool:
-    if entry.startswith("re:"):
-        return re.match(entry[3:], module) is not None
-    return entry == module
-
-
 def _target_rank(module: str, target: str) -> int | None:
     """0 exact name, 1 regex, 2 class name (assumed to match), None no match."""
     if target.startswith("re:"):
@@ -169,14 +156,7 @@ def read_config(ckpt: Checkpoint) -> CtConfig | None:
     if str(qc.get("quant_method", "")).lower() != QUANT_METHOD:
         return None
     where = f"{ckpt.path / 'config.json'}: quantization_config"
-    try:
-        parsed = CompressedTensorsConfig.model_validate(qc)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise FormatError(
-            f"{where}.{field}: {first['msg']} (got {first.get('input')!r}) (format {FORMAT_NAME!r})"
-        ) from None
+    parsed = parse_quant_config(CompressedTensorsConfig, ckpt, FORMAT_NAME)
     for entry in [*parsed.ignore, *(t for g in parsed.config_groups.values() for t in g.targets)]:
         if entry.startswith("re:"):
             try:
@@ -186,4 +166,4 @@ def read_config(ckpt: Checkpoint) -> CtConfig | None:
                     f"{where}: pattern {entry!r} is not a valid regular expression ({exc}) "
                     f"(format {FORMAT_NAME!r})"
                 ) from None
-    return CtConfig(parsed, where)
+    return CtConfig(parsed, IgnoreList.from_config(qc, where, fields=("ignore",)))

@@ -13,7 +13,7 @@ product).
 
 Two paths compute the same bits: numpy decodes bands of output rows on the
 worker threads (byte-table unpacking into the output, then the affine step in
-cache); Paddle tensors go through :mod:`flexq.ops` and
+cache); Paddle tensors go through :class:`flexq.formatkit.ArrayOps` and
 :mod:`flexq_ct_int.arrayops` on their device. Source boxes may be larger than
 the target (covering words, groups, or whole tensors for a global plan):
 positions inside them come from the plan's box offsets.
@@ -28,8 +28,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq import FormatError, ReadPlan, block_cover
-from flexq.ops import RUNS_PER_TASK, ArrayOps, is_paddle, lookup_into, ops_for, row_runs
-from flexq.threads import run_parts
+from flexq.formatkit import (
+    RUNS_PER_TASK,
+    ArrayOps,
+    is_paddle,
+    lookup_into,
+    ops_for,
+    row_runs,
+    run_parts,
+)
 from flexq_ct_int.arrayops import CtOps, ct_ops_for, unpack_into
 from flexq_ct_int.config import FORMAT_NAME
 

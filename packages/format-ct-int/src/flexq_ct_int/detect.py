@@ -24,10 +24,10 @@ times). Rules, each pinned by a test:
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from flexq import Checkpoint, FormatError, TensorInfo
+from flexq.formatkit import natural_dtype, per_checkpoint
 from flexq_ct_int.config import FORMAT_NAME, INT, PACK, CtConfig, WeightArgs, read_config
 from flexq_ct_int.layout import CtLinear, ZeroKind
 from flexq_ct_int.packing import SUPPORTED_BITS, codes_per_word, packed_width
@@ -55,19 +55,13 @@ class CtAnalysis:
     dtype: str
 
 
-_CACHE: weakref.WeakKeyDictionary[Checkpoint, CtAnalysis] = weakref.WeakKeyDictionary()
-
-
+@per_checkpoint
 def analyse(ckpt: Checkpoint) -> CtAnalysis:
     """The integer compressed-tensors weights of ``ckpt`` (memoized per checkpoint object).
 
     :raises FormatError: on a weight that is clearly this format's but broken.
     """
-    found = _CACHE.get(ckpt)
-    if found is None:
-        found = _analyse(ckpt)
-        _CACHE[ckpt] = found
-    return found
+    return _analyse(ckpt)
 
 
 def linear_of(ckpt: Checkpoint, logical_key: str) -> CtLinear:
@@ -113,13 +107,9 @@ def _is_orphan(ckpt: Checkpoint, key: str) -> bool:
 
 
 def _natural_dtype(ckpt: Checkpoint, linears: dict[str, CtLinear]) -> str:
-    for name in ("torch_dtype", "dtype"):
-        value = ckpt.config.get(name)
-        if value in ("bfloat16", "float16", "float32"):
-            return str(value)
-    # compressed-tensors stores scales in the model's dtype.
+    # Without a dtype in config.json: compressed-tensors stores scales in the model's dtype.
     dtypes = {lin.scale_dtype for lin in linears.values()}
-    return SCALE_DTYPES[dtypes.pop()] if len(dtypes) == 1 else "bfloat16"
+    return natural_dtype(ckpt, SCALE_DTYPES[dtypes.pop()] if len(dtypes) == 1 else "bfloat16")
 
 
 class _Finder:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from flexq import RawTensor, save_checkpoint
-from flexq.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from flexq.formatkit.rounding import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from flexq_ct_int.config import INT, PACK, QUANT_METHOD
 from flexq_ct_int.packing import SUPPORTED_BITS, offset_of, pack_cols, pack_rows
 

@@ -18,9 +18,8 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
-from flexq.arrays import to_numpy
-from flexq.ops import ops_for
-from flexq.validate import check_scales
+from flexq.formatkit import check_scales, ops_for
+from flexq.formatkit.arrays import to_numpy
 from flexq_ct_int.config import FORMAT_NAME, FORMATS, QUANT_METHOD
 from flexq_ct_int.decode import dequantize
 from flexq_ct_int.detect import analyse, linear_of
@@ -104,7 +103,7 @@ def _check_shape(ckpt: Checkpoint, key: str, value: Any, shape: tuple[int, int])
         )
 
 
-@flexq.hookimpl(optionalhook=True)
+@flexq.hookimpl
 def flexq_quant_methods() -> list[str]:
     return [f"{QUANT_METHOD}/{fmt}" for fmt in FORMATS]
 
