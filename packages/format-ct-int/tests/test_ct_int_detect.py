@@ -136,10 +136,22 @@ def test_asymmetric_without_zero_point_and_symmetric_with_one_are_errors(
     fails(write(tmp_path / "b", asym, config=sym_config), "fc.weight_zero_point", "symmetric")
 
 
-def test_a_zero_point_not_packed_along_out_is_an_error(tmp_path: Path, oracle: Any) -> None:
+def test_a_zero_point_neither_packed_nor_per_scale_is_an_error(tmp_path: Path, oracle: Any) -> None:
     case = layout(oracle, symmetric=False)
-    raw = {"fc.weight_zero_point": RawTensor.of(np.zeros((16, 4), np.int8))}
-    fails(write(tmp_path, case, drop=("weight_zero_point",), extra=raw), "I32 (2, 4)")
+    raw = {"fc.weight_zero_point": RawTensor.of(np.zeros((16, 5), np.int8))}
+    fails(write(tmp_path, case, drop=("weight_zero_point",), extra=raw), "I32 (2, 4)", "(16, 4)")
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32])
+def test_unpacked_zero_points_of_older_compressed_tensors_decode(
+    tmp_path: Path, oracle: Any, dtype: type
+) -> None:
+    case = layout(oracle, symmetric=False)
+    packed = case.tensors["weight_zero_point"].data
+    z = oracle.bitunpack(packed.T.copy(), 4, 16).T - 8  # the signed zero points
+    raw = {"fc.weight_zero_point": RawTensor.of(z.astype(dtype))}
+    ct = compose(write(tmp_path, case, drop=("weight_zero_point",), extra=raw), ["ct-int"])
+    np.testing.assert_array_equal(ct.load("fc.weight", "float32"), case.expected)
 
 
 @pytest.mark.parametrize("entry", ["fc", "re:f.$", "re:.*"])

@@ -11,7 +11,9 @@ times). Rules, each pinned by a test:
   compressed-tensors config its group must say ``int-quantized``; without any
   quantization config the strategy is read off the scale's shape.
 - asymmetric groups need ``X.weight_zero_point``, symmetric ones must not have
-  one; group act-order needs ``X.weight_g_idx``.
+  one; pack-quantized group and channel zero points are packed along out (I32
+  ``[ceil(out*bits/32), groups]``) or, as compressed-tensors wrote them before
+  April 2025, one signed integer per scale; group act-order needs ``X.weight_g_idx``.
 - a quantized tensor in a module ``ignore`` lists is an error; every broken or
   missing companion is a :class:`flexq.FormatError` naming file, tensor and format.
 - ``input_scale`` / ``input_zero_point`` (activation parameters) are never claimed.
@@ -314,13 +316,15 @@ class _Finder:
         packs = self.weight.dtype == "I32" and strategy in ("group", "channel")
         if packs:
             want = (packed_width(out_f, bits), scale.shape[1] if len(scale.shape) == 2 else 1)
-            if info.dtype != "I32" or info.shape != want:
+            if info.dtype == "I32" and info.shape == want:
+                return "packed", key, info.dtype
+            # compressed-tensors before April 2025 (its PR 296) stored them unpacked.
+            if info.shape != scale.shape:
                 raise self.fail(
                     key,
                     f"is {info.dtype} {info.shape}, expected I32 {want} (zero points packed "
-                    f"along out, {bits}-bit)",
+                    f"along out, {bits}-bit) or unpacked in the scale's shape {scale.shape}",
                 )
-            return "packed", key, info.dtype
         if info.shape != scale.shape:
             raise self.fail(key, f"has shape {info.shape}, expected the scale's {scale.shape}")
         return "raw", key, info.dtype
