@@ -2,7 +2,8 @@
 
 The oracle shares no code with the package. It packs and unpacks codes as a
 bit stream (element ``j`` of a row at bit ``j*bits``, words little-endian),
-the definition in compressed-tensors' ``pack_to_int32`` docstring, and
+the definition in compressed-tensors' ``pack_to_int32`` docstring (0.18 on), or
+for odd widths as 0.17 did (``32 // bits`` codes per word, the rest unused), and
 dequantizes act-order weights the way compressed-tensors 0.12 did: permute the
 columns by ``argsort(g_idx)``, dequantize contiguous groups, permute back.
 """
@@ -22,21 +23,42 @@ from flexq import RawTensor, save_checkpoint
 SCALE_NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}
 
 
-def bitpack(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Unsigned codes [R, C] -> int32 words [R, ceil(C*bits/32)], element j at bit j*bits."""
+def bit_positions(count: int, bits: int, dense: bool) -> np.ndarray:
+    """Bit position of element j of a row: j*bits (dense), or slot j % k of word j // k."""
+    j = np.arange(count)
+    if dense:
+        return j * bits
+    k = 32 // bits
+    return (j // k) * 32 + (j % k) * bits
+
+
+def bitpack(codes: np.ndarray, bits: int, dense: bool = True) -> np.ndarray:
+    """Unsigned codes [R, C] -> int32 words [R, W] (W = ceil(C*bits/32) dense,
+    ceil(C / (32 // bits)) per word)."""
     rows, cols = codes.shape
-    words = np.zeros((rows, -(-cols * bits // 32)), dtype=np.uint64)
-    for j in range(cols):
-        pos = j * bits
-        words[:, pos // 32] |= codes[:, j].astype(np.uint64) << np.uint64(pos % 32)
-    return words.astype(np.uint32).view(np.int32)
+    width = -(-cols * bits // 32) if dense else -(-cols // (32 // bits))
+    # Python integers per row: a code may straddle two words.
+    out = np.zeros((rows, width), dtype=np.uint32)
+    pos = bit_positions(cols, bits, dense)
+    for r in range(rows):
+        stream = 0
+        for j in range(cols):
+            stream |= int(codes[r, j]) << int(pos[j])
+        for w in range(width):
+            out[r, w] = (stream >> (32 * w)) & 0xFFFFFFFF
+    return out.view(np.int32)
 
 
-def bitunpack(words: np.ndarray, bits: int, count: int) -> np.ndarray:
+def bitunpack(words: np.ndarray, bits: int, count: int, dense: bool = True) -> np.ndarray:
     """int32 words [R, W] -> the first ``count`` unsigned codes of each row (int64)."""
     u = words.view(np.uint32).astype(np.int64)
-    pos = np.arange(count) * bits
-    return (u[:, pos // 32] >> (pos % 32)) & ((1 << bits) - 1)
+    out = np.zeros((u.shape[0], count), dtype=np.int64)
+    pos = bit_positions(count, bits, dense)
+    for r in range(u.shape[0]):
+        stream = sum(int(v) << (32 * w) for w, v in enumerate(u[r]))
+        for j in range(count):
+            out[r, j] = (stream >> int(pos[j])) & ((1 << bits) - 1)
+    return out
 
 
 @dataclass
@@ -53,6 +75,7 @@ class Case:
     g_idx: np.ndarray | None
     tensors: dict[str, RawTensor] = field(default_factory=dict)
     expected: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    dense: bool = True
 
     def config(self, prefix: str = "fc") -> dict[str, Any]:
         weights = {
@@ -72,6 +95,7 @@ class Case:
                 "format": self.fmt,
                 "config_groups": {"group_0": group},
                 "ignore": ["lm_head"],
+                "version": "0.19.0" if self.dense else "0.17.1",
             },
         }
 
@@ -99,6 +123,7 @@ def random_case(
     symmetric: bool = True,
     act_order: bool = False,
     scale_dtype: str = "BF16",
+    dense: bool = True,
 ) -> Case:
     out_f, in_f = shape
     b0, b1 = {
@@ -120,7 +145,7 @@ def random_case(
     tensors: dict[str, RawTensor] = {}
     if fmt == "pack-quantized":
         codes = rng.integers(0, 1 << bits, shape)
-        tensors["weight_packed"] = RawTensor("I32", bitpack(codes, bits))
+        tensors["weight_packed"] = RawTensor("I32", bitpack(codes, bits, dense))
         tensors["weight_shape"] = RawTensor("I64", np.array(shape, np.int64))
         q = codes - offset
     else:
@@ -133,13 +158,15 @@ def random_case(
         lo, hi = (-offset, offset - 1) if fmt == "pack-quantized" else (-128, 127)
         z = rng.integers(lo, hi + 1, grid)
         if fmt == "pack-quantized" and strategy in ("group", "channel"):
-            tensors["weight_zero_point"] = RawTensor("I32", bitpack((z + offset).T, bits).T.copy())
+            packed = bitpack((z + offset).T, bits, dense).T.copy()
+            tensors["weight_zero_point"] = RawTensor("I32", packed)
         else:
             zs = z.reshape(1) if strategy == "tensor" else z
             tensors["weight_zero_point"] = RawTensor("I8", zs.astype(np.int8))
     if g_idx is not None:
         tensors["weight_g_idx"] = RawTensor("I32", g_idx)
     case = Case(fmt, bits, strategy, shape, (b0, b1), symmetric, scale_dtype, g_idx, tensors)
+    case.dense = dense
     case.expected = reference_decode(case)
     return case
 
@@ -151,7 +178,7 @@ def reference_decode(case: Case) -> np.ndarray:
     bits, (b0, b1) = case.bits, case.block
     offset = 1 << (bits - 1)
     if case.fmt == "pack-quantized":
-        q = bitunpack(t["weight_packed"], bits, in_f) - offset
+        q = bitunpack(t["weight_packed"], bits, in_f, case.dense) - offset
     else:
         q = t["weight"].astype(np.int64)
     raw_scale = case.tensors["weight_scale"]
@@ -165,7 +192,7 @@ def reference_decode(case: Case) -> np.ndarray:
     if "weight_zero_point" in t:
         zt = t["weight_zero_point"]
         if zt.dtype == np.int32:
-            z = bitunpack(zt.T.copy(), bits, out_f).T - offset
+            z = bitunpack(zt.T.copy(), bits, out_f, case.dense).T - offset
         else:
             z = zt.astype(np.int64).reshape(grid)
     if case.g_idx is not None:

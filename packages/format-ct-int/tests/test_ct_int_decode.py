@@ -25,7 +25,7 @@ from flexq import TargetSlice, compose
 def layouts(draw: st.DrawFn) -> dict[str, Any]:
     """Keyword arguments of the oracle's ``random_case``."""
     fmt = draw(st.sampled_from(["pack-quantized", "int-quantized"]))
-    bits = draw(st.sampled_from([4, 8, 4, 8, 2, 1])) if fmt == "pack-quantized" else 8
+    bits = draw(st.sampled_from([4, 8, 4, 8, 2, 1, 3, 5, 6, 7])) if fmt == "pack-quantized" else 8
     strategy = draw(st.sampled_from(["group", "group", "channel", "tensor", "block"]))
     out_f = draw(st.integers(1, 40))
     group, block, act_order = 0, (1, 1), False
@@ -51,6 +51,7 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
         symmetric=draw(st.booleans()),
         act_order=act_order,
         scale_dtype=draw(st.sampled_from(["BF16", "F16", "F32"])),
+        dense=draw(st.booleans()),
     )
 
 
@@ -66,12 +67,19 @@ def cover(start: int, size: int, block: int) -> int:
     return (start + size - 1) // block - start // block + 1
 
 
+def words(case: Any, start: int, size: int) -> int:
+    """Words holding codes start..start+size of a packed row."""
+    b: int = case.bits
+    if case.dense or 8 % b == 0:
+        return ((start + size) * b - 1) // 32 - (start * b) // 32 + 1
+    return cover(start, size, 32 // b)
+
+
 def planned_bytes(case: Any, o0: int, no: int, i0: int, ni: int) -> int:
     """What a local plan may read: the box rounded out to words and scale blocks."""
     b0, b1 = case.block
     item = {"BF16": 2, "F16": 2, "F32": 4}[case.scale_dtype]
-    k = 32 // case.bits
-    total = no * cover(i0, ni, k) * 4 if case.fmt == "pack-quantized" else no * ni
+    total = no * words(case, i0, ni) * 4 if case.fmt == "pack-quantized" else no * ni
     rows = cover(o0, no, b0)
     groups = -(-case.shape[1] // b1) if case.g_idx is not None else cover(i0, ni, b1)
     if case.strategy == "tensor":
@@ -79,7 +87,7 @@ def planned_bytes(case: Any, o0: int, no: int, i0: int, ni: int) -> int:
     total += rows * groups * item
     if not case.symmetric:
         if case.fmt == "pack-quantized" and case.strategy in ("group", "channel"):
-            total += cover(o0, no, k) * groups * 4
+            total += words(case, o0, no) * groups * 4
         else:
             total += rows * groups
     if case.g_idx is not None:

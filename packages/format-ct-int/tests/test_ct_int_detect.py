@@ -192,11 +192,18 @@ def test_no_group_targeting_the_module_is_an_error(tmp_path: Path, oracle: Any) 
     fails(write(tmp_path, case, config=config), "no quantization_config.config_groups")
 
 
-def test_widths_that_do_not_divide_32_are_refused(tmp_path: Path, oracle: Any) -> None:
-    case = layout(oracle)
+@pytest.mark.parametrize("dense", [True, False])
+def test_odd_widths_follow_the_config_version_and_need_one(
+    tmp_path: Path, oracle: Any, dense: bool
+) -> None:
+    # 48 columns of 3 bits: 5 words dense (0.18 on), 5 words of 10 codes (0.17) too,
+    # laid out differently.
+    case = layout(oracle, bits=3, shape=(16, 48), dense=dense)
+    ct = compose(write(tmp_path / "a", case), ["ct-int"])
+    np.testing.assert_array_equal(ct.load("fc.weight", "float32"), case.expected)
     config = case.config()
-    config["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 3
-    fails(write(tmp_path, case, config=config), "num_bits 3", "ambiguous")
+    del config["quantization_config"]["version"]
+    fails(write(tmp_path / "b", case, config=config), "num_bits 3", "version")
 
 
 def test_a_scale_grid_that_does_not_fit_is_an_error(tmp_path: Path, oracle: Any) -> None:

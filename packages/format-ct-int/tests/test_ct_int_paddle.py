@@ -23,6 +23,9 @@ LAYOUTS = [
     dict(fmt="pack-quantized", bits=8, strategy="channel", symmetric=False, scale_dtype="F16"),
     dict(fmt="pack-quantized", bits=2, strategy="tensor", symmetric=False, scale_dtype="F32"),
     dict(fmt="pack-quantized", bits=4, strategy="block", block=(8, 24), symmetric=False),
+    dict(fmt="pack-quantized", bits=3, strategy="group", group=16, symmetric=False),
+    dict(fmt="pack-quantized", bits=5, strategy="channel", symmetric=False, dense=False),
+    dict(fmt="pack-quantized", bits=7, strategy="block", block=(8, 24), act_order=False),
     dict(fmt="int-quantized", bits=8, strategy="channel"),
     dict(fmt="int-quantized", bits=8, strategy="group", group=32, symmetric=False),
 ]

@@ -9,11 +9,12 @@ tensors), :func:`quantization_config` and :func:`save_ct_int_checkpoint`.
 from __future__ import annotations
 
 from flexq_ct_int.encode import quantization_config, quantize, save_ct_int_checkpoint
-from flexq_ct_int.packing import pack_cols, pack_rows
+from flexq_ct_int.packing import Packing, pack_cols, pack_rows
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Packing",
     "__version__",
     "pack_cols",
     "pack_rows",

@@ -83,6 +83,7 @@ class CompressedTensorsConfig(QuantConfig):
 
     quant_method: str
     format: str | None = None
+    version: str | None = None
     config_groups: dict[str, ConfigGroup] = Field(default_factory=dict)
     ignore: list[str] = Field(default_factory=list)
 

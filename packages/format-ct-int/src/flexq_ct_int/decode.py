@@ -37,12 +37,13 @@ from flexq.formatkit import (
     row_runs,
     run_parts,
 )
-from flexq_ct_int.arrayops import CtOps, ct_ops_for, unpack_into
+from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for, unpack_into
 from flexq_ct_int.config import FORMAT_NAME
 
 if TYPE_CHECKING:
     from flexq_ct_int.layout import CtLinear
 
+_NUMPY_CT = NumpyCtOps()
 #: I8 byte (as uint8) -> its signed value as float32.
 _SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
 
@@ -81,12 +82,19 @@ def dequantize(
     if no == 0 or ni == 0:
         return ct.zeros((no, ni), weight)
     affine = _affine(linear, sources, plan, ops, ct)
+    # Widths that do not divide 8: each box column's code found by its bit position.
+    bitpos = None
+    if linear.packed and not linear.packing.aligned:
+        bitpos = linear.packing.bit_of(np.arange(i0, i0 + ni)) - 32 * wc0
     if isinstance(weight, np.ndarray):
         if out is None or not (out.flags.c_contiguous and out.dtype == np.float32):
             out = np.empty((no, ni), np.float32)
-        return _banded(linear, np.ascontiguousarray(weight), ri, ci, affine, out)
-    codes = ct.unpack(weight, linear.bits) if linear.packed else ops.float32(weight, "I8")
-    codes = codes[ri : ri + no, ci : ci + ni]
+        return _banded(linear, np.ascontiguousarray(weight), ri, ci, bitpos, affine, out)
+    if bitpos is not None:
+        codes = ct.gather(weight, bitpos, linear.bits)[ri : ri + no]
+    else:
+        codes = ct.unpack(weight, linear.bits) if linear.packed else ops.float32(weight, "I8")
+        codes = codes[ri : ri + no, ci : ci + ni]
     scale, zero = _spread(affine, ops, ct, ni)
     return (codes - zero) * scale
 
@@ -109,9 +117,13 @@ def _affine(
         assert linear.zero_key is not None
         zr0, zc0 = plan.source_slices[linear.zero_key][0]
         # Packed along out: one zero row per weight row (group and channel strategies).
-        z = ct.unpack_along_rows(sources[linear.zero_key], linear.bits)
-        start = o0 - zr0 * linear.per_word
-        zero = z[start : start + no]
+        words = sources[linear.zero_key]
+        if linear.packing.aligned:
+            start = o0 - zr0 * linear.per_word
+            zero = ct.unpack_along_rows(words, linear.bits)[start : start + no]
+        else:
+            rows = linear.packing.bit_of(np.arange(o0, o0 + no)) - 32 * zr0
+            zero = ct.transpose(ct.gather(ct.transpose(words), rows, linear.bits))
     elif linear.zero == "raw":
         assert linear.zero_key is not None
         assert linear.zero_dtype is not None
@@ -183,13 +195,20 @@ def _spread(affine: _Affine, ops: ArrayOps, ct: CtOps, ni: int) -> tuple[Any, An
 
 
 def _banded(
-    linear: CtLinear, weight: np.ndarray, ri: int, ci: int, affine: _Affine, out: np.ndarray
+    linear: CtLinear,
+    weight: np.ndarray,
+    ri: int,
+    ci: int,
+    bitpos: np.ndarray | None,
+    affine: _Affine,
+    out: np.ndarray,
 ) -> np.ndarray:
     """The numpy path: bands of output rows decoded and scaled while in cache, on the
-    worker threads; codes are unpacked straight into ``out`` when the box is whole words."""
+    worker threads; codes are unpacked straight into ``out`` when the box is whole words
+    (or found by ``bitpos``, their bit positions, for widths that do not divide 8)."""
     no, ni = out.shape
     per_row = int(weight.shape[1]) * linear.per_word
-    aligned = ci == 0 and ni == per_row
+    aligned = bitpos is not None or (ci == 0 and ni == per_row)
     scale = np.asarray(affine.scale, dtype=np.float32)
     index = None if affine.index is None else np.asarray(affine.index)
     # Without a zero point the code offset goes into the lookup table: one pass less.
@@ -202,7 +221,9 @@ def _banded(
 
     def decode(rows: slice, dst: np.ndarray) -> None:
         src = weight[ri + rows.start : ri + rows.stop]
-        if linear.packed:
+        if bitpos is not None:
+            np.subtract(_NUMPY_CT.gather(src, bitpos, linear.bits), np.float32(minus), out=dst)
+        elif linear.packed:
             unpack_into(src, linear.bits, dst, minus)
         else:
             lookup_into(signed, src.view(np.uint8), dst)

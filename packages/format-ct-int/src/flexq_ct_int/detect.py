@@ -17,6 +17,8 @@ times). Rules, each pinned by a test:
 - a quantized tensor in a module ``ignore`` lists is an error; every broken or
   missing companion is a :class:`flexq.FormatError` naming file, tensor and format.
 - ``input_scale`` / ``input_zero_point`` (activation parameters) are never claimed.
+- 3, 5, 6 and 7-bit codes are packed per word (compressed-tensors 0.17) or
+  densely (0.18 on): the config's ``version`` decides; without one it is an error.
 - ``in_features`` comes from the headers when they pin it (the packed width
   allows ``32/bits`` values; a group or block grid narrows that, and a group
   strategy pins it exactly). Otherwise -- channel and tensor strategies, whose
@@ -32,7 +34,7 @@ from flexq import Checkpoint, FormatError, TensorInfo
 from flexq.formatkit import natural_dtype, per_checkpoint
 from flexq_ct_int.config import FORMAT_NAME, INT, PACK, CtConfig, WeightArgs, read_config
 from flexq_ct_int.layout import CtLinear, ZeroKind
-from flexq_ct_int.packing import SUPPORTED_BITS, codes_per_word, packed_width
+from flexq_ct_int.packing import DENSE_SINCE, SUPPORTED_BITS, Packing, parse_version
 
 SCALE_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 ZERO_DTYPES = ("I8", "I16", "I32")
@@ -180,12 +182,8 @@ class _Finder:
         assert args is not None
         bits = args.num_bits
         if bits not in SUPPORTED_BITS:
-            raise self.fail(
-                key,
-                f"has num_bits {bits}: only widths dividing 32 ({SUPPORTED_BITS}) are read; "
-                "compressed-tensors packs other widths densely since 0.19 and "
-                "32 // bits per word before, so the layout is ambiguous",
-            )
+            raise self.fail(key, f"has num_bits {bits}, not one of {SUPPORTED_BITS}")
+        packing = self.packing(bits)
         if len(self.weight.shape) != 2:
             raise self.fail(key, f"has shape {self.weight.shape}, expected [out, words]")
         out_f, width = self.weight.shape
@@ -195,13 +193,11 @@ class _Finder:
         shape = self.companion("weight_shape", SHAPE_DTYPES)
         if shape.shape != (2,):
             raise self.fail(shape.key, f"has shape {shape.shape}, expected (2,)")
-        k = codes_per_word(bits)
-        widths = range((width - 1) * k + 1, width * k + 1)
         strategy = args.resolved_strategy()
-        block0, candidates = self.grid(args, strategy, scale, out_f, widths)
+        block0, candidates = self.grid(args, strategy, scale, out_f, packing.counts(width))
         in_f = self.in_features(shape, out_f, candidates, bits)
         block = self.block(block0, strategy, out_f, in_f, args)
-        zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, bits)
+        zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, packing)
         gidx = self.group_index(args, strategy, in_f)
         return CtLinear(
             key=f"{self.module}.weight",
@@ -220,7 +216,24 @@ class _Finder:
             zero_dtype=zdtype,
             shape_key=shape.key,
             gidx_key=gidx,
+            dense=packing.dense,
         )
+
+    def packing(self, bits: int) -> Packing:
+        """The packing of ``bits``-wide codes; odd widths need the config's version."""
+        if Packing(bits).aligned:
+            return Packing(bits)
+        assert self.config is not None
+        version = parse_version(self.config.parsed.version)
+        if version is None:
+            raise self.fail(
+                self.weight.key,
+                f"has num_bits {bits}: compressed-tensors packed {bits}-bit codes "
+                f"{32 // bits} per int32 word in 0.17 and densely across words since 0.18, "
+                "and quantization_config.version (which tells them apart) is "
+                f"{self.config.parsed.version!r}",
+            )
+        return Packing(bits, dense=version >= DENSE_SINCE)
 
     def grid(
         self,
@@ -303,7 +316,12 @@ class _Finder:
         return self.positive(bs[0], "block_structure"), self.positive(bs[1], "block_structure")
 
     def zero_point(
-        self, args: WeightArgs | None, strategy: str, scale: TensorInfo, out_f: int, bits: int
+        self,
+        args: WeightArgs | None,
+        strategy: str,
+        scale: TensorInfo,
+        out_f: int,
+        packing: Packing,
     ) -> tuple[ZeroKind, str | None, str | None]:
         key = f"{self.module}.weight_zero_point"
         info = self.ckpt.tensors.get(key)
@@ -315,7 +333,7 @@ class _Finder:
         info = self.companion("weight_zero_point", ZERO_DTYPES)
         packs = self.weight.dtype == "I32" and strategy in ("group", "channel")
         if packs:
-            want = (packed_width(out_f, bits), scale.shape[1] if len(scale.shape) == 2 else 1)
+            want = (packing.width(out_f), scale.shape[1] if len(scale.shape) == 2 else 1)
             if info.dtype == "I32" and info.shape == want:
                 return "packed", key, info.dtype
             # compressed-tensors before April 2025 (its PR 296) stored them unpacked.
@@ -323,7 +341,8 @@ class _Finder:
                 raise self.fail(
                     key,
                     f"is {info.dtype} {info.shape}, expected I32 {want} (zero points packed "
-                    f"along out, {bits}-bit) or unpacked in the scale's shape {scale.shape}",
+                    f"along out, {packing.bits}-bit) or unpacked in the scale's shape "
+                    f"{scale.shape}",
                 )
         if info.shape != scale.shape:
             raise self.fail(key, f"has shape {info.shape}, expected the scale's {scale.shape}")
@@ -360,7 +379,7 @@ class _Finder:
             block = self.block(block, strategy, out_f, in_f, args)
         else:
             strategy, block = self.infer(scale, out_f, in_f)
-        zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, 8)
+        zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, Packing(8))
         gidx = self.group_index(args, strategy, in_f)
         return CtLinear(
             key=key,

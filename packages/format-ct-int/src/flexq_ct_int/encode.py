@@ -26,7 +26,7 @@ import numpy as np
 from flexq import RawTensor, save_checkpoint
 from flexq.formatkit.rounding import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from flexq_ct_int.config import INT, PACK, QUANT_METHOD
-from flexq_ct_int.packing import SUPPORTED_BITS, offset_of, pack_cols, pack_rows
+from flexq_ct_int.packing import SUPPORTED_BITS, Packing, offset_of, pack_cols, pack_rows
 
 
 def quantize(
@@ -40,6 +40,7 @@ def quantize(
     symmetric: bool = True,
     g_idx: np.ndarray | None = None,
     scale_dtype: str = "BF16",
+    dense: bool = True,
     prefix: str = "",
 ) -> dict[str, RawTensor]:
     """compressed-tensors tensors for one linear's float32 ``weight`` ``[out, in]``.
@@ -48,6 +49,8 @@ def quantize(
         ``"int-quantized"`` (``weight`` I8; bits must be 8).
     :param strategy: ``tensor``, ``channel``, ``group`` (``group_size``) or ``block`` (``block``).
     :param g_idx: group act-order (group strategy): the group of each input column.
+    :param dense: odd widths as compressed-tensors >= 0.18 packs them (one bit stream),
+        else as 0.17 did (``32 // bits`` per word); the config's version must agree.
     :param prefix: module name; keys are ``f"{prefix}.weight_packed"`` etc.
     :raises ValueError: on arguments no compressed-tensors layout has.
     """
@@ -67,7 +70,7 @@ def quantize(
     tensors: dict[str, np.ndarray | RawTensor] = {}
     offset = offset_of(bits)
     if fmt == PACK:
-        tensors["weight_packed"] = pack_rows(q + offset, bits)
+        tensors["weight_packed"] = pack_rows(q + offset, Packing(bits, dense))
     else:
         tensors["weight"] = q.astype(np.int8)
     tensors["weight_scale"] = _stored(s.reshape(1) if strategy == "tensor" else s, scale_dtype)
@@ -75,7 +78,7 @@ def quantize(
         tensors["weight_shape"] = np.array([out_f, in_f], dtype=np.int64)
     if z is not None:
         if fmt == PACK and strategy in ("group", "channel"):
-            tensors["weight_zero_point"] = pack_cols(z + offset, bits)
+            tensors["weight_zero_point"] = pack_cols(z + offset, Packing(bits, dense))
         else:
             tensors["weight_zero_point"] = (z.reshape(1) if strategy == "tensor" else z).astype(
                 np.int8
@@ -179,6 +182,7 @@ def quantization_config(
     act_order: bool = False,
     ignore: Sequence[str] = ("lm_head",),
     targets: Sequence[str] = ("Linear",),
+    version: str = "0.19.0",
 ) -> dict[str, Any]:
     """The ``quantization_config`` llm-compressor writes for one weight scheme."""
     weights = {
@@ -215,7 +219,7 @@ def quantization_config(
         "kv_cache_scheme": None,
         "quant_method": QUANT_METHOD,
         "quantization_status": "compressed",
-        "version": "0.19.0",
+        "version": version,
     }
 
 
@@ -233,7 +237,8 @@ def save_ct_int_checkpoint(
     for key, w in weights.items():
         tensors.update(quantize(w, prefix=key.removesuffix(".weight"), **scheme))
     cfg_keys = ("fmt", "bits", "strategy", "group_size", "block", "symmetric")
-    qc = quantization_config(**{k: v for k, v in scheme.items() if k in cfg_keys})
+    version = "0.19.0" if scheme.get("dense", True) else "0.17.1"
+    qc = quantization_config(**{k: v for k, v in scheme.items() if k in cfg_keys}, version=version)
     full = {"model_type": "llama", "torch_dtype": "bfloat16", **(config or {})}
     full["quantization_config"] = qc
     return save_checkpoint(directory, tensors, config=full)

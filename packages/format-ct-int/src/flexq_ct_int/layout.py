@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from flexq_ct_int.packing import codes_per_word, offset_of
+from flexq_ct_int.packing import Packing, offset_of
 
 #: How the zero point is stored: absent (symmetric), packed along out (I32
 #: words, group and channel strategies of pack-quantized), or one integer per
@@ -35,6 +35,8 @@ class CtLinear:
     :ivar zero: how the zero point is stored; ``zero_key`` names it.
     :ivar shape_key: ``X.weight_shape`` (pack-quantized only).
     :ivar gidx_key: ``X.weight_g_idx`` (group act-order only).
+    :ivar dense: odd widths packed as one bit stream (compressed-tensors >= 0.18),
+        else ``32 // bits`` codes per word (0.17); see :mod:`flexq_ct_int.packing`.
     """
 
     key: str
@@ -53,6 +55,7 @@ class CtLinear:
     zero_dtype: str | None
     shape_key: str | None
     gidx_key: str | None
+    dense: bool = True
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -63,9 +66,15 @@ class CtLinear:
         return self.kind == "pack-quantized"
 
     @property
+    def packing(self) -> Packing:
+        """Where the codes of a packed row (or zero-point column) sit."""
+        return Packing(self.bits, self.dense)
+
+    @property
     def per_word(self) -> int:
-        """Codes per stored item along in: ``32 / bits`` per int32 word, 1 per I8 byte."""
-        return codes_per_word(self.bits) if self.packed else 1
+        """Codes per stored item along in for widths dividing 8 (``32 / bits`` per
+        int32 word, 1 per I8 byte)."""
+        return self.packing.per_word if self.packed else 1
 
     @property
     def code_offset(self) -> int:

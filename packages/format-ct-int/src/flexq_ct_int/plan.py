@@ -3,8 +3,9 @@
 For a box ``[o0:o0+no, i0:i0+ni]`` of the logical ``[out, in]`` weight:
 
 - the weight: rows ``o0..`` exactly; for ``weight_packed`` the int32 words
-  covering columns ``i0..`` (a box edge inside a word reads that word), for an
-  I8 ``weight`` the columns exactly;
+  holding columns ``i0..`` (a box edge inside a word reads that word; a dense
+  odd-width code crossing a word boundary reads both), for an I8 ``weight``
+  the columns exactly;
 - the scale: the scale blocks covering the box (rows of blocks of ``b0``,
   columns of groups of ``g`` / ``b1``); a per-tensor scale whole;
 - a packed zero point: the words covering rows ``o0..`` (packed along out)
@@ -51,9 +52,8 @@ def _stored_scale_box(linear: CtLinear, cover: Box) -> Box:
 def source_boxes(linear: CtLinear, target: TargetSlice) -> dict[str, Box]:
     """Source key -> (offset, shape) producing the ``target`` box of ``linear``."""
     (o0, i0), (no, ni) = target.global_offset, target.local_shape
-    out_f, in_f = linear.shape
     if linear.packed:
-        c0, nc = block_cover(i0, ni, linear.per_word, in_f)
+        c0, nc = linear.packing.word_cover(i0, ni)
         boxes: dict[str, Box] = {linear.weight_key: ((o0, c0), (no, nc))}
     else:
         boxes = {linear.weight_key: ((o0, i0), (no, ni))}
@@ -61,7 +61,7 @@ def source_boxes(linear: CtLinear, target: TargetSlice) -> dict[str, Box]:
     boxes[linear.scale_key] = _stored_scale_box(linear, cover)
     if linear.zero_key is not None:
         if linear.zero == "packed":
-            w0, nw = block_cover(o0, no, linear.per_word, out_f)
+            w0, nw = linear.packing.word_cover(o0, no)
             (_, g0), (_, ng) = cover
             boxes[linear.zero_key] = ((w0, g0), (nw, ng))
         else:
