@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from flexq import Checkpoint, FormatError, RawTensor, TargetSlice, compose, save_checkpoint
+from flexq import (
+    Checkpoint,
+    FormatError,
+    RawTensor,
+    ScaleWarning,
+    TargetSlice,
+    compose,
+    save_checkpoint,
+)
 from flexq_ct_int.detect import analyse
 
 BF16_ONES = RawTensor("BF16", np.full((8, 8), 0x3F80, np.uint16))
@@ -314,3 +322,19 @@ def test_a_malformed_config_is_an_error_naming_the_field(tmp_path: Path, oracle:
         "config.json",
         "config_groups.group_0.weights.num_bits",
     )
+
+
+def test_a_non_finite_scale_is_reported_by_the_declared_scale_check(
+    tmp_path: Path, oracle: Any
+) -> None:
+    case = layout(oracle)
+    s = np.ones((16, 4), np.float32)
+    s[3, 2] = np.nan
+    bad = {"fc.weight_scale": oracle.stored_scale(s, "BF16")}
+    ct = compose(write(tmp_path, case, drop=("weight_scale",), extra=bad), ["ct-int"])
+    plan = ct.plan("fc.weight", TargetSlice((16, 64), (8, 32), (0, 32), "float32"))
+    assert plan.scales == ("fc.weight_scale",)
+    with pytest.warns(ScaleWarning, match=r"fc.weight_scale.*\[3, 2\].*ct-int"):
+        got = ct.load("fc.weight", "float32")
+    assert np.isnan(got[3, 32:48]).all()
+    assert not np.isnan(np.delete(got, 3, axis=0)).any()

@@ -74,5 +74,6 @@ def source_boxes(linear: CtLinear, target: TargetSlice) -> dict[str, Box]:
 
 
 def local_plan(linear: CtLinear, target: TargetSlice) -> ReadPlan:
-    """A plan reading only the words, groups and entries ``target`` needs."""
-    return ReadPlan("local", source_boxes(linear, target), target)
+    """A plan reading only the words, groups and entries ``target`` needs; the core checks
+    its declared scale before anything is written."""
+    return ReadPlan("local", source_boxes(linear, target), target, scales=(linear.scale_key,))

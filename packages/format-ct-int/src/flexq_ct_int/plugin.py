@@ -18,7 +18,6 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
-from flexq.formatkit import check_scales, ops_for
 from flexq.formatkit.arrays import to_numpy
 from flexq_ct_int.config import FORMAT_NAME, FORMATS, QUANT_METHOD
 from flexq_ct_int.decode import dequantize
@@ -79,14 +78,6 @@ def flexq_apply(
             )
     if linear.shape_key is not None and linear.shape_key in sources:
         _check_shape(checkpoint, linear.shape_key, sources[linear.shape_key], linear.shape)
-    scale = sources[linear.scale_key]
-    check_scales(
-        ops_for(scale).float32(scale, linear.scale_dtype),
-        scale=checkpoint.info(linear.scale_key),
-        logical_key=logical_key,
-        format_name=FORMAT_NAME,
-        offset=plan.source_slices[linear.scale_key][0],
-    )
     try:
         return dequantize(linear, sources, plan, out)
     except FormatError as exc:
