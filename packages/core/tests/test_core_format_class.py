@@ -113,8 +113,9 @@ def test_a_tensor_the_format_did_not_claim_is_a_format_error(
     rowscaled: str, tmp_path: Path
 ) -> None:
     flexq.save_checkpoint(tmp_path, {"x": flexq.RawTensor.of(np.zeros(2, np.float32))})
-    with flexq.Checkpoint(tmp_path) as ckpt, pytest.raises(
-        flexq.FormatError, match="'x' is not a tensor of format 'rowscaled'"
+    with (
+        flexq.Checkpoint(tmp_path) as ckpt,
+        pytest.raises(flexq.FormatError, match="'x' is not a tensor of format 'rowscaled'"),
     ):
         PLUGIN.layout(ckpt, "x")
 
