@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from flexq.errors import FormatError
+from flexq.markers import hookimpl
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
-from flexq.plugin.spec import hookimpl
 
 if TYPE_CHECKING:
     from flexq.io.checkpoint import Checkpoint
