@@ -19,7 +19,7 @@ import numpy as np
 
 import flexq
 from flexq import RawTensor
-from flexq_fp8.save import quantization_config
+from flexq_fp8.encode import quantization_config
 
 SIDE = 2048
 BLOCK = 128
