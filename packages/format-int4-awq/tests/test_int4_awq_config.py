@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -138,6 +139,25 @@ def test_quantized_module_listed_in_modules_to_not_convert_is_an_error(
     cfg = oracle.awq_config("gemm", 16, modules_to_not_convert=["mlp.gate"])
     with pytest.raises(FormatError, match=r"'layers.0.mlp.gate.qweight'.*modules_to_not_convert"):
         compose(write_checkpoint(gemm.raw("layers.0.mlp.gate"), cfg), ["int4-awq"])
+
+
+@pytest.mark.parametrize(
+    ("entry", "covered"),
+    [("gate", False), ("mlp.gate_proj", True), ("layers.*.mlp", True), ("re:.*gate_p", True)],
+)
+def test_modules_to_not_convert_follows_the_one_ignore_rule(
+    entry: str, covered: bool, write_checkpoint: Any, gemm: Any, oracle: Any
+) -> None:
+    # Whole components, globs and re: regexes, as every format matches them (the kit's
+    # IgnoreList); AutoAWQ's substring test would also let "gate" cover "gate_proj".
+    cfg = oracle.awq_config("gemm", 16, modules_to_not_convert=[entry])
+    path = write_checkpoint(gemm.raw("layers.0.mlp.gate_proj"), cfg)
+    if covered:
+        with pytest.raises(FormatError, match=rf"gate_proj.qweight'.*{re.escape(repr(entry))}"):
+            compose(path, ["int4-awq"])
+    else:
+        ct = compose(path, ["int4-awq"])
+        assert ct.entries["layers.0.mlp.gate_proj.weight"].owner == "int4-awq"
 
 
 def test_unquantized_module_in_modules_to_not_convert_passes_through(
