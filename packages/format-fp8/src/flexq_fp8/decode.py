@@ -19,7 +19,6 @@ from flexq import Checkpoint, FormatError, ReadPlan
 from flexq.formatkit import (
     E4M3_TO_FLOAT32,
     ArrayOps,
-    check_scales,
     for_bands,
     lookup_into,
     ops_for,
@@ -36,8 +35,8 @@ def apply(
 ) -> Any:
     """The ``plan.target`` box of ``layout``'s weight from the planned sources, as float32.
 
-    Checks that the sources are the boxes the plan named and warns about
-    non-finite scales (:func:`flexq.formatkit.check_scales`) before decoding.
+    Checks that the sources are the boxes the plan named (the core has checked the
+    scales the plan declares for non-finite values).
 
     :raises FormatError: on a missing source or a source box of the wrong shape.
     """
@@ -59,13 +58,6 @@ def apply(
                 f"{ckpt.path}: tensor {name!r} arrived with shape {got}, the plan for "
                 f"{key!r} needs {want} (format {FORMAT_NAME})"
             )
-    check_scales(
-        scale_to_float32(ops_for(scale), scale, layout.scale_dtype),
-        scale=ckpt.info(layout.scale_key),
-        logical_key=key,
-        format_name=FORMAT_NAME,
-        offset=plan.source_slices.get(layout.scale_key, ((), ()))[0],
-    )
     return dequantize(layout, weight, scale, target.global_offset, target.local_shape, out)
 
 

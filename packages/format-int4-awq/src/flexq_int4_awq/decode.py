@@ -1,6 +1,6 @@
 """The AWQ dequantization, written once for numpy arrays and Paddle tensors.
 
-:func:`apply` serves the plugin's ``flexq_apply``. For a box of the logical [out, in]
+:func:`dequantize` serves the plugin's ``flexq_apply``. For a box of the logical [out, in]
 weight: W[o, i] = (q[o, i] - z[o, i // g]) * s[o, i // g], computed in float32.
 Every step is exact (4-bit codes and zeros are small integers, their
 difference times an F16/BF16 scale fits float32's mantissa), so the numpy and
@@ -23,34 +23,17 @@ from flexq.formatkit import (
     RUNS_PER_TASK,
     ArrayOps,
     block_cover,
-    check_scales,
     ops_for,
     row_runs,
     run_parts,
 )
-from flexq_int4_awq.config import FORMAT_NAME
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
 if TYPE_CHECKING:
-    from flexq import Checkpoint, ReadPlan
+    from flexq import ReadPlan
 
 #: bits per AWQ code.
 BITS = 4
-
-
-def apply(
-    ckpt: Checkpoint, linear: AwqLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any
-) -> Any:
-    """The ``plan.target`` box of ``linear``'s weight, after the non-finite-scale check."""
-    scales = sources[linear.scales]
-    check_scales(
-        ops_for(scales).float32(scales, linear.scale_dtype),
-        scale=ckpt.info(linear.scales),
-        logical_key=linear.logical_key,
-        format_name=FORMAT_NAME,
-        offset=plan.source_slices.get(linear.scales, ((), ()))[0],
-    )
-    return dequantize(linear, sources, plan, out)
 
 
 def dequantize(

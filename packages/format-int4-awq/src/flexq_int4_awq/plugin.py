@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from flexq import Checkpoint, LogicalTensor, RawTensor, ReadPlan, TargetSlice, hookimpl
-from flexq_int4_awq import decode
+from flexq_int4_awq.decode import dequantize
 from flexq_int4_awq.detect import analyze, layout_of
 from flexq_int4_awq.encode import save_awq_checkpoint
 from flexq_int4_awq.layout import SCALE_DTYPES
@@ -67,7 +67,7 @@ def flexq_read_plan(
 def flexq_apply(
     checkpoint: Checkpoint, logical_key: str, sources: Mapping[str, Any], plan: ReadPlan, out: Any
 ) -> Any:
-    return decode.apply(checkpoint, layout_of(checkpoint, logical_key), sources, plan, out)
+    return dequantize(layout_of(checkpoint, logical_key), sources, plan, out)
 
 
 @hookimpl

@@ -6,6 +6,8 @@ o0..o0+no of ``*_blocks``). Leading axes then map one to one onto the sources;
 along the blocked last axis the plan reads the blocks covering the range
 (i0..i0+ni), which may start and end inside a block: decode trims them (the
 trim follows from the target alone, so global plans need no extra detail).
+The plan declares the scales, so the core checks them for NaN and infinity
+before anything is written.
 """
 
 from __future__ import annotations
@@ -31,4 +33,5 @@ def local_plan(tensor: MxTensor, target: TargetSlice) -> ReadPlan:
             tensor.scale_key: tensor.scale_box(lead_off, lead_shape, first, count),
         },
         target,
+        scales=(tensor.scale_key,),
     )
