@@ -32,7 +32,7 @@ MIN_LOGITS_COSINE = 0.99
 
 @flexq.hookimpl
 def flexq_quant_methods() -> tuple[str, ...]:
-    return ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized")
+    return ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt")
 
 
 @flexq.hookimpl
