@@ -32,15 +32,15 @@ from flexq.formatkit import natural_dtype, per_checkpoint
 from flexq_mxfp4.config import CT_FORMAT, FORMAT_NAME, MxConfig, read_config
 from flexq_mxfp4.layout import (
     BLOCK_BYTES,
-    CT_PACKED,
-    CT_SCALE,
-    GPT_OSS_BLOCKS,
-    GPT_OSS_SCALES,
     PACKED_DTYPES,
     SCALE_DTYPES,
+    SUFFIXES,
     MxTensor,
     n_blocks,
 )
+
+GPT_OSS_BLOCKS, GPT_OSS_SCALES = SUFFIXES["gpt-oss"]
+CT_PACKED, CT_SCALE = SUFFIXES["compressed-tensors"]
 
 
 @dataclass(frozen=True)

@@ -21,17 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from flexq import RawTensor, save_checkpoint
-from flexq_mxfp4.layout import (
-    BLOCK,
-    CT_PACKED,
-    CT_SCALE,
-    GPT_OSS_BLOCKS,
-    GPT_OSS_SCALES,
-    PACKED_DTYPES,
-    SCALE_DTYPES,
-    Layout,
-    n_blocks,
-)
+from flexq_mxfp4.layout import BLOCK, PACKED_DTYPES, SCALE_DTYPES, SUFFIXES, Layout, n_blocks
 
 #: E2M1 magnitudes in code order (codes 0..7).
 _GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -65,6 +55,9 @@ def quantize(
             f"packed_dtype must be one of {PACKED_DTYPES} and scale_dtype one of "
             f"{SCALE_DTYPES}, got {packed_dtype!r}, {scale_dtype!r}"
         )
+    if layout not in SUFFIXES:
+        raise ValueError(f"unknown MXFP4 layout {layout!r}")
+    packed_suffix, scale_suffix = SUFFIXES[layout]
     out: dict[str, RawTensor] = {}
     for key, value in tensors.items():
         x = np.asarray(value, dtype=np.float64)
@@ -77,20 +70,13 @@ def quantize(
                     f"{key!r}: gpt-oss layout needs [..., 32*G, out] (or [32*G]), "
                     f"got {np.shape(value)}"
                 )
-            packed, scales = quantize_array(x)
-            blocks = packed.reshape(*x.shape[:-1], n // BLOCK, BLOCK // 2)
-            out[key + GPT_OSS_BLOCKS] = RawTensor(packed_dtype, blocks)
-            out[key + GPT_OSS_SCALES] = RawTensor(scale_dtype, scales)
-        elif layout == "compressed-tensors":
-            if x.ndim < 1 or n % 2:
-                raise ValueError(
-                    f"{key!r}: compressed-tensors layout needs [..., 2k], got {x.shape}"
-                )
-            packed, scales = quantize_array(x)
-            out[key + CT_PACKED] = RawTensor(packed_dtype, packed)
-            out[key + CT_SCALE] = RawTensor(scale_dtype, scales)
-        else:
-            raise ValueError(f"unknown MXFP4 layout {layout!r}")
+        elif x.ndim < 1 or n % 2:
+            raise ValueError(f"{key!r}: compressed-tensors layout needs [..., 2k], got {x.shape}")
+        packed, scales = quantize_array(x)
+        if layout == "gpt-oss":
+            packed = packed.reshape(*x.shape[:-1], n // BLOCK, BLOCK // 2)
+        out[key + packed_suffix] = RawTensor(packed_dtype, packed)
+        out[key + scale_suffix] = RawTensor(scale_dtype, scales)
     return out
 
 

@@ -39,8 +39,11 @@ BLOCK_BYTES = BLOCK // 2
 
 Layout = Literal["gpt-oss", "compressed-tensors"]
 
-GPT_OSS_BLOCKS, GPT_OSS_SCALES = "_blocks", "_scales"
-CT_PACKED, CT_SCALE = "_packed", "_scale"
+#: What each layout appends to the logical key: (packed codes, scales).
+SUFFIXES: dict[Layout, tuple[str, str]] = {
+    "gpt-oss": ("_blocks", "_scales"),
+    "compressed-tensors": ("_packed", "_scale"),
+}
 PACKED_DTYPES = ("U8", "F4")
 SCALE_DTYPES = ("U8", "F8_E8M0")
 
