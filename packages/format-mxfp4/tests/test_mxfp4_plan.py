@@ -115,6 +115,9 @@ def test_gpt_oss_experts_transpose_stored_rows_into_the_last_axis(
         nan = np.isnan(want)
         np.testing.assert_array_equal(np.isnan(got), nan)
         np.testing.assert_array_equal(bits(got)[~nan], bits(want)[~nan])
+    for empty in ((0, 96, 7), (2, 0, 7), (2, 96, 0)):
+        plan = ct.plan(key, TargetSlice((2, 96, 7), empty, (0, 0, 0), "float32"))
+        assert ct.dequantize(key, ct.read_sources(plan), plan, "float32").shape == empty
     part = TargetSlice((2, 96, 7), (2, 50, 7), (0, 40, 0), "float32")  # starts inside a block
     plan = ct.plan(key, part)
     got = ct.dequantize(key, ct.read_sources(plan), plan, "float32")

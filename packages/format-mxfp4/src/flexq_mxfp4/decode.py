@@ -12,6 +12,7 @@ subnormal, kept as is. :func:`apply` serves the plugin's ``flexq_apply``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -159,11 +160,11 @@ def _whole_blocks_transposed(
     costs no extra pass over memory; bands run on the worker threads.
     """
     *lead, rows, nbytes = (int(d) for d in packed.shape)
-    nblk, n = int(scales.shape[-1]), 2 * nbytes
-    codes = packed.reshape((-1, rows, nblk, BLOCK // 2))
-    scale = np.asarray(scales).reshape((-1, rows, nblk))
+    nblk, n, mats = int(scales.shape[-1]), 2 * nbytes, math.prod(lead)
+    codes = packed.reshape((mats, rows, nblk, BLOCK // 2))
+    scale = np.asarray(scales).reshape((mats, rows, nblk))
     result = np.empty((*lead, n, rows), np.float32) if out is None else out
-    flat = result.reshape((-1, n, rows))
+    flat = result.reshape((mats, n, rows))
     bands = [(m, run) for m in range(codes.shape[0]) for run in row_runs(rows, n)]
 
     def work(part: Sequence[tuple[int, range]]) -> None:
