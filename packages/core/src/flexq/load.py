@@ -78,7 +78,7 @@ def load_state_dict(
     ct = compose(path, formats)
     chosen = _choose(engine, ct)
     if chosen == "native":
-        _native(ct, state_dict, path, aoa_config, process_group, offload, flexcheckpoint_options)
+        _native(ct, state_dict, aoa_config, process_group, offload, flexcheckpoint_options)
         return LoadReport(chosen, 0, 0, ct.checkpoint.bytes_read, 0)
     targets = describe(state_dict)
     pieces = map_targets(ct, targets, aoa_config)
@@ -181,7 +181,6 @@ def _choose(engine: str, ct: ComposedTransform) -> str:
 def _native(
     ct: ComposedTransform,
     state_dict: Mapping[str, Any],
-    path: str | os.PathLike[str],
     aoa_config: dict[str, Any] | None,
     process_group: Any,
     offload: bool,
@@ -193,7 +192,8 @@ def _native(
 
     paddle_load(
         dict(state_dict),
-        os.fspath(path),
+        # The resolved directory: a repo id's cache snapshot, not the id.
+        os.fspath(ct.checkpoint.path),
         process_group=process_group,
         offload=offload,
         aoa_config=aoa_config,
