@@ -64,6 +64,8 @@ def snapshot(repo_id: str, revision: str | None = None) -> Path:
             f"{spec}: no such directory; to load it as a Hugging Face repo id, "
             "install huggingface_hub (pip install 'flexq[hub]')"
         ) from None
+    # Newer huggingface_hub versions refuse a cached snapshot that misses files.
+    incomplete = getattr(errors, "IncompleteSnapshotError", errors.LocalEntryNotFoundError)
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in _TRUE
     cache = os.environ.get("HF_HUB_CACHE") or None
     try:
@@ -83,7 +85,7 @@ def snapshot(repo_id: str, revision: str | None = None) -> Path:
         raise CheckpointError(
             f"{spec}: no such directory, and the hub has no revision {revision!r}"
         ) from None
-    except (errors.LocalEntryNotFoundError, errors.IncompleteSnapshotError) as exc:
+    except (errors.LocalEntryNotFoundError, incomplete) as exc:
         where = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
         raise CheckpointError(
             f"{spec}: no such directory, not (completely) in the Hugging Face cache "
