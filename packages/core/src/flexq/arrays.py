@@ -154,19 +154,46 @@ def to_numpy(x: Any) -> np.ndarray:
     return view if view is not None else np.asarray(x.numpy())
 
 
-def host_view(x: Any) -> np.ndarray | None:
+def host_view(x: Any, *, writable: bool = False) -> np.ndarray | None:
     """A numpy array sharing a host Paddle tensor's memory (bfloat16 as uint16 bits),
-    or None for a device tensor or a dtype DLPack does not carry."""
+    or None for a device tensor or a dtype DLPack does not carry.
+
+    Trainable parameters (``stop_gradient=False``) are shared too: DLPack refuses
+    tensors that require gradients, so the view is taken of ``x.detach()``, which
+    shares ``x``'s memory. ``writable``: the caller writes through the view (a load
+    target). numpy before 2.2 marks every DLPack import read-only; then the view
+    is rebuilt over the same memory, writable, and keeps the tensor alive.
+    """
     import paddle
 
     if not x.place.is_cpu_place():
         return None
-    if x.dtype == paddle.bfloat16:
-        return np.from_dlpack(x.view(paddle.int16)).view(np.uint16)
+    x = x.detach()
     try:
-        return np.from_dlpack(x)
+        if x.dtype == paddle.bfloat16:
+            view = np.from_dlpack(x.view(paddle.int16)).view(np.uint16)
+        else:
+            view = np.from_dlpack(x)
     except (BufferError, TypeError, RuntimeError):
         return None
+    if writable and not view.flags.writeable:
+        return np.asarray(_SharedMemory(x, view))
+    return view
+
+
+class _SharedMemory:
+    """A host tensor's memory as a writable numpy array interface.
+
+    ``view`` is a read-only DLPack view of ``tensor`` (numpy < 2.2); the array
+    built from this object has the same layout, may be written, and holds
+    ``tensor`` (through this object, its base) for as long as it lives.
+    """
+
+    def __init__(self, tensor: Any, view: np.ndarray) -> None:
+        self.tensor = tensor
+        face = dict(view.__array_interface__)
+        face["data"] = (face["data"][0], False)
+        self.__array_interface__ = face
 
 
 def passthrough_dtype(st_dtype: str) -> str | None:

@@ -290,7 +290,7 @@ def _host_view(tensor: Any) -> np.ndarray | None:
 
     if tensor.dtype not in (paddle.float32, paddle.float16, paddle.bfloat16):
         return None
-    return host_view(tensor)
+    return host_view(tensor, writable=True)
 
 
 def _host_region(p: Piece) -> np.ndarray | None:

@@ -1,0 +1,83 @@
+"""Targets as real models hold them (DESIGN invariant 9): trainable parameters in every
+float dtype, numpy versions whose DLPack imports are read-only, lazy parameters
+without storage, and float passthrough tensors cast to the target's dtype."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import paddle
+import pytest
+
+import flexq
+from flexq.arrays import host_view
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+EXPECTED_A = np.arange(-6, 6, dtype=np.float32).reshape(3, 4) * 0.5
+ENGINES = ["direct", "flexcheckpoint"]
+FLOATS = ["float32", "bfloat16", "float16"]
+
+
+def parameter(shape: list[int], dtype: str) -> Any:
+    """A trainable parameter (``stop_gradient=False``) filled with 7."""
+    p = paddle.create_parameter(
+        shape, dtype, default_initializer=paddle.nn.initializer.Constant(7.0)
+    )
+    assert not p.stop_gradient
+    return p
+
+
+def as_float32(t: Any) -> np.ndarray:
+    return np.asarray(t.astype("float32").numpy())
+
+
+@pytest.fixture
+def readonly_dlpack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """np.from_dlpack as numpy 1.26 (what paddleformers installs) has it: read-only arrays."""
+    real = np.from_dlpack
+
+    def readonly(x: Any) -> np.ndarray:
+        out = real(x)
+        out.flags.writeable = False
+        return out
+
+    monkeypatch.setattr(np, "from_dlpack", readonly)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("numpy_dlpack", ["as installed", "read-only"])
+def test_trainable_parameters_load_exactly(
+    scaled_ckpt: Path,
+    scaled_format: object,
+    dtype: str,
+    engine: str,
+    numpy_dlpack: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    if numpy_dlpack == "read-only":
+        request.getfixturevalue("readonly_dlpack")
+    a = parameter([3, 4], dtype)
+    flexq.load_state_dict({"a": a}, scaled_ckpt, formats=["scaled"], engine=engine)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(as_float32(a), EXPECTED_A)
+    assert not a.stop_gradient
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_writable_host_view_shares_the_parameters_memory(
+    dtype: str, readonly_dlpack: None
+) -> None:
+    p = parameter([2, 3], dtype)
+    assert not host_view(p).flags.writeable  # type: ignore[union-attr]
+    view = host_view(p, writable=True)
+    assert view is not None
+    assert view.flags.writeable
+    one = {"bfloat16": np.uint16(0x3F80), "float32": 1.0, "float16": 1.0}[dtype]
+    view[1, 2] = one
+    del p  # the view keeps the tensor's memory alive
+    got = view.copy()
+    assert got[1, 2] == one
+    assert got[0, 0] != one
