@@ -169,6 +169,7 @@ def host_view(x: Any, *, writable: bool = False) -> np.ndarray | None:
     if not x.place.is_cpu_place():
         return None
     x = x.detach()
+    view: np.ndarray
     try:
         if x.dtype == paddle.bfloat16:
             view = np.from_dlpack(x.view(paddle.int16)).view(np.uint16)
