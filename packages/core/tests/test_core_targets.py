@@ -81,3 +81,39 @@ def test_a_writable_host_view_shares_the_parameters_memory(
     got = view.copy()
     assert got[1, 2] == one
     assert got[0, 0] != one
+
+
+def lazy_parameter(shape: list[int], dtype: str) -> Any:
+    """A parameter created as PaddleFormers creates them: under LazyGuard, no storage."""
+    with paddle.LazyGuard():
+        p = paddle.create_parameter(
+            shape, dtype, default_initializer=paddle.nn.initializer.Constant(7.0)
+        )
+    assert not p._is_initialized()
+    return p
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("kind", ["tensor", "sharded"])
+def test_lazy_parameters_are_allocated_and_filled(
+    scaled_ckpt: Path, scaled_format: object, dtype: str, engine: str, kind: str
+) -> None:
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+    a = lazy_parameter([3, 4], dtype)
+    target = a if kind == "tensor" else ShardedWeight("a", a, (3, 4), (3, 4), (0, 0))
+    flexq.load_state_dict({"a": target}, scaled_ckpt, formats=["scaled"], engine=engine)  # type: ignore[arg-type]
+    assert a._is_initialized()
+    np.testing.assert_array_equal(as_float32(a), EXPECTED_A)
+
+
+def test_a_failed_check_leaves_lazy_parameters_without_storage(
+    scaled_ckpt: Path, scaled_format: object
+) -> None:
+    a = lazy_parameter([3, 4], "float32")
+    wrong = lazy_parameter([5], "float32")
+    with pytest.raises(flexq.TargetError, match="'norm'"):
+        flexq.load_state_dict({"a": a, "norm": wrong}, scaled_ckpt, formats=["scaled"])
+    assert not a._is_initialized()
+    assert not wrong._is_initialized()

@@ -57,6 +57,8 @@ def load_state_dict(
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
 
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts).
+        Parameters without storage (created under ``paddle.LazyGuard``) are
+        allocated once every check has passed, then filled.
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.
     :param formats: format names to use (default: every installed format).
     :param engine: ``"native"`` (Paddle's own ``load_transform``),
@@ -93,6 +95,10 @@ def load_state_dict(
             ct.checkpoint, plans, process_group, offload, **flexcheckpoint_options
         )
     batches = list(_batches(list(range(len(pieces))), pieces, max_inflight_bytes))
+    # Every check has passed: only now do lazy targets get their storage (filled below).
+    for t in targets:
+        if t.lazy:
+            t.allocate()
     undo: list[tuple[Piece, Any]] = []
     scratch = _Scratch()
     try:
