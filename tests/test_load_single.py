@@ -134,9 +134,14 @@ def test_aoa_statement_naming_an_unknown_key_is_a_target_error(int8row_ckpt: Pat
         )
 
 
-def test_passthrough_dtype_mismatch_without_cast_is_an_error(int8row_ckpt: Path) -> None:
-    with pytest.raises(TargetError, match="add dtype='float32'"):
-        flexq.load_state_dict({NORM: paddle.zeros([64])}, int8row_ckpt)
+def test_a_bf16_passthrough_loads_into_a_float32_target_without_a_cast_statement(
+    int8row_ckpt: Path,
+) -> None:
+    norm = paddle.zeros([64])
+    report = flexq.load_state_dict({NORM: norm}, int8row_ckpt)
+    widened = flexq.compose(int8row_ckpt).load(NORM, "float32")
+    np.testing.assert_array_equal(norm.numpy(), widened)
+    assert report.casts == (f"{NORM}: bfloat16 -> float32",)
 
 
 def test_plugin_failure_in_a_later_batch_restores_earlier_batches(

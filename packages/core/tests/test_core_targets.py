@@ -117,3 +117,82 @@ def test_a_failed_check_leaves_lazy_parameters_without_storage(
         flexq.load_state_dict({"a": a, "norm": wrong}, scaled_ckpt, formats=["scaled"])
     assert not a._is_initialized()
     assert not wrong._is_initialized()
+
+
+def bits_of(values: np.ndarray, dtype: str) -> np.ndarray:
+    """``values`` (float64) rounded once to ``dtype`` (bfloat16 through ml_dtypes)."""
+    import ml_dtypes
+
+    np_dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+    with np.errstate(over="ignore"):  # beyond float16: inf, by definition
+        return np.asarray(values.astype(np_dtype[dtype]).astype(np.float32))
+
+
+#: float values whose rounding differs between the dtypes (and exact widening).
+PASSTHROUGH = np.array([1.0, -2.0, 1.0 + 2.0**-9, 3.0e-5, 65504.0, 1.0 / 3.0])
+SOURCES = {
+    "F32": (np.float32, "float32"),
+    "F16": (np.float16, "float16"),
+    "F64": (np.float64, "float64"),
+}
+
+
+CASTS = [
+    (st, dtype)
+    for st in ("F32", "F16", "F64", "BF16")
+    for dtype in FLOATS
+    if (st, dtype) != ("F64", "bfloat16")  # refused: see the test below
+]
+
+
+@pytest.mark.parametrize(("st", "dtype"), CASTS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_float_passthrough_is_cast_to_the_target_dtype_rounding_once(
+    tmp_path: Path, st: str, dtype: str, engine: str
+) -> None:
+    if st == "BF16":
+        stored = bits_of(PASSTHROUGH, "bfloat16").astype(np.float64)
+        raw = flexq.RawTensor(
+            "BF16", (stored.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        )
+        source_dtype = "bfloat16"
+    else:
+        np_dtype, source_dtype = SOURCES[st]
+        stored = PASSTHROUGH.astype(np_dtype).astype(np.float64)
+        raw = flexq.RawTensor.of(PASSTHROUGH.astype(np_dtype))
+    path = flexq.save_checkpoint(tmp_path / "c", {"norm": raw})
+    target = parameter([PASSTHROUGH.size], dtype)
+    report = flexq.load_state_dict({"norm": target}, path, engine=engine)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(as_float32(target), bits_of(stored, dtype))
+    expected = () if source_dtype == dtype else (f"norm: {source_dtype} -> {dtype}",)
+    assert report.casts == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "dtype", "message"),
+    [
+        (flexq.RawTensor.of(np.arange(3, dtype=np.int8)), "float32", "an integer tensor"),
+        (flexq.RawTensor.of(np.arange(3, dtype=np.int32)), "bfloat16", "an integer tensor"),
+        (flexq.RawTensor.of(np.arange(3, dtype=np.float32)), "int32", "a float tensor"),
+        (flexq.RawTensor.of(np.arange(3, dtype=np.float64)), "bfloat16", "round twice"),
+    ],
+)
+def test_casts_that_are_not_one_float_rounding_are_refused_before_any_write(
+    tmp_path: Path, raw: flexq.RawTensor, dtype: str, message: str
+) -> None:
+    path = flexq.save_checkpoint(tmp_path / "c", {"t": raw})
+    target = paddle.full([3], 7, dtype=dtype)
+    with pytest.raises(flexq.TargetError, match=message):
+        flexq.load_state_dict({"t": target}, path)
+    np.testing.assert_array_equal(as_float32(target), np.full(3, 7, np.float32))
+
+
+def test_an_explicit_aoa_cast_of_integers_is_the_callers_choice(tmp_path: Path) -> None:
+    path = flexq.save_checkpoint(
+        tmp_path / "c", {"t": flexq.RawTensor.of(np.arange(3, dtype=np.int8))}
+    )
+    target = paddle.zeros([3], dtype="float32")
+    flexq.load_state_dict(
+        {"t": target}, path, aoa_config={"aoa_statements": ["t -> t, dtype='float32'"]}
+    )
+    np.testing.assert_array_equal(target.numpy(), np.arange(3, dtype=np.float32))

@@ -131,7 +131,16 @@ def load_state_dict(
         for plan in plans
         for key, (_, shape) in plan.source_slices.items()
     )
-    return LoadReport(chosen, len(pieces), len(batches), ct.checkpoint.bytes_read, planned)
+    casts = sorted(
+        {
+            f"{p.logical_key}: {e.dtype} -> {p.target.dtype}"
+            for p in pieces
+            if (e := ct.entry(p.logical_key)).owner is None and e.dtype != p.target.dtype
+        }
+    )
+    return LoadReport(
+        chosen, len(pieces), len(batches), ct.checkpoint.bytes_read, planned, tuple(casts)
+    )
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,8 @@ class LoadReport:
     :ivar bytes_read: bytes this rank read from the checkpoint files itself
         (the direct engine; Paddle's loader does its own reads).
     :ivar planned_bytes: bytes of the source boxes this rank's read plans name.
+    :ivar casts: unquantized tensors cast to their target's dtype, as
+        ``"key: checkpoint dtype -> target dtype"``.
     """
 
     engine: str
@@ -148,6 +159,7 @@ class LoadReport:
     batches: int
     bytes_read: int
     planned_bytes: int
+    casts: tuple[str, ...] = ()
 
 
 def _choose(engine: str, ct: ComposedTransform) -> str:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from flexq.targets import Target
 
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+#: unquantized checkpoint dtypes cast implicitly to a FLOAT_DTYPES target.
+PASSTHROUGH_FLOATS = ("float64", *FLOAT_DTYPES)
 #: dtype given to every AOA variable so that AOA's own dtype assertion stays
 #: quiet; flexq checks dtypes itself (a quantized tensor dequantizes to any float).
 _NEUTRAL = "float32"
@@ -158,10 +160,7 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
         if casts and casts[-1] != t.dtype:
             raise TargetError(f"{what}: AOA casts to {casts[-1]} but the target is {t.dtype}")
         if entry.owner is None and not casts and entry.dtype != t.dtype:
-            raise TargetError(
-                f"{what}: checkpoint dtype {entry.dtype} differs from target dtype "
-                f"{t.dtype}; add dtype='{t.dtype}' to the AOA statement"
-            )
+            _check_passthrough_cast(what, entry.dtype, t.dtype)
         if entry.owner is not None and t.dtype not in FLOAT_DTYPES:
             raise TargetError(f"{what}: a quantized tensor cannot be loaded into {t.dtype}")
         transposes = tuple(p for p in post if p.startswith("["))
@@ -169,6 +168,30 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
         dst = replace(m.target_slice, dtype=t.dtype)
         out.append(Piece(t, key, src, dst, transposes))
     return out
+
+
+def _check_passthrough_cast(what: str, source: str, target: str) -> None:
+    """Refuse a cast of an unquantized tensor that is not a float-to-float rounding.
+
+    Floats are cast to the target's float dtype (exact widening, one rounding
+    when narrowing); integers never silently become floats (they may be
+    quantized codes) nor change width, and no float becomes an integer. An
+    explicit AOA ``dtype=`` cast is the caller's choice and is not checked here.
+    """
+    if source in PASSTHROUGH_FLOATS and target in FLOAT_DTYPES:
+        if (source, target) != ("float64", "bfloat16"):
+            return
+        raise TargetError(
+            f"{what}: float64 into bfloat16 would round twice; load it into a "
+            "float32 target, or cast it with dtype='bfloat16' in the AOA statement"
+        )
+    kind = "an integer" if source not in PASSTHROUGH_FLOATS else "a float"
+    raise TargetError(
+        f"{what}: checkpoint dtype {source} differs from target dtype {target}, and "
+        f"{kind} tensor is not cast to {target} implicitly (integer tensors may be "
+        f"quantized data: is the format that decodes it installed?); to cast it "
+        f"anyway, add dtype='{target}' to its AOA statement"
+    )
 
 
 def check_shapes(pieces: list[Piece]) -> None:
