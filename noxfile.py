@@ -1,4 +1,4 @@
-"""Sessions for the flexq workspace: tests, lint, typecheck, demo, bench, fuzz.
+"""Sessions for the flexq workspace: tests, paddleformers, lint, typecheck, demo, bench, fuzz.
 
 Every session builds its own virtualenv and installs the workspace members
 from packages/ (editable) plus the dependency group it needs from the root
@@ -32,6 +32,31 @@ def tests(session: nox.Session) -> None:
     """The whole test suite (unit, property, plugin-install and multi-rank tests)."""
     install_workspace(session, "test")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def paddleformers(session: nox.Session) -> None:
+    """flexq.paddleformers against PaddleFormers' own loads, under the numpy it pins.
+
+    Installs ``paddleformers==1.2.0`` beside the workspace (its dependency
+    fast_dataindex pins numpy 1.26.4, whose DLPack imports are read-only), runs
+    tests/paddleformers (tiny models of every supported class, FP8 / AWQ / MXFP4
+    twins, bf16 and float32), and the core's target, hub and load tests again
+    under that numpy.
+    """
+    install_workspace(session, "test")
+    session.install("paddleformers==1.2.0")
+    session.run(
+        "python", "-c", "import numpy; assert numpy.__version__ == '1.26.4', numpy.__version__"
+    )
+    session.run(
+        "pytest",
+        "tests/paddleformers",
+        "packages/core/tests/test_core_targets.py",
+        "packages/core/tests/test_core_hub.py",
+        "tests/test_load_single.py",
+        *session.posargs,
+    )
 
 
 @nox.session
