@@ -166,3 +166,32 @@ def test_a_model_without_conversion_rules_is_refused(checkpoints: Checkpoints) -
         flexq.paddleformers.load(
             paddle.nn.Linear(2, 2), checkpoints.twin("LlamaForCausalLM", "fp8")
         )
+
+
+def test_the_model_is_built_without_a_random_init(
+    checkpoints: Checkpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cls = model_class("LlamaForCausalLM")
+    twin = checkpoints.twin("LlamaForCausalLM", "fp8")  # built (with a random init) first
+
+    def refuse(self: Any, layer: Any) -> None:
+        raise AssertionError("random init ran")
+
+    monkeypatch.setattr(cls, "_init_weights", refuse)
+    got = flexq.paddleformers.from_pretrained(cls, twin)
+    monkeypatch.undo()
+    assert_same_parameters(got, reference(checkpoints, "LlamaForCausalLM", "fp8", "bfloat16"))
+
+
+def test_an_auto_class_picking_a_paddlefleet_model_is_a_clear_error(
+    checkpoints: Checkpoints,
+) -> None:
+    class AutoNeedsFleet:
+        @staticmethod
+        def _get_model_class_from_config(path: str, config_file: str) -> Any:
+            raise ModuleNotFoundError("No module named 'paddlefleet'", name="paddlefleet")
+
+    with pytest.raises(flexq.FlexqError, match="needs paddlefleet.*Deprecated"):
+        flexq.paddleformers.from_pretrained(
+            AutoNeedsFleet, checkpoints.twin("LlamaForCausalLM", "fp8")
+        )
