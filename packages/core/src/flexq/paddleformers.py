@@ -21,11 +21,13 @@ that; flexq casts floats itself and so keeps refusing integer tensors no format
 decodes). :func:`load` fills a model that is already built.
 
 Limits: models whose modules import ``paddlefleet`` (Qwen2/Qwen3/Qwen3-MoE,
-DeepSeek-V3/V4, GLM4-MoE, Kimi-K2 in PaddleFormers 1.2.0) need that package;
-PaddleFormers keeps plain-Paddle versions as ``Qwen3ForCausalLMDeprecated`` /
-``Qwen3MoeForCausalLMDeprecated``. Fleet classes (``is_fleet``) name their
-parameters differently from the HF checkpoint and are loaded with their rules
-as they are. On CPU the fused RMSNorm kernel does not exist, so the config's
+DeepSeek-V3/V4, GLM4-MoE, Kimi-K2 in PaddleFormers 1.2.0) need that package,
+which is not on the package index (``paddleformers[paddlefleet]`` wants
+``paddlefleet==0.3.0``), so they are untested here; an Auto class that picks one
+without it is a :class:`flexq.FlexqError`. PaddleFormers keeps plain-Paddle
+versions as ``Qwen3ForCausalLMDeprecated`` / ``Qwen3MoeForCausalLMDeprecated``.
+Tested (``nox -s paddleformers``): Llama, gpt-oss, ERNIE-4.5 and ERNIE-4.5-MoE.
+On CPU the fused RMSNorm kernel does not exist, so the config's
 ``fuse_rms_norm`` is set to False there.
 """
 
