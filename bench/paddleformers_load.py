@@ -24,8 +24,8 @@ from typing import Any
 
 import flexq
 import flexq.paddleformers
-from flexq.dtypes import bfloat16_bits_to_float32
-from flexq.plugins import registry
+from flexq.formatkit.rounding import bfloat16_bits_to_float32
+from flexq.plugin.manager import registry
 
 
 def build_checkpoints(root: Path, layers: int, hidden: int) -> tuple[Any, Path, Path]:
@@ -60,7 +60,7 @@ def build_checkpoints(root: Path, layers: int, hidden: int) -> tuple[Any, Path, 
         else:
             others[key] = flexq.RawTensor(info.dtype, ckpt.read(key))
     fp8 = root / "fp8"
-    registry.call("fp8", "flexq_encode", directory=fp8, weights=weights, others=others)
+    registry.encode("fp8", fp8, weights, others)
     quant = json.loads((fp8 / "config.json").read_text())["quantization_config"]
     (fp8 / "config.json").write_text(json.dumps({**ckpt.config, "quantization_config": quant}))
     return LlamaForCausalLM, bf16, fp8

@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.convert import convert
-from flexq.dtypes import bfloat16_bits_to_float32
-from flexq.plugins import registry
+from flexq.cli.convert import convert
+from flexq.formatkit.rounding import bfloat16_bits_to_float32
+from flexq.plugin.manager import registry
 
 #: class name -> config overrides (small, but with every structural feature: GQA,
 #: tied / untied lm_head, dense and MoE layers, shared experts, biases, sinks).
@@ -161,9 +161,7 @@ def write_twin(bf16: Path, fmt: str, directory: Path) -> Path:
                 weights[key] = _float32(ckpt, key)
             else:
                 others[key] = flexq.RawTensor(info.dtype, ckpt.read(key))
-        registry.call(
-            ENCODER[fmt], "flexq_encode", directory=directory, weights=weights, others=others
-        )
+        registry.encode(ENCODER[fmt], directory, weights, others)
     written = json.loads((directory / "config.json").read_text())
     model_config["quantization_config"] = written["quantization_config"]
     (directory / "config.json").write_text(json.dumps(model_config, indent=2))

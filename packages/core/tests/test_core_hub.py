@@ -111,7 +111,10 @@ def test_cli_inspect_from_the_cache(
     assert main(["inspect", path, "--json", "--formats", "scaled"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["path"] == str(cache)
-    assert {t["key"]: t["format"] for t in report["tensors"]} == {"a": "scaled", "norm": None}
+    assert {t["key"]: t["format"] for t in report["tensors"]} == {
+        "a": "scaled",
+        "norm": "passthrough",
+    }
 
 
 @pytest.mark.parametrize("spec", [REPO, f"{REPO}@{COMMIT}", "snapshot"])

@@ -11,7 +11,7 @@ import paddle
 import pytest
 
 import flexq
-from flexq.arrays import host_view
+from flexq.formatkit.arrays import host_view
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,16 +67,16 @@ def test_trainable_parameters_load_exactly(
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_a_writable_host_view_shares_the_parameters_memory(
+def test_a_host_view_of_a_parameter_is_writable_and_shares_its_memory(
     dtype: str, readonly_dlpack: None
 ) -> None:
     p = parameter([2, 3], dtype)
-    assert not host_view(p).flags.writeable  # type: ignore[union-attr]
-    view = host_view(p, writable=True)
+    view = host_view(p)
     assert view is not None
     assert view.flags.writeable
     one = {"bfloat16": np.uint16(0x3F80), "float32": 1.0, "float16": 1.0}[dtype]
     view[1, 2] = one
+    assert as_float32(p)[1, 2] == 1.0
     del p  # the view keeps the tensor's memory alive
     got = view.copy()
     assert got[1, 2] == one
@@ -130,22 +130,11 @@ def bits_of(values: np.ndarray, dtype: str) -> np.ndarray:
 
 #: float values whose rounding differs between the dtypes (and exact widening).
 PASSTHROUGH = np.array([1.0, -2.0, 1.0 + 2.0**-9, 3.0e-5, 65504.0, 1.0 / 3.0])
-SOURCES = {
-    "F32": (np.float32, "float32"),
-    "F16": (np.float16, "float16"),
-    "F64": (np.float64, "float64"),
-}
+SOURCES = {"F32": (np.float32, "float32"), "F16": (np.float16, "float16")}
 
 
-CASTS = [
-    (st, dtype)
-    for st in ("F32", "F16", "F64", "BF16")
-    for dtype in FLOATS
-    if (st, dtype) != ("F64", "bfloat16")  # refused: see the test below
-]
-
-
-@pytest.mark.parametrize(("st", "dtype"), CASTS)
+@pytest.mark.parametrize("st", ["F32", "F16", "BF16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_float_passthrough_is_cast_to_the_target_dtype_rounding_once(
     tmp_path: Path, st: str, dtype: str, engine: str
@@ -164,17 +153,16 @@ def test_float_passthrough_is_cast_to_the_target_dtype_rounding_once(
     target = parameter([PASSTHROUGH.size], dtype)
     report = flexq.load_state_dict({"norm": target}, path, engine=engine)  # type: ignore[arg-type]
     np.testing.assert_array_equal(as_float32(target), bits_of(stored, dtype))
-    expected = () if source_dtype == dtype else (f"norm: {source_dtype} -> {dtype}",)
+    expected = () if source_dtype == dtype else (("norm", source_dtype, dtype),)
     assert report.casts == expected
 
 
 @pytest.mark.parametrize(
     ("raw", "dtype", "message"),
     [
-        (flexq.RawTensor.of(np.arange(3, dtype=np.int8)), "float32", "an integer tensor"),
-        (flexq.RawTensor.of(np.arange(3, dtype=np.int32)), "bfloat16", "an integer tensor"),
-        (flexq.RawTensor.of(np.arange(3, dtype=np.float32)), "int32", "a float tensor"),
-        (flexq.RawTensor.of(np.arange(3, dtype=np.float64)), "bfloat16", "round twice"),
+        (flexq.RawTensor.of(np.arange(3, dtype=np.int8)), "float32", "integers into floats"),
+        (flexq.RawTensor.of(np.arange(3, dtype=np.int32)), "bfloat16", "integers into floats"),
+        (flexq.RawTensor.of(np.arange(3, dtype=np.float32)), "int32", "into a int32 target"),
     ],
 )
 def test_casts_that_are_not_one_float_rounding_are_refused_before_any_write(
@@ -185,14 +173,3 @@ def test_casts_that_are_not_one_float_rounding_are_refused_before_any_write(
     with pytest.raises(flexq.TargetError, match=message):
         flexq.load_state_dict({"t": target}, path)
     np.testing.assert_array_equal(as_float32(target), np.full(3, 7, np.float32))
-
-
-def test_an_explicit_aoa_cast_of_integers_is_the_callers_choice(tmp_path: Path) -> None:
-    path = flexq.save_checkpoint(
-        tmp_path / "c", {"t": flexq.RawTensor.of(np.arange(3, dtype=np.int8))}
-    )
-    target = paddle.zeros([3], dtype="float32")
-    flexq.load_state_dict(
-        {"t": target}, path, aoa_config={"aoa_statements": ["t -> t, dtype='float32'"]}
-    )
-    np.testing.assert_array_equal(target.numpy(), np.arange(3, dtype=np.float32))

@@ -33,12 +33,16 @@ On CPU the fused RMSNorm kernel does not exist, so the config's
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flexq.checkpoint import Checkpoint
 from flexq.errors import FlexqError
-from flexq.load import LoadReport, load_state_dict
+from flexq.io.checkpoint import Checkpoint
+from flexq.load.api import load_state_dict
+
+if TYPE_CHECKING:
+    import os
+
+    from flexq.load.engine import LoadReport
 
 #: config.json sections that describe the checkpoint's quantization (flexq's to decode).
 QUANT_SECTIONS = ("quantization_config", "compression_config")
