@@ -61,7 +61,9 @@ def from_pretrained(
 
     :param dtype: parameter dtype (``"bfloat16"``, ``"float32"``, ...); default
         the config's ``dtype`` / ``torch_dtype``, else Paddle's default dtype.
-    :param config: a PaddleFormers ``PretrainedConfig`` to use instead of ``config.json``.
+    :param config: a PaddleFormers ``PretrainedConfig`` to use instead of
+        ``config.json`` (its ``quantization_config`` is reset: flexq decodes the
+        checkpoint, PaddleFormers' own quantization must not run on top).
     :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
     :raises FlexqError: on a checkpoint that does not fit the model or cannot be decoded.
     """
