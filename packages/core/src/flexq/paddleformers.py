@@ -42,7 +42,7 @@ from flexq.load.api import load_state_dict
 if TYPE_CHECKING:
     import os
 
-    from flexq.load.engine import LoadReport
+    from flexq.load.report import LoadReport
 
 #: config.json sections that describe the checkpoint's quantization (flexq's to decode).
 QUANT_SECTIONS = ("quantization_config", "compression_config")
