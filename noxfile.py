@@ -1,4 +1,4 @@
-"""Sessions for the flexq workspace: tests, lint, typecheck, demo, bench, fuzz.
+"""Sessions for the flexq workspace: tests, paddleformers, lint, typecheck, demo, bench, fuzz.
 
 Every session builds its own virtualenv and installs the workspace members
 from packages/ (editable) plus the dependency group it needs from the root
@@ -41,6 +41,24 @@ def tests(session: nox.Session, numpy: str) -> None:
     if numpy != "latest":
         session.install(f"numpy=={numpy}")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def paddleformers(session: nox.Session) -> None:
+    """flexq.paddleformers against PaddleFormers' own loads, under the numpy it pins.
+
+    Installs ``paddleformers==1.2.0`` beside the workspace (its dependency
+    fast_dataindex pins numpy 1.26.4, whose DLPack imports are read-only) and
+    runs tests/paddleformers: tiny models of every supported class, their FP8 /
+    AWQ / MXFP4 twins, bf16 and float32. (``tests-1.26.4`` runs the rest of the
+    suite under that numpy.)
+    """
+    install_workspace(session, "test")
+    session.install("paddleformers==1.2.0")
+    session.run(
+        "python", "-c", "import numpy; assert numpy.__version__ == '1.26.4', numpy.__version__"
+    )
+    session.run("pytest", "tests/paddleformers", *session.posargs)
 
 
 @nox.session
