@@ -44,7 +44,7 @@ SCHEMES = (
     Scheme("llmc-mxfp4", lc.mxfp4, "mxfp4", "mxfp4-pack-quantized", 0.15),
     Scheme("llmc-w4a16-sym-g32", lc.w4a16_sym, "ct-int", "pack-quantized", 0.15),
     Scheme("llmc-w4a16-asym-g128", lc.w4a16_asym, "ct-int", "pack-quantized", 0.15),
-    Scheme("llmc-gptq-w4a16-actorder", lc.w4a16_gptq_actorder_weight, "ct-int", "pack-quantized", 0.25),
+    Scheme("llmc-gptq-w4a16-actorder", lc.gptq_actorder, "ct-int", "pack-quantized", 0.25),
     Scheme("llmc-w8a16", lc.w8a16, "ct-int", "pack-quantized", 0.02),
     Scheme("llmc-w8a8", lc.w8a8, "ct-int", "int-quantized", 0.02),
     Scheme("llmc-nvfp4", lc.nvfp4, "nvfp4", "nvfp4-pack-quantized", 0.15),

@@ -19,6 +19,7 @@ import pytest
 
 import flexq
 
+from .producers.base import LINEARS, f32, read_safetensors
 from .schemes import SCHEMES, Product
 
 ACTIVE = {info.name for info in flexq.list_formats() if info.error is None}
@@ -57,6 +58,17 @@ def snapshot(path: Path) -> dict[str, tuple[int, int]]:
     }
 
 
+@pytest.mark.parametrize("product", [s.name for s in SCHEMES], indirect=True)
+def test_the_oracle_is_near_the_original_weights(product: Product, base_model: Path) -> None:
+    """The producer's own dequantization is a quantization of the base model's weights."""
+    own = read_safetensors(base_model)
+    assert len(product.built.reference) == len(LINEARS)
+    for key, ref in product.built.reference.items():
+        w = f32(own[key])
+        err = float(np.linalg.norm(ref - w) / np.linalg.norm(w))
+        assert err < product.scheme.tolerance, f"{key}: relative error {err:.3f}"
+
+
 @decoded
 def test_float32_is_bit_identical_to_the_producer(product: Product) -> None:
     ct = flexq.compose(product.built.path)
@@ -85,7 +97,7 @@ def test_unquantized_tensors_pass_through(product: Product) -> None:
     assert product.built.passthrough, "the producer left norms, embeddings and lm_head unquantized"
     for key, want in product.built.passthrough.items():
         assert key in ct.entries, key
-        assert ct.entries[key].owner is None, f"{key} claimed by {ct.entries[key].owner}"
+        assert ct.entries[key].is_passthrough, f"{key} claimed by {ct.entries[key].owner}"
         assert_bits_equal(ct.load(key, "float32"), want, key)
 
 
@@ -115,5 +127,6 @@ def test_inspect_refuses_in_one_line(product: Product) -> None:
         check=False,
     )
     assert proc.returncode != 0, proc.stdout[-2000:]
-    assert proc.stderr.count("\n") == 1 and proc.stderr.strip(), proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip(), "inspect printed nothing on stderr"
     assert "Traceback" not in proc.stderr

@@ -22,7 +22,9 @@ import torch
 from .base import LINEARS, Built, calibration_texts, f32, passthrough_of, read_safetensors
 
 
-def _quantize(base: Path, out: Path, version: str, group_size: int) -> tuple[Path, dict[str, torch.Tensor]]:
+def _quantize(
+    base: Path, out: Path, version: str, group_size: int
+) -> tuple[Path, dict[str, torch.Tensor]]:
     from awq import AutoAWQForCausalLM
     from transformers import AutoTokenizer
 
@@ -32,7 +34,12 @@ def _quantize(base: Path, out: Path, version: str, group_size: int) -> tuple[Pat
     texts = [" ".join(t.split()[:24]) for t in calibration_texts() * 2]
     model.quantize(
         tokenizer,
-        quant_config={"zero_point": True, "q_group_size": group_size, "w_bit": 4, "version": version},
+        quant_config={
+            "zero_point": True,
+            "q_group_size": group_size,
+            "w_bit": 4,
+            "version": version,
+        },
         calib_data=texts,
         max_calib_samples=len(texts),
         max_calib_seq_len=32,
@@ -77,5 +84,3 @@ def gemv(base: Path, out: Path) -> Built:
         w = (q - z.repeat_interleave(32, dim=1)).to(torch.float32) * s.repeat_interleave(32, dim=1)
         reference[f"{prefix}.weight"] = f32(w)
     return Built(path, reference, passthrough_of(state, path, LINEARS))
-
-

@@ -163,7 +163,10 @@ def nvfp4(base: Path, out: Path) -> Built:
         )
         module.unpack_data = lambda p, m=module: NVFP4QuantLinear.unpack_data(m, p)
         weight = NVFP4QuantLinear._dequant_nvfp4_tensor(
-            module, tensors[f"{prefix}.weight_packed"], tensors[f"{prefix}.weight_scale"], torch.float32
+            module,
+            tensors[f"{prefix}.weight_packed"],
+            tensors[f"{prefix}.weight_scale"],
+            torch.float32,
         )
         reference[f"{prefix}.weight"] = f32(weight)
     return Built(path, reference, passthrough_of(base, path, LINEARS))

@@ -23,7 +23,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
+import torch
 
 VOCAB = 256
 SEQ = 32
@@ -87,7 +87,11 @@ def build_base(directory: Path) -> Path:
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
     )
     fast.save_pretrained(directory)
     return directory
@@ -143,7 +147,7 @@ def quantization_config(directory: Path) -> dict[str, Any]:
 
 def f32(x: torch.Tensor) -> np.ndarray:
     """A torch tensor as a float32 numpy array (exact for every narrower float)."""
-    return x.detach().to(torch.float32).cpu().contiguous().numpy()
+    return np.asarray(x.detach().to(torch.float32).cpu().contiguous().numpy(), dtype=np.float32)
 
 
 def passthrough_of(

@@ -38,9 +38,7 @@ def ct_reference(directory: Path) -> dict[str, np.ndarray]:
     tensors = read_safetensors(directory)
     out = {}
     for prefix in LINEARS:
-        local = {
-            k[len(prefix) + 1 :]: v for k, v in tensors.items() if k.startswith(prefix + ".")
-        }
+        local = {k[len(prefix) + 1 :]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
         if "weight_scale" not in local:
             continue
         local = {k: v.to(torch.float32) if v.dtype in WIDEN else v for k, v in local.items()}

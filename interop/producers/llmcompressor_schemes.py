@@ -8,7 +8,7 @@ Not producible with llm-compressor 0.14 / compressed-tensors 0.19:
 W4A16 act-order with ``weight_g_idx`` (``actorder="group"``): compressed-tensors
 0.19 removed ``ActivationOrdering.GROUP`` ("actorder='group' has been removed");
 the remaining ``actorder="weight"`` reorders columns during GPTQ only and writes
-no g_idx, so :func:`w4a16_gptq_actorder_weight` covers GPTQ with act-order as
+no g_idx, so :func:`gptq_actorder` covers GPTQ with act-order as
 0.14 writes it.
 """
 
@@ -98,13 +98,11 @@ def w4a16_asym(base: Path, out: Path) -> Built:
     return _preset(base, out, "W4A16_ASYM")
 
 
-def w4a16_gptq_actorder_weight(base: Path, out: Path) -> Built:
+def gptq_actorder(base: Path, out: Path) -> Built:
     """GPTQ W4A16, group 64, ``actorder="weight"`` (calibrated; writes no g_idx)."""
     from llmcompressor.modifiers.gptq import GPTQModifier
 
-    recipe = GPTQModifier(
-        config_groups=_int_weights(4, 64), ignore=["lm_head"], actorder="weight"
-    )
+    recipe = GPTQModifier(config_groups=_int_weights(4, 64), ignore=["lm_head"], actorder="weight")
     return _oneshot(base, out, recipe, calibrate=True)
 
 
