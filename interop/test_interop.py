@@ -1,14 +1,15 @@
 """flexq against the producers' own dequantizers, on checkpoints the producers wrote.
 
-Each scheme of :data:`interop.schemes.SCHEMES` lands in exactly one bucket at
-collection time: if the flexq format that must decode it is installed and
-working, flexq's logical tensors must be bit-identical to the producer's own
-float32 dequantization; otherwise flexq must refuse the checkpoint loudly
-(never load it silently as something else).
+For every scheme of :data:`interop.schemes.SCHEMES` whose flexq format is
+installed and working (chosen at collection time), flexq's logical tensors must
+be bit-identical to the producer's own float32 dequantization. For every scheme,
+flexq without that format (not installed, or left out / disabled here) must
+refuse the checkpoint loudly: never load it silently as something else.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +25,9 @@ from .schemes import SCHEMES, Product
 
 ACTIVE = {info.name for info in flexq.list_formats() if info.error is None}
 DECODED = [s.name for s in SCHEMES if s.fmt in ACTIVE]
-REFUSED = [s.name for s in SCHEMES if s.fmt not in ACTIVE]
 
 decoded = pytest.mark.parametrize("product", DECODED, indirect=True)
-refused = pytest.mark.parametrize("product", REFUSED, indirect=True)
+every_scheme = pytest.mark.parametrize("product", [s.name for s in SCHEMES], indirect=True)
 
 
 def assert_bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -58,7 +58,7 @@ def snapshot(path: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-@pytest.mark.parametrize("product", [s.name for s in SCHEMES], indirect=True)
+@every_scheme
 def test_the_oracle_is_near_the_original_weights(product: Product, base_model: Path) -> None:
     """The producer's own dequantization is a quantization of the base model's weights."""
     own = read_safetensors(base_model)
@@ -110,21 +110,24 @@ def test_loading_leaves_the_checkpoint_unchanged(product: Product) -> None:
     assert snapshot(product.built.path) == before
 
 
-@refused
-def test_compose_refuses_naming_the_method(product: Product) -> None:
-    method = product.scheme.method
+@every_scheme
+def test_compose_without_its_format_refuses_naming_the_method(product: Product) -> None:
+    others = sorted(ACTIVE - {product.scheme.fmt})
     with pytest.raises(flexq.FlexqError) as info:
-        flexq.compose(product.built.path)
-    assert method in str(info.value)
+        flexq.compose(product.built.path, formats=others)
+    assert product.scheme.method in str(info.value)
 
 
-@refused
-def test_inspect_refuses_in_one_line(product: Product) -> None:
+@every_scheme
+def test_inspect_without_its_format_refuses_in_one_line(product: Product) -> None:
+    # FLEXQ_DISABLED_FORMATS keeps the entry point from loading: as if not installed.
+    env = {**os.environ, "FLEXQ_DISABLED_FORMATS": product.scheme.fmt}
     proc = subprocess.run(
         [sys.executable, "-m", "flexq.cli", "inspect", str(product.built.path)],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert proc.stderr.count("\n") == 1, proc.stderr[-2000:]

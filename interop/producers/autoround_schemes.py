@@ -11,8 +11,10 @@ own dequantizing modules, run in float32:
   ``qlinear_torch_zp``, and auto-round's backend table marks the format
   "zp+-1"), read back by auto-round's ``auto_round:torch_zp`` backend module
   ``auto_round_extension.torch.qlinear_torch_zp.QuantLinear`` (its forward adds
-  the one back). The oracle runs that module's forward, with float32 scales, on
-  the float64 identity, which returns its dequantized weight unchanged. The
+  the one back). The oracle runs that module's forward with float32 scales and
+  ``torch.matmul`` standing in as "return the weight", so the module's own
+  dequantized weight comes out as it is: auto-round's symmetric scales can be
+  negative, and an identity matmul would turn the resulting -0.0 into +0.0. The
   module's g_idx branch slices ``scales`` along ``out`` in ``in``-sized chunks
   (wrong whenever out > in: gate/up here), so the oracle checks that the
   export's g_idx is the trivial ``i // group_size`` and runs the group path.
@@ -27,6 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -93,6 +96,11 @@ def fp8_static(base: Path, out: Path) -> Built:
     return Built(path, _fp8_reference(path), passthrough_of(base, path, LINEARS))
 
 
+def _weight_of_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``matmul(x, weight)`` replaced by ``weight``: the module's forward then returns it."""
+    return weight
+
+
 def _qlinear_reference(path: Path, group_size: int) -> dict[str, np.ndarray]:
     from auto_round_extension.torch.qlinear_torch_zp import QuantLinear
 
@@ -110,8 +118,8 @@ def _qlinear_reference(path: Path, group_size: int) -> dict[str, np.ndarray]:
         module.qweight = tensors[f"{prefix}.qweight"]
         module.qzeros = qzeros
         module.scales = scales.to(torch.float32)
-        with torch.no_grad():
-            wt = module(torch.eye(in_features, dtype=torch.float64))  # [in, out]
+        with torch.no_grad(), mock.patch.object(torch, "matmul", _weight_of_matmul):
+            wt = module(torch.zeros(in_features, in_features, dtype=torch.float32))  # [in, out]
         out[f"{prefix}.weight"] = f32(wt.T)
     return out
 
