@@ -115,7 +115,8 @@ def test_compose_without_its_format_refuses_naming_the_method(product: Product) 
     others = sorted(ACTIVE - {product.scheme.fmt})
     with pytest.raises(flexq.FlexqError) as info:
         flexq.compose(product.built.path, formats=others)
-    assert product.scheme.method in str(info.value)
+    message = str(info.value)
+    assert product.scheme.method in message, message
 
 
 @every_scheme
