@@ -54,9 +54,12 @@ CASES = {
     "none": Case((), {Q: ((64, 64), "lin"), DOWN: ((64, 96), "lin"), NORM: ((64,), "norm")}),
     "rename": Case(
         (f"{Q} -> attn.q.weight{{c}}", f"{DOWN} -> mlp.down.weight{{c}}", f"{NORM} -> norm.weight"),
-        {"attn.q.weight": ((64, 64), "lin"), "mlp.down.weight": ((64, 96), "lin"),
-         "norm.weight": ((64,), "norm")},
-    ),  # fmt: skip
+        {
+            "attn.q.weight": ((64, 64), "lin"),
+            "mlp.down.weight": ((64, 96), "lin"),
+            "norm.weight": ((64,), "norm"),
+        },
+    ),
     "transpose": Case(
         (f"{DOWN}^T -> down_t.weight{{c}}", f"{GATE}^T -> gate_t.weight{{c}}"),
         {"down_t.weight": ((96, 64), "lin"), "gate_t.weight": ((64, 96), "lin")},
@@ -105,7 +108,9 @@ def make_targets(case: Case, kind: str, lin: str, norm32: str = "float32") -> di
         if kind == "sharded":
             out[key] = ShardedWeight(key, t, shape, shape, (0,) * len(shape))
         elif kind == "dist":
-            out[key] = dist.shard_tensor(t, dist.ProcessMesh([0], dim_names=["x"]), [dist.Replicate()])
+            out[key] = dist.shard_tensor(
+                t, dist.ProcessMesh([0], dim_names=["x"]), [dist.Replicate()]
+            )
         else:
             out[key] = t
     return out
@@ -240,6 +245,55 @@ def test_paddle_refuses_a_logical_dtype_the_statement_does_not_cast(
             safetensors=True,
             load_transform=flexq.compose(int8row_ckpt),
         )
+
+
+def test_paddles_exceptions_are_flexq_errors_naming_the_tensor_and_restore_targets(
+    paddle_load: Loader, int8row_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("device lost")
+
+    sd = make_targets(CASES["rename"], "plain", "float32")
+    before = bits(sd)
+    monkeypatch.setattr(paddle, "assign", broken)
+    with pytest.raises(
+        flexq.FlexqError,
+        match=r"Paddle's load_transform failed loading logical tensor '[\w.]+': "
+        r"RuntimeError: device lost",
+    ):
+        flexq.load_state_dict(
+            sd, int8row_ckpt, aoa_config=statements(CASES["rename"], None), engine="native"
+        )
+    assert bits(sd) == before
+
+
+def test_targets_fed_from_one_box_start_load_in_separate_rounds(
+    paddle_load: Loader, int8row_ckpt: Path
+) -> None:
+    """Paddle keys what AOA reads by (logical key, box offset): a rename and a transpose
+    of one tensor would overwrite each other there, so they go to separate calls."""
+    cfg = {"aoa_statements": [f"{DOWN} -> a", f"{DOWN}^T -> b", f"{Q} -> c"]}
+    shapes = {"a": [64, 96], "b": [96, 64], "c": [64, 64]}
+    want = {k: paddle.full(s, 7.0) for k, s in shapes.items()}
+    flexq.load_state_dict(want, int8row_ckpt, aoa_config=cfg, engine="direct")
+    sd = {k: paddle.full(s, 7.0) for k, s in shapes.items()}
+    report = flexq.load_state_dict(sd, int8row_ckpt, aoa_config=cfg, engine="native")
+    assert report.batches == 2
+    assert_same(sd, want)
+
+
+def test_element_formats_paddles_loader_cannot_carry_load_directly(
+    paddle_load: Loader, tmp_path: Path
+) -> None:
+    import flexq_mxfp4
+
+    w = np.random.default_rng(2).standard_normal((64, 96)).astype(np.float32)
+    tensors = flexq_mxfp4.quantize({"m.w": w}, packed_dtype="F4", scale_dtype="F8_E8M0")
+    ckpt = flexq.save_checkpoint(tmp_path / "f4", tensors)
+    sd = {"m.w": paddle.zeros([64, 96])}
+    with pytest.raises(flexq.FlexqError, match="'m.w_blocks' is F4, which Paddle's loader cannot"):
+        flexq.load_state_dict(sd, ckpt, engine="native")
+    assert flexq.load_state_dict(sd, ckpt).engine == "direct"
 
 
 WORKER = Path(__file__).parent / "worker_native.py"

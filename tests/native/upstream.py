@@ -214,7 +214,7 @@ def _handle_aoa(
 
 
 def _name(state_key: Any) -> str:
-    return state_key[0] if isinstance(state_key, tuple) else state_key
+    return str(state_key[0] if isinstance(state_key, tuple) else state_key)
 
 
 def _impl(state_dict: dict[Any, Any], path: str, transform: Any, io: dict[str, Any]) -> None:
@@ -300,7 +300,9 @@ def _components(
     return out
 
 
-def _apply(transformed: dict[Any, Any], components: dict[Any, ShardedWeight], transform: Any) -> None:
+def _apply(
+    transformed: dict[Any, Any], components: dict[Any, ShardedWeight], transform: Any
+) -> None:
     """Upstream's ``_apply_load_transform`` at 1df2c128."""
     logical = transform.logical_metadata()
     by_key: dict[str, list[Any]] = defaultdict(list)

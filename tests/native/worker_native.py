@@ -20,11 +20,10 @@ from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 
 import flexq
 
-HERE = Path(__file__).parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
+sys.path.insert(0, str(Path(__file__).parents[2]))  # the repository root, for tests.*
 
-from native.conftest import install, symlink_copy  # noqa: E402
-from multirank.worker_load import cuda_shim, register_example  # noqa: E402
+from tests.multirank.worker_load import cuda_shim, register_example
+from tests.native.conftest import install, symlink_copy
 
 
 def shard0(key: str, shape: tuple[int, ...]) -> ShardedWeight:
@@ -51,8 +50,11 @@ def main(ckpt: str, out: str, name: str) -> None:
     arrays.update({f"direct.{i}": sd[f"w{i}"].local_tensor.numpy() for i in range(len(linears))})
 
     raw = {k: shard0(k, shapes[k]) for k in linears}
-    view = Path(out) / f"view{dist.get_rank()}"
-    loader(raw, str(symlink_copy(Path(ckpt), view)), safetensors=True, load_transform=ct)
+    view = Path(out) / "view"  # one directory for both ranks, as a shared checkpoint is
+    if dist.get_rank() == 0:
+        symlink_copy(Path(ckpt), view)
+    dist.barrier()
+    loader(raw, str(view), safetensors=True, load_transform=ct)
     arrays.update({f"raw.{i}": raw[k].local_tensor.numpy() for i, k in enumerate(linears)})
 
     sd = {f"w{i}": shard0(f"w{i}", shapes[k]) for i, k in enumerate(linears)}
