@@ -69,7 +69,7 @@ CASES = {
             f"{Q}^T -> tq{{c}}",
             f"{K}^T -> tk{{c}}",
             f"{V}^T -> tv{{c}}",
-            "tq, tk, tv -> qkv.weight, fused_qkv, num_heads=2, num_key_value_groups=1",
+            "tq, tk, tv -> qkv.weight, fused_qkv, num_heads=2, num_key_value_groups=2",
             f"{GATE} -> tg{{c}}",
             "tg^T -> tg2",
             f"{UP}^T -> tu{{c}}",

@@ -340,7 +340,10 @@ def _apply(
 
 def _metadata(path: str, io: dict[str, Any]) -> Metadata:
     """The checkpoint's metadata (generated into ``path`` first if needed), cached like upstream."""
-    if io["safetensors"] and not any(f.endswith(".metadata") for f in os.listdir(path)):
+    need = io["safetensors"] and not any(f.endswith(".metadata") for f in os.listdir(path))
+    if dist.get_world_size() > 1:
+        dist.barrier(io["process_group"])  # every rank has looked before rank 0 writes
+    if need:
         _write_hf_metadata(path, io["process_group"])
     if lsd._metadata_manager.is_metadata_list_empty():
         names = sorted(f for f in os.listdir(path) if f.endswith(".metadata"))
