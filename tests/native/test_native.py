@@ -296,7 +296,23 @@ def test_element_formats_paddles_loader_cannot_carry_load_directly(
     assert flexq.load_state_dict(sd, ckpt).engine == "direct"
 
 
-WORKER = Path(__file__).parent / "worker_native.py"
+HERE = Path(__file__).parent
+
+
+def launch(tmp_path: Path, worker: str, ckpt: Path, name: str) -> list[dict[str, np.ndarray]]:
+    """Run ``worker`` CKPT OUT FORMAT on 2 ranks; each rank's arrays."""
+    out = tmp_path / f"out-{worker}"
+    out.mkdir()
+    log = tmp_path / f"log-{worker}"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+         "--log_dir", str(log), str(HERE / worker), str(ckpt), str(out), name],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    logs = "".join(p.read_text() for p in sorted(log.glob("*")) if p.is_file())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-6000:]
+    return [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
 
 
 @pytest.mark.multirank
@@ -305,28 +321,36 @@ def test_two_ranks_with_sharded_weight_shard0_targets_match_direct(
 ) -> None:
     name, ckpt = format_ckpt
     before = snapshot(ckpt)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-         "--log_dir", str(tmp_path / "log"), str(WORKER), str(ckpt), str(out), name],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
-    logs = "".join(p.read_text() for p in sorted((tmp_path / "log").glob("*")) if p.is_file())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-6000:]
+    ranks = launch(tmp_path, "worker_native.py", ckpt, name)
     ct = flexq.compose(ckpt, [name])
     linears = sorted(k for k, e in ct.entries.items() if e.owner is not None)
-    for r in range(2):
-        got = dict(np.load(out / f"rank{r}.npz"))
+    for r, got in enumerate(ranks):
         for i, key in enumerate(linears):
             full = ct.load(key, "float32")
-            rows = full.shape[0] // 2
+            rows, cols = full.shape[0] // 2, full.shape[1] // 2
             want = full[r * rows : (r + 1) * rows]
             for mode in ("direct", "raw", "native"):
                 np.testing.assert_array_equal(got[f"{mode}.{i}"], want, err_msg=f"{mode} {key}")
-            cols = full.shape[1] // 2
             np.testing.assert_array_equal(
                 got[f"native.t{i}"], full.T[r * cols : (r + 1) * cols], err_msg=f"^T {key}"
             )
     assert snapshot(ckpt) == before
+
+
+@pytest.mark.multirank
+def test_two_ranks_with_dist_tensor_targets_of_every_placement(
+    tmp_path: Path, format_ckpt: tuple[str, Path]
+) -> None:
+    """Shard(0), Shard(1) and Replicate copies of one tensor start at the same offset
+    on rank 0, so they load in separate rounds."""
+    name, ckpt = format_ckpt
+    ranks = launch(tmp_path, "worker_dist.py", ckpt, name)
+    ct = flexq.compose(ckpt, [name])
+    linears = sorted(k for k, e in ct.entries.items() if e.owner is not None)
+    for r, got in enumerate(ranks):
+        for i, key in enumerate(linears):
+            full = ct.load(key, "float32")
+            rows, cols = full.shape[0] // 2, full.shape[1] // 2
+            np.testing.assert_array_equal(got[f"w{i}.r"], full, err_msg=key)
+            np.testing.assert_array_equal(got[f"w{i}.s0"], full[r * rows : (r + 1) * rows])
+            np.testing.assert_array_equal(got[f"w{i}.s1"], full[:, r * cols : (r + 1) * cols])
