@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import flexq
+from flexq.formatkit.rounding import float32_to_bfloat16_bits
 
 HERE = Path(__file__).parent
 EXAMPLE = HERE / "plugins" / "flexq-format-int8row" / "src" / "flexq_int8row" / "__init__.py"
@@ -74,14 +75,14 @@ def int8row_tensors(w: dict[str, np.ndarray]) -> dict[str, flexq.RawTensor]:
 
 def installed_formats() -> list[str]:
     """Working installed formats that can encode, plus the example format."""
-    reg = flexq.plugins.registry
+    reg = flexq.plugin.manager.registry
     names = [n for n in reg.active() if reg.implements(n, "flexq_encode")]
     return [*names, "int8row"]
 
 
 def norm_tensor() -> flexq.RawTensor:
     norm = np.linspace(0.5, 1.5, 64, dtype=np.float32)
-    return flexq.RawTensor("BF16", flexq.dtypes.float32_to_bfloat16_bits(norm))
+    return flexq.RawTensor("BF16", float32_to_bfloat16_bits(norm))
 
 
 @pytest.fixture(params=installed_formats())
@@ -93,8 +94,8 @@ def format_ckpt(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tupl
     try:
         path = tmp_path / name
         path.mkdir()
-        tolerance = flexq.plugins.registry.call(
-            name, "flexq_encode", directory=path, weights=weights(), others={NORM: norm_tensor()}
+        tolerance = flexq.plugin.manager.registry.encode(
+            name, path, weights(), {NORM: norm_tensor()}
         )
         assert isinstance(tolerance, float)
         yield name, path

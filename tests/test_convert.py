@@ -16,7 +16,7 @@ import pytest
 from safetensors.paddle import load_file
 
 import flexq
-from flexq.convert import convert
+from flexq.cli.convert import convert
 
 from .conftest import NORM
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from types import SimpleNamespace
+from types import ModuleType
 
 import numpy as np
 import pytest
 
 import flexq
-from flexq import demo
-from flexq.cli import main
+from flexq.cli import demo, main
 
 from .conftest import example_module
 
@@ -23,8 +22,8 @@ def test_demo_prints_a_row_per_installed_format_and_succeeds() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     encoders = [
         n
-        for n in flexq.plugins.registry.active()
-        if flexq.plugins.registry.implements(n, "flexq_encode")
+        for n in flexq.plugin.manager.registry.active()
+        if flexq.plugin.manager.registry.implements(n, "flexq_encode")
     ]
     assert encoders
     for name in encoders:
@@ -70,11 +69,10 @@ def test_a_format_drifting_past_its_tolerance_fails_the_demo(
         return 1.5  # no quantized model reaches this cosine
 
     hooks = ("logical_metadata", "recognized_keys", "source_keys", "read_plan", "apply")
-    overpromising = SimpleNamespace(
-        __doc__="int8row with an impossible tolerance.",
-        flexq_encode=flexq_encode,
-        **{f"flexq_{h}": getattr(module, f"flexq_{h}") for h in hooks},
-    )
+    overpromising = ModuleType("overpromising", "int8row with an impossible tolerance.")
+    overpromising.flexq_encode = flexq_encode  # type: ignore[attr-defined]
+    for h in hooks:
+        setattr(overpromising, f"flexq_{h}", getattr(module, f"flexq_{h}"))
     flexq.register_format(overpromising, name="overpromising")
     try:
         assert main(["demo"]) == 1

@@ -17,7 +17,7 @@ def test_plugin_guide_embeds_the_example_package_verbatim() -> None:
 
 
 def test_cli_reference_covers_every_subcommand() -> None:
-    from flexq.cli import build_parser
+    from flexq.cli.main import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

@@ -11,7 +11,7 @@ import paddle
 import flexq
 import flexq_fp8
 import flexq_mxfp4
-from flexq.dtypes import float32_to_bfloat16_bits
+from flexq.formatkit.rounding import float32_to_bfloat16_bits
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,7 +33,7 @@ def test_mxfp4_experts_and_fp8_attention_compose_and_load(tmp_path: Path) -> Non
     ckpt = flexq.save_checkpoint(tmp_path / "hybrid", tensors)
     ct = flexq.compose(ckpt)  # every installed format, strict
     owners = {k: e.owner for k, e in ct.entries.items()}
-    assert owners == {EXPERTS: "mxfp4", Q_PROJ: "fp8", NORM: None}
+    assert owners == {EXPERTS: "mxfp4", Q_PROJ: "fp8", NORM: "passthrough"}
     sd = {
         "experts": paddle.zeros([2, 64, 96]),
         "q": paddle.zeros([64, 64]),

@@ -14,6 +14,7 @@ from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 
 import flexq
 from flexq.errors import FlexqError, TargetError
+from flexq.formatkit.rounding import float32_to_bfloat16_bits
 
 from .conftest import NORM, dequantized_copy
 
@@ -55,7 +56,7 @@ def targets(kind: str, dtype: str = "float32") -> dict[str, Any]:
 
 
 def values(sd: dict[str, Any]) -> dict[str, np.ndarray]:
-    flat = flexq.targets.flatten(sd)
+    flat = flexq.load.targets.flatten(sd)
     out = {}
     for key, v in flat.items():
         t = v.local_tensor if isinstance(v, ShardedWeight) else v
@@ -103,7 +104,7 @@ def test_bfloat16_targets_are_rounded_once_from_float32(int8row_ckpt: Path) -> N
         int8row_ckpt,
         aoa_config={"aoa_statements": [f"{L0}.mlp.down_proj.weight^T -> down"]},
     )
-    expected = flexq.dtypes.float32_to_bfloat16_bits(f32.T.copy())
+    expected = float32_to_bfloat16_bits(f32.T.copy())
     np.testing.assert_array_equal(bf16.numpy(), expected)
 
 
@@ -134,9 +135,24 @@ def test_aoa_statement_naming_an_unknown_key_is_a_target_error(int8row_ckpt: Pat
         )
 
 
-def test_passthrough_dtype_mismatch_without_cast_is_an_error(int8row_ckpt: Path) -> None:
-    with pytest.raises(TargetError, match="add dtype='float32'"):
-        flexq.load_state_dict({NORM: paddle.zeros([64])}, int8row_ckpt)
+def test_a_bf16_passthrough_tensor_widens_exactly_into_a_float32_target(
+    int8row_ckpt: Path,
+) -> None:
+    target = paddle.zeros([64])
+    report = flexq.load_state_dict({NORM: target}, int8row_ckpt)
+    bits = flexq.compose(int8row_ckpt).load(NORM, "bfloat16").astype(np.uint32) << 16
+    np.testing.assert_array_equal(target.numpy(), bits.view(np.float32))
+    assert report.casts == ((NORM, "bfloat16", "float32"),)
+
+
+def test_an_integer_passthrough_tensor_never_becomes_a_float_target(tmp_path: Path) -> None:
+    ckpt = flexq.save_checkpoint(
+        tmp_path / "ints", {"ids": flexq.RawTensor.of(np.arange(4, dtype=np.int64))}
+    )
+    target = paddle.full([4], 7.0)
+    with pytest.raises(TargetError, match="would turn integers into floats"):
+        flexq.load_state_dict({"ids": target}, ckpt)
+    np.testing.assert_array_equal(target.numpy(), np.full(4, 7.0, np.float32))
 
 
 def test_plugin_failure_in_a_later_batch_restores_earlier_batches(
@@ -158,7 +174,7 @@ def test_plugin_failure_in_a_later_batch_restores_earlier_batches(
     # pluggy holds the original function object, so patch the hookimpl it calls.
     impl = next(
         i
-        for i in flexq.plugins.registry.manager.hook.flexq_apply.get_hookimpls()
+        for i in flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
         if i.plugin_name == "int8row"
     )
     monkeypatch.setattr(impl, "function", flaky)
@@ -206,7 +222,7 @@ def test_layer_and_expert_id_macros_expand_over_logical_keys(
     }
     ckpt = tmp_path / "moe"
     ckpt.mkdir()
-    flexq.plugins.registry.call(name, "flexq_encode", directory=ckpt, weights=w, others={})
+    flexq.plugin.manager.registry.encode(name, ckpt, w, {})
     statements = [
         "model.layers.$LAYER_ID.mlp.experts.$EXPERT_ID.down_proj.weight^T"
         " -> layers.$LAYER_ID.experts.$EXPERT_ID.down.weight"
@@ -231,7 +247,7 @@ def test_non_atomic_loads_keep_no_undo_copies_and_leave_earlier_batches_on_failu
     calls = {"n": 0}
     impl = next(
         i
-        for i in flexq.plugins.registry.manager.hook.flexq_apply.get_hookimpls()
+        for i in flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
         if i.plugin_name == "int8row"
     )
     real = impl.function
@@ -285,7 +301,7 @@ def test_auto_reads_directly_when_a_component_has_an_element_format_paddle_canno
         flexq.load_state_dict(sd, ckpt, engine="flexcheckpoint")
 
 
-@pytest.mark.parametrize("max_inflight", [flexq.load.DEFAULT_MAX_INFLIGHT, 3000])
+@pytest.mark.parametrize("max_inflight", [flexq.load.engine.DEFAULT_MAX_INFLIGHT, 3000])
 @pytest.mark.parametrize("atomic", [True, False])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_untransposed_targets_get_the_bits_of_a_direct_load(
@@ -297,7 +313,7 @@ def test_untransposed_targets_get_the_bits_of_a_direct_load(
     name, ckpt = format_ckpt
     ct = flexq.compose(ckpt, [name])
     dtypes = {
-        key: dtype if ct.entry(key).owner is not None else ct.entry(key).dtype
+        key: dtype if not ct.entry(key).is_passthrough else ct.entry(key).dtype
         for key in ct.logical_metadata()
     }
     sd = {key: paddle.full(list(ct.entry(key).shape), 7.0, dtype=d) for key, d in dtypes.items()}

@@ -55,7 +55,7 @@ def test_direct_engine_reads_exactly_each_ranks_plan_slices(
     ct = flexq.compose(int8row_ckpt, ["int8row"])
     expected = 0
     for entry in ct.entries.values():
-        if entry.owner is None:
+        if entry.is_passthrough:
             continue
         rows, cols = entry.shape
         # Replicate: everything; Shard(0): half the rows and their scales; Shard(1): half
@@ -73,7 +73,7 @@ def test_every_format_loads_exact_shards_on_two_ranks(
     name, ckpt = format_ckpt
     ranks = launch(tmp_path, ckpt, engine, name)
     ct = flexq.compose(ckpt, [name])
-    linear = sorted(k for k, e in ct.entries.items() if e.owner is not None)
+    linear = sorted(k for k, e in ct.entries.items() if not e.is_passthrough)
     for i, key in enumerate(linear):
         full = ct.load(key, "float32")
         rows, cols = full.shape

@@ -31,8 +31,8 @@ import pytest
 
 import flexq
 from flexq.errors import ScaleWarning
-from flexq.plugins import registry
-from flexq.validate import NONFINITE_SCALES_ENV
+from flexq.formatkit import NONFINITE_SCALES_ENV
+from flexq.plugin.manager import registry
 
 from .conftest import import_source
 from .reliability import surgery
@@ -178,7 +178,7 @@ def test_python_api_raises_flexqs_error_and_changes_nothing(
 
 
 def convert_available() -> bool:
-    from flexq.cli import build_parser
+    from flexq.cli.main import build_parser
 
     sub = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return bool(sub) and "convert" in sub[0].choices

@@ -77,7 +77,7 @@ def load_everything(path: Path) -> tuple[dict[str, np.ndarray], list[str]] | Non
         warnings.simplefilter("always", ScaleWarning)
         try:
             for key, entry in ct.entries.items():
-                dtype = entry.dtype if entry.owner is None else "float32"
+                dtype = entry.dtype if entry.is_passthrough else "float32"
                 out[key] = ct.load(key, dtype)
         except FlexqError:
             return None

@@ -47,7 +47,7 @@ def main(ckpt: str, out: str, engine: str, formats: str) -> None:
     dist.init_parallel_env()
     mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
     ct = flexq.compose(ckpt, [formats])
-    linear = [k for k, e in ct.entries.items() if e.owner is not None]
+    linear = [k for k, e in ct.entries.items() if not e.is_passthrough]
     state: dict[str, paddle.Tensor] = {}
     statements = []
     for i, key in enumerate(sorted(linear)):

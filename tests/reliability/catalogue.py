@@ -129,7 +129,7 @@ def _symlink_outside(ckpt: Path) -> None:
 def _same_tensor_twice(ckpt: Path) -> None:
     # Shard 2 also gets a copy of shard 1's weight `a` (the index still names shard 1).
     import flexq
-    from flexq.writer import save_file
+    from flexq.io.writer import save_file
 
     with flexq.Checkpoint(ckpt) as c:
         both = {k: flexq.RawTensor(c.info(k).dtype, c.read(k)) for k in c.tensors}

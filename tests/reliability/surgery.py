@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 import flexq
-from flexq.writer import save_file
+from flexq.formatkit.rounding import float32_to_bfloat16_bits
+from flexq.io.writer import save_file
 from flexq_fp8.save import save_fp8_checkpoint
 from flexq_int4_awq.encoder import quantization_config
 from flexq_int4_awq.encoder import quantize as awq_quantize
@@ -34,7 +35,8 @@ def _rng() -> np.random.Generator:
 
 def norm() -> flexq.RawTensor:
     return flexq.RawTensor(
-        "BF16", flexq.dtypes.float32_to_bfloat16_bits(np.linspace(0.5, 1.5, 64, dtype=np.float32))
+        "BF16",
+        float32_to_bfloat16_bits(np.linspace(0.5, 1.5, 64, dtype=np.float32)),
     )
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.ops import ops_for
+from flexq.formatkit import ops_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

@@ -48,7 +48,7 @@ def test_inspect_json_reports_tensors_components_and_bytes(
     assert by_key["a"]["format"] == "scaled"
     assert [c["key"] for c in by_key["a"]["components"]] == ["a.q", "a.s"]
     assert by_key["a"]["components"][1]["file"] == "model-00002-of-00002.safetensors"
-    assert by_key["norm"]["format"] is None
+    assert by_key["norm"]["format"] == "passthrough"
     assert report["total_bytes"] == 12 + 4 + 4
     assert report["problems"] == []
 

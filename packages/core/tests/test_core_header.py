@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexq.errors import CheckpointError
-from flexq.header import MAX_HEADER_BYTES, parse_header, read_header
+from flexq.io.header import MAX_HEADER_BYTES, parse_header, read_header
 
 
 def file_bytes(header: object, data: bytes = b"", raw: bytes | None = None) -> bytes:

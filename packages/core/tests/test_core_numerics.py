@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import flexq
-from flexq.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from flexq.errors import TargetError
-from flexq.ops import NumpyOps, PaddleOps
+from flexq.formatkit import NumpyOps, PaddleOps
+from flexq.formatkit.rounding import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -112,7 +112,7 @@ def test_quant_config_json_is_read_when_config_has_no_quantization_config(
 )
 def test_device_rounding_gives_the_same_bits_as_numpy(x: np.ndarray, dtype: str) -> None:
     """The rounding used for tensors on a device, run here on CPU tensors."""
-    from flexq.arrays import _round_on_device, round_numpy
+    from flexq.formatkit.rounding import _round_on_device, round_numpy
 
     want = round_numpy(x, dtype)
     got = _round_on_device(paddle.to_tensor(x), dtype).numpy()
@@ -121,7 +121,7 @@ def test_device_rounding_gives_the_same_bits_as_numpy(x: np.ndarray, dtype: str)
 
 def test_cpu_paddle_results_round_through_numpy() -> None:
     """Paddle 3.3.1's CPU float16 cast turns 1.75e-26 into a subnormal; flexq does not."""
-    from flexq.arrays import to_paddle
+    from flexq.formatkit.rounding import to_paddle
 
     x = np.array([1.7543555e-26, 3e-7, 65520.0], np.float32)
     assert paddle.to_tensor(x).astype("float16").numpy().view(np.uint16)[0] != 0
@@ -166,7 +166,7 @@ def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
 ) -> None:
     """Small arrays, tiny bands: every split (runs of a dim, recursion into
     sub-arrays, odd-sized runs, threads) gives the bits of ``table[codes] * scale``."""
-    import flexq.ops as ops_module
+    import flexq.formatkit.bands as ops_module
 
     codes, scale, band = case
     table = np.random.default_rng(3).standard_normal(256).astype(np.float32)
@@ -185,7 +185,7 @@ def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
 
 @pytest.mark.parametrize("dtype", ["uint8", "int32", "float16", "float32", "bfloat16"])
 def test_host_tensors_reach_numpy_without_a_copy(dtype: str) -> None:
-    from flexq.arrays import to_numpy
+    from flexq.formatkit.arrays import to_numpy
 
     t = paddle.arange(12, dtype="int32").astype(dtype).reshape([3, 4])
     got = to_numpy(t)

@@ -35,7 +35,7 @@ def test_register_format_makes_compose_use_it_and_unregister_removes_it(
         flexq.unregister_format("scaled")
     assert "scaled" not in {r.name for r in flexq.list_formats()}
     plain = flexq.compose(scaled_ckpt)
-    assert plain.entries["a.q"].owner is None
+    assert plain.entries["a.q"].is_passthrough
     assert "a" not in plain.entries
 
 

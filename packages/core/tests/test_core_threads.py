@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.dtypes import float32_to_bfloat16_bits
 from flexq.errors import FlexqError
-from flexq.threads import run_parts, thread_count
+from flexq.formatkit.rounding import float32_to_bfloat16_bits
+from flexq.formatkit.threads import run_parts, thread_count
 
 
 def threads_used(items: int, most: int) -> tuple[set[str], list[int]]:

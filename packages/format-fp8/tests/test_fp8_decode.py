@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import flexq.ops as core_ops
-from flexq.ops import NumpyOps
+import flexq.formatkit.bands as core_ops
+from flexq.formatkit import NumpyOps
 from flexq_fp8.dequant import decode_scaled
 
 

@@ -152,9 +152,9 @@ def test_ignored_modules_pass_through_and_their_scales_are_not_orphans(
     }
     save(tmp_path, tensors, qc)
     assert owners(tmp_path) == {
-        "lm_head.weight": None,
-        "model.layers.0.mlp.gate.weight": None,
-        "model.layers.0.mlp.gate.weight_scale": None,
+        "lm_head.weight": "passthrough",
+        "model.layers.0.mlp.gate.weight": "passthrough",
+        "model.layers.0.mlp.gate.weight_scale": "passthrough",
         "model.layers.0.mlp.gate_proj.weight": "fp8",
     }
 
@@ -183,9 +183,9 @@ def test_input_and_kv_cache_scales_pass_through_untouched(tmp_path: Path) -> Non
     ct = flexq.compose(tmp_path, formats=["fp8"])
     assert {k: e.owner for k, e in ct.entries.items()} == {
         "attn.q_proj.weight": "fp8",
-        "attn.q_proj.input_scale": None,
-        "attn.k_scale": None,
-        "attn.v_scale": None,
+        "attn.q_proj.input_scale": "passthrough",
+        "attn.k_scale": "passthrough",
+        "attn.v_scale": "passthrough",
     }
     assert ct.load("attn.k_scale", "float32").tolist() == 3.0
     assert ct.load("attn.q_proj.input_scale", "float32").tolist() == 0.25
@@ -239,7 +239,7 @@ def test_apply_rejects_sources_of_the_wrong_shape(tmp_path: Path) -> None:
     save(tmp_path, {"a.weight": f8(), "a.weight_scale_inv": f32(2, 1)}, None)
     ct = flexq.compose(tmp_path, formats=["fp8"])
     plan = ct.plan("a.weight", flexq.TargetSlice.whole((16, 8), "float32"))
-    sources = ct.read_sources("a.weight", plan)
+    sources = ct.read_sources(plan)
     with pytest.raises(FormatError, match=r"'a\.weight_scale_inv' arrived with shape \(1, 1\)"):
         ct.dequantize(
             "a.weight",

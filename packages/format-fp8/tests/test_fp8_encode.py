@@ -193,7 +193,7 @@ def test_saved_checkpoint_carries_its_producers_config_and_loads_back(
     )
     ct = flexq.compose(tmp_path, formats=["fp8"])
     assert ct.checkpoint.quantization_config["quant_method"] == method
-    assert ct.entries["lm_head.weight"].owner is None
+    assert ct.entries["lm_head.weight"].is_passthrough
     for key, w in weights.items():
         parts = quantize(
             w, layout=layout, block_size=64 if layout == "group" else None, scale_dtype="BF16"

@@ -27,7 +27,7 @@ def test_list_formats_shows_fp8_with_version_and_one_line_description() -> None:
 
 
 def test_registry_routes_every_hook_to_the_fp8_plugin() -> None:
-    from flexq.plugins import registry
+    from flexq.plugin.manager import registry
 
     for hook in (
         "flexq_logical_metadata",

@@ -1,7 +1,7 @@
 """The device path: Paddle tensors through the same dequantize code give the same bits as numpy.
 
 Sources are converted the way the load pipeline ships them (F8 and E8M0 as
-uint8, BF16 as bfloat16) with the core's ``source_to_paddle``.
+uint8, BF16 as bfloat16) with the kit's ``source_to_paddle``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 
 import flexq
 from flexq import RawTensor, TargetSlice
-from flexq.arrays import source_to_paddle, to_numpy
+from flexq.formatkit.arrays import to_numpy
+from flexq.formatkit.testing import source_to_paddle
 
 
 def bits_with_one_nan(x: np.ndarray, out: str) -> np.ndarray:
@@ -90,7 +91,7 @@ def test_paddle_sources_give_the_numpy_bits_for_local_and_global_plans(
         TargetSlice.whole(shape, out),
     ):
         plan = ct.plan("w", target)
-        sources = ct.read_sources("w", plan)
+        sources = ct.read_sources(plan)
         on_device = {
             k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()
         }
@@ -113,7 +114,7 @@ def test_upstream_apply_protocol_returns_a_paddle_tensor_with_the_numpy_bits(
     plan = ct.read_plan("w", target)
     sources = {
         k: source_to_paddle(v, ct.checkpoint.info(k).dtype)
-        for k, v in ct.read_sources("w", plan).items()
+        for k, v in ct.read_sources(plan).items()
     }
     result = ct.apply("w", sources, paddle.bfloat16)
     assert result.shape == [64, 260]
@@ -130,7 +131,7 @@ def test_e8m0_extremes_keep_subnormal_and_nan_on_paddle(tmp_path: Path) -> None:
     flexq.save_checkpoint(tmp_path, {"w": RawTensor("F8_E4M3", codes), "w_scale": scale})
     ct = flexq.compose(tmp_path, formats=["fp8"])
     plan = ct.plan("w", TargetSlice.whole((3, 2), "float32"))
-    sources = ct.read_sources("w", plan)
+    sources = ct.read_sources(plan)
     on_device = {k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()}
     want = np.array([[2.0**-127, 2.0**-136], [2.0**127, np.inf], [np.nan, np.nan]], np.float32)
     for got in (

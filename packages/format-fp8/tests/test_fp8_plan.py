@@ -96,7 +96,7 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_bytes(
         assert plan.mode == "local"
         assert plan.target == target
         before = ct.checkpoint.bytes_read_by_file.copy()
-        sources = ct.read_sources("w", plan)
+        sources = ct.read_sources(plan)
         delta = ct.checkpoint.bytes_read_by_file - before
         local = ct.dequantize("w", sources, plan, "float32")
         whole = ct.load("w", "float32")
@@ -147,7 +147,7 @@ def test_shard_smaller_than_a_block_reads_one_scale_block(
     target = TargetSlice((300, 260), (64, 260), (64, 0), "bfloat16")
     plan = ct.plan("w", target)
     assert plan.source_slices == {"w": ((64, 0), (64, 260)), "w_scale_inv": ((0, 0), (1, 3))}
-    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "bfloat16")
+    got = ct.dequantize("w", ct.read_sources(plan), plan, "bfloat16")
     np.testing.assert_array_equal(got, ct.load("w", "bfloat16")[64:128])
 
 
@@ -162,7 +162,7 @@ def test_box_starting_and_ending_inside_blocks_covers_both_edge_blocks(
     # rows 100..299 touch blocks 0, 1, 2; columns 250..259 the end of block 1 and
     # the partial edge block 2 (columns 256..259)
     assert plan.source_slices == {"w": ((100, 250), (200, 10)), "w_scale_inv": ((0, 1), (3, 2))}
-    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(
         got.view(np.uint32), ct.load("w", "float32")[100:, 250:].view(np.uint32)
     )
@@ -178,7 +178,7 @@ def test_force_global_reads_whole_sources(
     assert plan.mode == "global"
     assert plan.target == TargetSlice.whole((300, 260), "float32")
     assert plan.source_slices == {"w": ((0, 0), (300, 260)), "w_scale_inv": ((0, 0), (3, 3))}
-    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got.view(np.uint32), ct.load("w", "float32").view(np.uint32))
 
 
@@ -191,7 +191,7 @@ def test_per_tensor_scalar_scale_is_read_whole_for_any_box(tmp_path: Path) -> No
     ct = flexq.compose(tmp_path, formats=["fp8"])
     plan = ct.plan("w", TargetSlice((40, 30), (5, 7), (33, 20), "float32"))
     assert plan.source_slices["w_scale"] == ((), ())
-    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, np.full((5, 7), 0.75, np.float32))
 
 
@@ -203,7 +203,7 @@ def test_empty_box_reads_nothing_and_gives_an_empty_result(
     ct = _block_checkpoint(tmp_path, make_codes, make_scale)
     plan = ct.plan("w", TargetSlice((300, 260), (0, 260), (300, 0), "float32"))
     before = ct.checkpoint.bytes_read
-    got = ct.dequantize("w", ct.read_sources("w", plan), plan, "float32")
+    got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")
     assert ct.checkpoint.bytes_read == before
     assert got.shape == (0, 260)
 

@@ -72,7 +72,7 @@ def measure() -> dict[str, float]:
             ct = compose(path, ["int4-awq"])
             whole = TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32")
             plan = ct.plan("fc.weight", whole)
-            runs[version] = _dequantizer(ct, plan, ct.read_sources("fc.weight", plan))
+            runs[version] = _dequantizer(ct, plan, ct.read_sources(plan))
         for name in runs:  # warm-up: page faults and allocator growth
             runs[name]()
         for _ in range(ROUNDS):

@@ -40,8 +40,11 @@ def test_version_defaults_to_gemm_and_modules_to_not_convert_is_read(
 
 def test_checkpoint_without_awq_config_is_not_claimed(write_checkpoint: Any, gemm: Any) -> None:
     cfg = {"quantization_config": {"quant_method": "gptq", "bits": 4}}
-    ct = compose(write_checkpoint(gemm.raw("fc"), cfg), ["int4-awq"])
-    assert all(e.owner is None for e in ct.entries.values())
+    path = write_checkpoint(gemm.raw("fc"), cfg)
+    with pytest.raises(FormatError, match="'gptq', which no format in \\['int4-awq'\\] decodes"):
+        compose(path, ["int4-awq"])
+    ct = compose(path, ["int4-awq"], allow_unclaimed=True)
+    assert all(e.is_passthrough for e in ct.entries.values())
     assert set(ct.entries) == {"fc.qweight", "fc.qzeros", "fc.scales"}
 
 
@@ -109,7 +112,7 @@ def test_unquantized_module_in_modules_to_not_convert_passes_through(
     head = RawTensor.of(rng.standard_normal((8, 64)).astype(np.float16))
     cfg = oracle.awq_config("gemm", 16, modules_to_not_convert=["lm_head"])
     ct = compose(write_checkpoint({**gemm.raw("fc"), "lm_head.weight": head}, cfg), ["int4-awq"])
-    assert ct.entries["lm_head.weight"].owner is None
+    assert ct.entries["lm_head.weight"].is_passthrough
     assert ct.entries["fc.weight"].owner == "int4-awq"
 
 

@@ -32,4 +32,4 @@ def test_plugin_implements_every_hook() -> None:
         "flexq_apply",
     ):
         assert callable(getattr(flexq_int4_awq.plugin, hook))
-        assert flexq.plugins.registry.implements("int4-awq", hook)
+        assert flexq.plugin.manager.registry.implements("int4-awq", hook)

@@ -85,7 +85,7 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_words(
     assert plan.mode == "local"
     assert plan.target == target
     before = ct.checkpoint.bytes_read
-    sources = ct.read_sources("fc.weight", plan)
+    sources = ct.read_sources(plan)
     g = in_f if group == -1 else group
     assert ct.checkpoint.bytes_read - before == expected_bytes(version, g, o0, no, i0, ni)
     got = ct.dequantize("fc.weight", sources, plan, dtype)
@@ -97,13 +97,13 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_words(
 def test_paddle_sources_of_a_local_plan_match_numpy(
     built: Built, oracle: Any, box: tuple[int, int, int, int, int]
 ) -> None:
-    from flexq.arrays import source_to_paddle
+    from flexq.formatkit.testing import source_to_paddle
 
     case, o0, no, i0, ni = box
     _, out_f, in_f, _ = CASES[case]
     ct, whole, _ = built.items[case]
     plan = ct.plan("fc.weight", TargetSlice((out_f, in_f), (no, ni), (o0, i0), "float32"))
-    sources = ct.read_sources("fc.weight", plan)
+    sources = ct.read_sources(plan)
     on_device = {k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()}
     got = ct.dequantize("fc.weight", on_device, plan, "float32")
     oracle.same_bits(got.numpy(), whole[o0 : o0 + no, i0 : i0 + ni])
@@ -121,7 +121,7 @@ def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Bu
     plan = ct.plan("fc.weight", target, force_global=True)
     assert plan.mode == "global"
     assert plan.source_slices["fc.qweight"] == ((0, 0), (64, 3))
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
 
 
@@ -134,7 +134,7 @@ def test_unaligned_gemm_row_slice_reads_the_covering_packed_columns(built: Built
         "fc.qzeros": ((0, 0), (4, 2)),
         "fc.scales": ((0, 5), (4, 6)),
     }
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, whole[5:11])
 
 
@@ -147,14 +147,14 @@ def test_gemm_column_slice_reads_qweight_rows_and_whole_groups(built: Built) -> 
         "fc.qzeros": ((1, 0), (2, 3)),
         "fc.scales": ((1, 0), (2, 24)),
     }
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, whole[:, 30:40])
 
 
 def test_empty_box_gives_an_empty_result(built: Built) -> None:
     ct, _, _ = built.items[4]
     plan = ct.plan("fc.weight", TargetSlice((24, 128), (0, 5), (24, 3), "float32"))
-    got = ct.dequantize("fc.weight", ct.read_sources("fc.weight", plan), plan, "float32")
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     assert got.shape == (0, 5)
 
 
@@ -166,7 +166,7 @@ def test_whole_boxes_decode_band_by_band_into_a_given_output(
     """Boxes that are exactly the planned words and whole groups take the banded
     path: bands of one source row up to the whole weight, over the worker
     threads, into a fresh array or the one offered (a target's memory)."""
-    import flexq.ops as core_ops
+    import flexq.formatkit.bands as core_ops
 
     monkeypatch.setattr(core_ops, "_BAND_CODES", band)
     ct, _, awq = built.items[case]
@@ -178,7 +178,7 @@ def test_whole_boxes_decode_band_by_band_into_a_given_output(
         targets.append(TargetSlice(shape, (shape[0] - 8, shape[1]), (8, 0), "float32"))
     for target in targets:
         plan = ct.plan("fc.weight", target)
-        sources = ct.read_sources("fc.weight", plan)
+        sources = ct.read_sources(plan)
         box = tuple(
             slice(o, o + n) for o, n in zip(target.global_offset, target.local_shape, strict=True)
         )

@@ -44,7 +44,7 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         ct = flexq.compose(flexq.save_checkpoint(tmp, tensors), formats=["mxfp4"])
         plan = ct.plan(KEY, flexq.TargetSlice.whole(ct.entries[KEY].shape, "float32"))
-        sources = ct.read_sources(KEY, plan)
+        sources = ct.read_sources(plan)
         ct.checkpoint.close()
     out_bytes = experts * rows * cols * 4
     src = np.ones(out_bytes // 4, dtype=np.float32)

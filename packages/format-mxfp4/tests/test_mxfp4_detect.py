@@ -48,7 +48,11 @@ def test_hybrid_checkpoint_leaves_fp8_attention_to_the_fp8_format(
     path = build(tmp_path / "c", tensors, gpt_oss_config)
     ct = flexq.compose(path, formats=["mxfp4", fake_fp8])
     owners = {k: e.owner for k, e in ct.entries.items()}
-    assert owners == {EXPERTS: "mxfp4", EXPERTS + "_bias": None, ATTN + ".weight": fake_fp8}
+    assert owners == {
+        EXPERTS: "mxfp4",
+        EXPERTS + "_bias": "passthrough",
+        ATTN + ".weight": fake_fp8,
+    }
     assert ct.entries[ATTN + ".weight"].sources == (ATTN + ".weight", ATTN + ".weight_scale")
 
 
@@ -59,7 +63,7 @@ def test_fp8_tensors_alone_are_not_claimed_or_recognized(tmp_path: Path, build: 
         "lone.weight_scale": u8(4),
     }
     ct = flexq.compose(build(tmp_path / "c", tensors), formats=FORMATS, strict=False)
-    assert all(e.owner is None for e in ct.entries.values())
+    assert all(e.is_passthrough for e in ct.entries.values())
     # The F8 tensors are problems only because no FP8 format is active; none is called ours.
     assert len(ct.problems) == 2
     assert all("which no format in ['mxfp4'] decodes" in p for p in ct.problems)
@@ -150,7 +154,7 @@ def test_nvfp4_pairs_are_not_claimed(tmp_path: Path, build: Build) -> None:
         "m.up.weight_global_scale": flexq.RawTensor.of(np.ones(1, dtype=np.float32)),
     }
     ct = flexq.compose(build(tmp_path / "c", tensors), formats=FORMATS, strict=False)
-    assert all(e.owner is None for e in ct.entries.values())
+    assert all(e.is_passthrough for e in ct.entries.values())
 
 
 def test_other_compressed_tensors_formats_leave_pairs_alone(
@@ -164,8 +168,11 @@ def test_other_compressed_tensors_formats_leave_pairs_alone(
         }
     }
     tensors = {"m.up.weight_packed": u8(4, 16), "m.up.weight_scale": u8(4, 1)}
-    ct = flexq.compose(build(tmp_path / "c", tensors, config), formats=FORMATS)
-    assert ct.entries["m.up.weight_packed"].owner is None
+    path = build(tmp_path / "c", tensors, config)
+    with pytest.raises(flexq.FormatError, match="nvfp4-pack-quantized"):
+        flexq.compose(path, formats=FORMATS)
+    ct = flexq.compose(path, formats=FORMATS, allow_unclaimed=True)
+    assert ct.entries["m.up.weight_packed"].is_passthrough
 
 
 def test_mixed_precision_config_groups_declare_mxfp4(

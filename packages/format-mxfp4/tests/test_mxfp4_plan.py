@@ -81,7 +81,7 @@ def test_gpt_oss_expert_box_maps_to_block_boxes(
         "w_scales": ((1, 3, 1), (1, 2, 2)),
     }
     before = ct.checkpoint.bytes_read
-    local = ct.dequantize(key, ct.read_sources(key, plan), plan, "float32")
+    local = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
     assert ct.checkpoint.bytes_read - before == 2 * (2 * 16 + 2)
     whole = ct.load(key, "float32")
     np.testing.assert_array_equal(bits(local), bits(whole[1:2, 3:5, 33:90]))
@@ -96,7 +96,7 @@ def test_force_global_gives_the_whole_tensor(
     plan = ct.plan(key, TargetSlice((4, 64), (2, 10), (2, 40), "float32"), force_global=True)
     assert plan.mode == "global"
     assert plan.target.local_shape == (4, 64)
-    out = ct.dequantize(key, ct.read_sources(key, plan), plan, "float32")
+    out = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(bits(out), bits(ct.load(key, "float32")))
 
 
@@ -144,7 +144,7 @@ def test_local_plan_equals_the_slice_of_the_global_result(
         plan = ct.plan(key, target)
         assert plan.mode == "local"
         before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(key, plan)
+        sources = ct.read_sources(plan)
         read = ct.checkpoint.bytes_read - before
         local = ct.dequantize(key, sources, plan, "float32")
         box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
@@ -167,7 +167,7 @@ def test_paddle_sources_through_the_load_transform_protocol_are_bit_identical(
     # Every block is touched, so the NaN (0xFF) and 2^-127 (0x00) scales are in the box.
     target = TargetSlice((2, 5, n), (2, 5, n - 13), (0, 0, 7), "bfloat16")
     plan = ct.read_plan(key, target)
-    sources = ct.read_sources(key, plan)
+    sources = ct.read_sources(plan)
     want32 = ct.dequantize(key, sources, plan, "float32")
     want16 = ct.dequantize(key, sources, plan, "bfloat16")
     on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}

@@ -2,12 +2,11 @@
 
 For users: :func:`load_state_dict` and :func:`compose`. For format authors:
 :data:`hookimpl`, :class:`LogicalTensor`, :class:`ReadPlan`, :class:`TargetSlice`,
-:class:`Checkpoint` and :mod:`flexq.ops`.
+:class:`Checkpoint` and :mod:`flexq.formatkit`.
 """
 
 from __future__ import annotations
 
-from flexq.checkpoint import Checkpoint
 from flexq.compose import ComposedTransform, LogicalEntry, compose
 from flexq.errors import (
     CheckpointError,
@@ -17,12 +16,14 @@ from flexq.errors import (
     ScaleWarning,
     TargetError,
 )
-from flexq.header import TensorInfo
-from flexq.load import LoadReport, load_state_dict
-from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, block_cover
-from flexq.plugins import FormatInfo, list_formats, register_format, unregister_format
-from flexq.spec import hookimpl
-from flexq.writer import RawTensor, save_checkpoint
+from flexq.io.checkpoint import Checkpoint
+from flexq.io.header import TensorInfo
+from flexq.io.writer import RawTensor, save_checkpoint
+from flexq.load.api import load_state_dict
+from flexq.load.engine import LoadReport
+from flexq.plan import LogicalTensor, ReadPlan, SourceSlice, TargetSlice, block_cover
+from flexq.plugin.manager import FormatInfo, list_formats, register_format, unregister_format
+from flexq.plugin.spec import hookimpl
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ __all__ = [
     "RawTensor",
     "ReadPlan",
     "ScaleWarning",
+    "SourceSlice",
     "TargetError",
     "TargetSlice",
     "TensorInfo",

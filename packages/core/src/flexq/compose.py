@@ -3,10 +3,11 @@
 :class:`ComposedTransform` follows Paddle's upstream ``LoadTransform`` protocol
 (``logical_metadata``, ``source_keys``, ``read_plan``, ``apply``), so it can be
 handed to a Paddle whose ``load_state_dict`` takes ``load_transform=``, and it
-drives flexq's own pipeline on Paddle 3.3.1. Each logical tensor has one owner
-format; physical tensors no format claims pass through unchanged; everything
-else (two owners, a component used twice, an orphaned scale, an element format
-nobody decodes) is a problem that names the tensor and the formats.
+drives flexq's own engines on Paddle 3.3.1. Each logical tensor has one owner:
+a format, or the built-in passthrough owner for plain tensors no format uses.
+Everything else is a problem that names the tensor and the formats: two owners,
+a component used twice, an orphaned scale, an element format nobody decodes,
+and (DESIGN invariant 8) quantization no installed format claims.
 """
 
 from __future__ import annotations
@@ -17,37 +18,38 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.arrays import (
-    host_to_numpy,
-    paddle_dtype_name,
-    passthrough_dtype,
-    round_numpy,
-    round_paddle,
-    to_paddle,
-)
-from flexq.checkpoint import Checkpoint
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
-from flexq.ops import is_paddle, ops_for
-from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
-from flexq.plugins import FormatRegistry, registry
-from flexq.validate import check_plan, check_result
+from flexq.formatkit.arrays import host_to_numpy, is_paddle
+from flexq.formatkit.rounding import round_numpy, round_paddle, to_paddle
+from flexq.io.checkpoint import Checkpoint
+from flexq.io.dtypes import paddle_dtype_name
+from flexq.plan import ReadPlan, TargetSlice, box_inside
+from flexq.plugin import passthrough
+from flexq.plugin.known import PUBLISHED, config_methods
+from flexq.plugin.manager import ALLOW_ENV, BLOCK_ENV, FormatRegistry, registry
 
 if TYPE_CHECKING:
     import os
+
+PASSTHROUGH = passthrough.NAME
 
 
 @dataclass(frozen=True)
 class LogicalEntry:
     """One logical tensor of the composed view.
 
-    :ivar owner: the format that builds it, or None for a passthrough tensor.
+    :ivar owner: the format that builds it (``"passthrough"`` for a plain tensor).
     """
 
     key: str
-    owner: str | None
+    owner: str
     shape: tuple[int, ...]
     dtype: str
     sources: tuple[str, ...]
+
+    @property
+    def is_passthrough(self) -> bool:
+        return self.owner == PASSTHROUGH
 
 
 class ComposedTransform:
@@ -129,27 +131,15 @@ class ComposedTransform:
                 f"{target.global_shape} does not fit the logical shape {entry.shape} "
                 f"in {self.checkpoint.path}"
             )
-        if entry.owner is None:
-            return ReadPlan("local", {entry.key: target.box}, target)
-        whole = TargetSlice.whole(entry.shape, target.dtype)
-        proposed = self._registry.call(
-            entry.owner,
-            "flexq_read_plan",
-            checkpoint=self.checkpoint,
-            logical_key=logical_key,
-            target=target,
-            force_global=force_global,
+        plan = self._registry.read_plan(
+            entry.owner, self.checkpoint, logical_key, target, force_global, entry.sources
         )
-        plan = None
-        if proposed is not None:
-            plan = check_plan(
-                self.checkpoint, entry.owner, logical_key, proposed, target, entry.sources
-            )
         if plan is None or plan.mode != "local" or (force_global and not target.is_whole):
+            whole = TargetSlice.whole(entry.shape, target.dtype)
             return ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole)
         return plan
 
-    def read_sources(self, logical_key: str, plan: ReadPlan) -> dict[str, np.ndarray]:
+    def read_sources(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         """Read exactly the source boxes ``plan`` names, straight from the files.
 
         Boxes contiguous in their file come back as read-only views of the
@@ -180,22 +170,15 @@ class ComposedTransform:
         into ``out``.
         """
         entry = self.entry(logical_key)
-        if entry.owner is None:
-            result = self._passthrough(entry, sources[entry.key], output_dtype)
-        else:
-            if not self._registry.implements(entry.owner, "flexq_apply"):
-                raise PluginError(f"format {entry.owner!r} claims {logical_key!r} but has no apply")
-            result = self._registry.call(
-                entry.owner,
-                "flexq_apply",
-                checkpoint=self.checkpoint,
-                logical_key=logical_key,
-                sources=sources,
-                plan=plan,
-                output_dtype=output_dtype,
-                out=out if output_dtype == "float32" else scratch,
-            )
-        check_result(entry.owner, logical_key, result, plan.target.local_shape, output_dtype)
+        result = self._registry.apply(
+            entry.owner,
+            self.checkpoint,
+            logical_key,
+            sources,
+            plan,
+            output_dtype,
+            out if output_dtype == "float32" else scratch,
+        )
         if is_paddle(result):
             return round_paddle(result, output_dtype)
         result = np.asarray(result)
@@ -208,19 +191,12 @@ class ComposedTransform:
         entry = self.entry(logical_key)
         out = output_dtype or entry.dtype
         plan = self.plan(logical_key, TargetSlice.whole(entry.shape, out))
-        result = self.dequantize(logical_key, self.read_sources(logical_key, plan), plan, out)
+        result = self.dequantize(logical_key, self.read_sources(plan), plan, out)
         return np.asarray(result)
 
     def _whole(self, key: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         shape = self.checkpoint.info(key).shape
         return (0,) * len(shape), shape
-
-    def _passthrough(self, entry: LogicalEntry, x: Any, output_dtype: str) -> Any:
-        # numpy holds BF16 as raw bits: widen them before any other rounding.
-        st = self.checkpoint.info(entry.key).dtype
-        if st == "BF16" and output_dtype != "bfloat16" and not is_paddle(x):
-            return ops_for(x).float32(x, st)
-        return x
 
 
 def compose(
@@ -228,40 +204,33 @@ def compose(
     formats: list[str] | None = None,
     *,
     strict: bool = True,
+    allow_unclaimed: bool = False,
     _registry: FormatRegistry = registry,
 ) -> ComposedTransform:
     """Compose the installed formats (or exactly ``formats``) over the checkpoint at ``path``.
 
     :param strict: raise on the first problem (the default); with False the
         problems are collected in ``.problems`` (what ``flexq inspect`` shows).
+    :param allow_unclaimed: pass through tensors that look quantized but that no
+        installed format claims (packed integers, scales, zero points) instead
+        of refusing the checkpoint. Their values are then NOT weights.
     :raises FlexqError: on a malformed checkpoint, a conflict between formats,
-        an orphaned component or an element format no installed format decodes.
+        an orphaned component, an element format no installed format decodes,
+        or quantization no installed format claims.
     """
     names = _registry.active(formats)
     ckpt = path if isinstance(path, Checkpoint) else Checkpoint(path)
     entries: dict[str, LogicalEntry] = {}
-    problems: list[str] = []
     used: dict[str, str] = {}  # physical key -> logical key using it
-    recognized: dict[str, str] = {}  # physical key -> format recognising it
+    recognized: dict[str, str] = {}  # physical key -> format recognizing it
     for name in names:
-        for key, entry in _claims(ckpt, name, _registry).items():
-            if key in entries:
-                raise PluginError(
-                    f"{ckpt.path}: logical tensor {key!r} is claimed by formats "
-                    f"{entries[key].owner!r} and {name!r} "
-                    f"({_registry.describe(str(entries[key].owner))}, {_registry.describe(name)})"
-                )
-            for src in entry.sources:
-                if src in used:
-                    raise PluginError(
-                        f"{ckpt.path}: tensor {src!r} is a component of both {used[src]!r} "
-                        f"({entries[used[src]].owner}) and {key!r} ({name})"
-                    )
-                used[src] = key
-            entries[key] = entry
-        found = _registry.call(name, "flexq_recognized_keys", checkpoint=ckpt)
-        for src in found or ():
+        for entry in _claims(ckpt, name, _registry):
+            _add(ckpt, entries, used, entry, _registry)
+        for src in _registry.recognized_keys(name, ckpt):
             recognized.setdefault(src, name)
+    problems = _unclaimed_methods(ckpt, names, entries, _registry, allow_unclaimed)
+    plain = _registry.logical_metadata(PASSTHROUGH, ckpt)
+    looks: list[tuple[str, str]] = []
     for key, info in ckpt.tensors.items():
         if key in used:
             continue
@@ -270,45 +239,117 @@ def compose(
                 f"{info.file}: tensor {key!r} belongs to format {recognized[key]!r} "
                 f"but no logical tensor uses it (orphaned component)"
             )
-            continue
-        dtype = passthrough_dtype(info.dtype)
-        if dtype is None:
+        elif key not in plain:
             problems.append(
                 f"{info.file}: tensor {key!r} has element format {info.dtype}, which no "
                 f"format in {names} decodes"
             )
-            continue
-        if key in entries:
+        elif key in entries:
             raise PluginError(
                 f"{ckpt.path}: format {entries[key].owner!r} names logical tensor {key!r}, "
                 f"which is also an unrelated physical tensor in {info.file}"
             )
-        entries[key] = LogicalEntry(key, None, info.shape, dtype, (key,))
+        else:
+            why = passthrough.looks_quantized(key, info)
+            if why is not None and not allow_unclaimed:
+                looks.append((key, why))
+            meta = plain[key]
+            entries[key] = LogicalEntry(key, PASSTHROUGH, meta.shape, meta.dtype, (key,))
+    if looks and not problems:
+        problems.append(_looks_quantized_problem(ckpt, looks, names))
     if strict and problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise FormatError(problems[0] + more)
     return ComposedTransform(ckpt, entries, problems, names, _registry)
 
 
-def _claims(ckpt: Checkpoint, name: str, reg: FormatRegistry) -> dict[str, LogicalEntry]:
-    claimed = reg.call(name, "flexq_logical_metadata", checkpoint=ckpt) or {}
-    if not isinstance(claimed, Mapping):
-        raise PluginError(f"{reg.describe(name)}: flexq_logical_metadata returned {type(claimed)}")
-    entries = {}
-    for key, meta in claimed.items():
-        if not isinstance(meta, LogicalTensor):
-            raise PluginError(f"{reg.describe(name)}: metadata of {key!r} is not a LogicalTensor")
-        sources = reg.call(name, "flexq_source_keys", checkpoint=ckpt, logical_key=key)
-        if not sources or isinstance(sources, str):
-            raise PluginError(f"{reg.describe(name)}: no source keys for logical tensor {key!r}")
-        for src in sources:
-            if src not in ckpt.tensors:
-                raise PluginError(
-                    f"{reg.describe(name)}: logical tensor {key!r} needs {src!r}, "
-                    f"which is not in {ckpt.path}"
-                )
-        entries[key] = LogicalEntry(key, name, tuple(meta.shape), meta.dtype, tuple(sources))
-    return entries
+def _claims(ckpt: Checkpoint, name: str, reg: FormatRegistry) -> list[LogicalEntry]:
+    claimed = reg.logical_metadata(name, ckpt)
+    return [
+        LogicalEntry(key, name, tuple(meta.shape), meta.dtype, reg.source_keys(name, ckpt, key))
+        for key, meta in claimed.items()
+    ]
+
+
+def _add(
+    ckpt: Checkpoint,
+    entries: dict[str, LogicalEntry],
+    used: dict[str, str],
+    entry: LogicalEntry,
+    reg: FormatRegistry,
+) -> None:
+    key = entry.key
+    if key in entries:
+        raise PluginError(
+            f"{ckpt.path}: logical tensor {key!r} is claimed by formats "
+            f"{entries[key].owner!r} and {entry.owner!r} "
+            f"({reg.describe(entries[key].owner)}, {reg.describe(entry.owner)})"
+        )
+    for src in entry.sources:
+        if src in used:
+            raise PluginError(
+                f"{ckpt.path}: tensor {src!r} is a component of both {used[src]!r} "
+                f"({entries[used[src]].owner}) and {key!r} ({entry.owner})"
+            )
+        used[src] = key
+    entries[key] = entry
+
+
+def _unclaimed_methods(
+    ckpt: Checkpoint,
+    names: list[str],
+    entries: dict[str, LogicalEntry],
+    reg: FormatRegistry,
+    allow_unclaimed: bool,
+) -> list[str]:
+    """Problems for config methods no asked format claims, or whose format found nothing."""
+    where = f"{ckpt.path / 'config.json'}: quantization_config"
+    claimers = {m: n for n in names for m in reg.quant_methods(n)}
+    found = {e.owner for e in entries.values()}
+    problems = []
+    for method in sorted(config_methods(ckpt.quantization_config)):
+        owner = claimers.get(method)
+        if owner is None and not allow_unclaimed:
+            problems.append(
+                f"{where} names quantization method {method!r}, which no format in {names} "
+                f"decodes; {_remedy(method, reg)} (or pass allow_unclaimed=True / "
+                f"--allow-unclaimed to load its packed tensors as they are)"
+            )
+        elif owner is not None and owner not in found:
+            problems.append(
+                f"{where} names quantization method {method!r}, but format {owner!r} found "
+                f"none of its tensors in {ckpt.path} (the config does not match the tensors)"
+            )
+    return problems
+
+
+def _remedy(method: str, reg: FormatRegistry) -> str:
+    """What the user can do to get ``method`` decoded."""
+    published = PUBLISHED.get(method)
+    if published is None:
+        return "flexq has no format for it (a format plugin can add one)"
+    name, dist = published
+    info = reg.info(name)
+    if info is None:
+        return f"install {dist} (format {name!r})"
+    if info.error is not None:
+        return f"format {name!r} ({dist}) is installed but failed to load: {info.error}"
+    return (
+        f"format {name!r} ({dist}) is installed but not in use (formats=..., "
+        f"{ALLOW_ENV} or {BLOCK_ENV})"
+    )
+
+
+def _looks_quantized_problem(
+    ckpt: Checkpoint, looks: list[tuple[str, str]], names: list[str]
+) -> str:
+    key, why = looks[0]
+    more = f" and {len(looks) - 1} more such tensors" if len(looks) > 1 else ""
+    return (
+        f"{ckpt.info(key).file}: tensor {key!r} looks quantized ({why}){more}, but no format "
+        f"in {names} claims it and config.json names no method; pass allow_unclaimed=True / "
+        f"--allow-unclaimed to load such tensors as they are"
+    )
 
 
 def _target_slice(meta: Any, entry: LogicalEntry) -> TargetSlice:

@@ -9,14 +9,21 @@ needed to produce that box.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 #: A box of a tensor: (global_offset, local_shape).
 Box = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+class SourceSlice(NamedTuple):
+    """The box of a source tensor a plan reads: a ``(global_offset, local_shape)`` pair
+    that also reads as an object with those attributes (as upstream Paddle's loader
+    reads plan values)."""
+
+    global_offset: tuple[int, ...]
+    local_shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -65,15 +72,21 @@ class ReadPlan:
     :ivar mode: ``"local"``: apply() receives exactly the ``source_slices`` boxes
         and returns the ``target`` box; ``"global"``: apply() receives whole
         sources and returns the whole logical tensor.
-    :ivar source_slices: source key -> (global_offset, local_shape) to read.
+    :ivar source_slices: source key -> :class:`SourceSlice` to read (plans may be
+        built with plain ``(global_offset, local_shape)`` pairs; they are kept as
+        SourceSlice).
     :ivar target: the box of the logical tensor this plan produces.
     """
 
     mode: Literal["local", "global"]
     source_slices: Mapping[str, Box]
     target: TargetSlice
-    #: format-private details computed while planning (e.g. offsets inside a block).
-    detail: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        slices = {
+            k: SourceSlice(tuple(o), tuple(s)) for k, (o, s) in dict(self.source_slices).items()
+        }
+        object.__setattr__(self, "source_slices", slices)
 
 
 def box_inside(offset: Sequence[int], shape: Sequence[int], full: Sequence[int]) -> bool:
@@ -85,6 +98,11 @@ def box_inside(offset: Sequence[int], shape: Sequence[int], full: Sequence[int])
             o >= 0 and n >= 0 and o + n <= d for o, n, d in zip(offset, shape, full, strict=True)
         )
     )
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers (the number of blocks of ``b`` covering ``a``)."""
+    return -(-a // b)
 
 
 def block_cover(offset: int, size: int, block: int, extent: int) -> tuple[int, int]:

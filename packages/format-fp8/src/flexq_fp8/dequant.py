@@ -1,6 +1,6 @@
 """The one definition of FP8 dequantization: ``decode(q) * scale`` in float32.
 
-Written once against :mod:`flexq.ops`, so the same code runs on numpy arrays
+Written once against :mod:`flexq.formatkit`, so the same code runs on numpy arrays
 (CPU reads) and on Paddle tensors on their device (only the uint8 codes and the
 small scale grid cross the bus). Every step is exact: table lookups, repeats,
 slices and one float32 product per element; the core then rounds once to the
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.ops import ArrayOps, for_bands, lookup_into, ops_for
+from flexq.formatkit import ArrayOps, for_bands, lookup_into, ops_for
 
 if TYPE_CHECKING:
     from flexq_fp8.layout import Fp8Layout

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from flexq import RawTensor
-from flexq.dtypes import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from flexq.formatkit.rounding import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from flexq_fp8.dequant import E8M0_TO_FLOAT32
 from flexq_fp8.layout import DEFAULT_BLOCK, ceil_div
 

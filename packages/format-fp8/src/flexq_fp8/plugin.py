@@ -16,14 +16,18 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
-from flexq.ops import ops_for
-from flexq.validate import check_scales
+from flexq.formatkit import check_scales, ops_for
 from flexq_fp8.dequant import dequantize, scale_to_float32
 from flexq_fp8.detect import analyse, layout_of
 from flexq_fp8.plan import local_plan
 from flexq_fp8.save import save_fp8_checkpoint
 
 FORMAT_NAME = "fp8"
+
+
+@flexq.hookimpl
+def flexq_quant_methods() -> tuple[str, ...]:
+    return ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized")
 
 
 @flexq.hookimpl

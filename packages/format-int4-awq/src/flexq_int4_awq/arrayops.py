@@ -1,7 +1,7 @@
-"""Two array operations :mod:`flexq.ops` lacks, over numpy arrays and Paddle tensors.
+"""Two array operations :mod:`flexq.formatkit` lacks, over numpy arrays and Paddle tensors.
 
 For :mod:`flexq_int4_awq.dequant`: unpacking eight 4-bit codes per int32
-straight into float32 (instead of eight :meth:`~flexq.ops.ArrayOps.shift_and`
+straight into float32 (instead of eight :meth:`~flexq.formatkit.ArrayOps.shift_and`
 calls, a stack and a conversion), optionally into the transposed layout so
 the GEMM [in, out] storage comes out as [out, in] without a float32
 transpose, and a 2-D transpose for the small scale tables.
@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.ops import is_paddle
+from flexq.formatkit import is_paddle
 
 
 class Int4Ops(Protocol):
-    """Operations the AWQ dequantizer needs beyond :class:`flexq.ops.ArrayOps`."""
+    """Operations the AWQ dequantizer needs beyond :class:`flexq.formatkit.ArrayOps`."""
 
     def unpack_int4(self, packed: Any, slots: Sequence[int], transposed: bool) -> Any:
         """Unpack int32 words [R, C] into float32 codes.

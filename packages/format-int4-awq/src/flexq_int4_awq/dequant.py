@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from flexq import ReadPlan, block_cover
-from flexq.ops import RUNS_PER_TASK, ArrayOps, ops_for, row_runs
-from flexq.threads import run_parts
+from flexq.formatkit import RUNS_PER_TASK, ArrayOps, ops_for, row_runs
+from flexq.formatkit.threads import run_parts
 from flexq_int4_awq.arrayops import int4_ops_for
 from flexq_int4_awq.layout import PACK, AwqLinear
 from flexq_int4_awq.packing import SEQUENTIAL, slots_for

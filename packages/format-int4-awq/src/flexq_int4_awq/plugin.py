@@ -25,8 +25,7 @@ from flexq import (
     hookimpl,
     save_checkpoint,
 )
-from flexq.ops import ops_for
-from flexq.validate import check_scales
+from flexq.formatkit import check_scales, ops_for
 from flexq_int4_awq.dequant import dequantize
 from flexq_int4_awq.encoder import quantization_config, quantize
 from flexq_int4_awq.layout import FORMAT_NAME, SCALE_DTYPES, AwqLinear, analyze
@@ -41,6 +40,11 @@ def _linear(checkpoint: Checkpoint, logical_key: str) -> AwqLinear:
             f"{checkpoint.path}: {logical_key!r} is not an AWQ weight (format {FORMAT_NAME!r})"
         )
     return linear
+
+
+@hookimpl
+def flexq_quant_methods() -> tuple[str, ...]:
+    return ("awq",)
 
 
 @hookimpl

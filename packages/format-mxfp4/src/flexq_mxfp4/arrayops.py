@@ -1,4 +1,4 @@
-"""Two array operations MXFP4 needs beyond :mod:`flexq.ops`, for numpy and Paddle alike.
+"""Two array operations MXFP4 needs beyond :mod:`flexq.formatkit`, for numpy and Paddle alike.
 
 - :meth:`MxOps.lut_pairs`: one lookup per packed byte yielding its two decoded
   elements (a 256 x 2 table), so a byte is decoded without splitting nibbles.
@@ -6,7 +6,7 @@
   multiplies in place, saving a pass over the float32 output).
 
 Both are exact, so the numpy and Paddle paths stay bit-identical. Candidates to
-move into :mod:`flexq.ops`.
+move into :mod:`flexq.formatkit`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.ops import ArrayOps, NumpyOps, PaddleOps, is_paddle
+from flexq.formatkit import ArrayOps, NumpyOps, PaddleOps, is_paddle
 
 
 class NumpyMxOps(NumpyOps):
@@ -50,7 +50,7 @@ class PaddleMxOps(PaddleOps):
 
 
 class MxOps(ArrayOps, Protocol):
-    """:class:`flexq.ops.ArrayOps` plus the two MXFP4 operations."""
+    """:class:`flexq.formatkit.ArrayOps` plus the two MXFP4 operations."""
 
     def lut_pairs(self, table: np.ndarray, codes: Any) -> Any:
         """``table`` [256, 2] looked up by byte ``codes`` [..., n] -> float32 [..., 2n]."""

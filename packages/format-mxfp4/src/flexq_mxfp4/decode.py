@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from flexq.ops import for_bands
+from flexq.formatkit import for_bands
 from flexq_mxfp4.arrayops import mx_ops_for
 from flexq_mxfp4.layout import BLOCK
 

@@ -14,7 +14,7 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
-from flexq.validate import check_scales
+from flexq.formatkit import check_scales
 from flexq_mxfp4.arrayops import mx_ops_for
 from flexq_mxfp4.decode import E8M0_VALUES, dequantize
 from flexq_mxfp4.detect import FORMAT, analyze
@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from flexq_mxfp4.layout import MxTensor
 
 FORMAT_NAME = FORMAT
+
+
+@flexq.hookimpl
+def flexq_quant_methods() -> tuple[str, ...]:
+    return ("mxfp4", "compressed-tensors/mxfp4-pack-quantized")
 
 
 @flexq.hookimpl

@@ -23,7 +23,6 @@ def local_plan(tensor: MxTensor, target: TargetSlice) -> ReadPlan:
             tensor.scale_key: tensor.scale_box(lead_off, lead_shape, first, count),
         },
         target,
-        {"first_block": first, "blocks": count},
     )
 
 

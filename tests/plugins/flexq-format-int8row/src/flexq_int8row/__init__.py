@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 import flexq
-from flexq.ops import ops_for
+from flexq.formatkit import ops_for
 
 __version__ = "0.3.0"
 Q, S = ".weight_q", ".weight_qscale"

@@ -62,7 +62,7 @@ def run_parts(work: Callable[[Sequence[T]], None], items: Sequence[T], most: int
     on the worker threads (inline when one thread or one run would do).
 
     Runs are at most ``most`` long so that a thread on an idle core takes over
-    runs a thread on a busy core has not started (this machine class is shared).
+    runs a thread on a busy core has not started (cores are often shared).
     Exceptions from ``work`` propagate to the caller.
     """
     size = thread_count()

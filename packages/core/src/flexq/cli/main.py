@@ -1,4 +1,4 @@
-"""The ``flexq`` command: list-formats, inspect (convert and demo join them later).
+"""The ``flexq`` command: list-formats, inspect, convert, demo.
 
 Errors on bad input print one line on stderr and exit with code 2; ``--debug``
 shows the traceback instead.
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, TextIO
 from rich.markup import escape
 from rich.table import Table
 
+from flexq.cli.console import console
+from flexq.cli.convert import FLOATS, convert, parse_size
 from flexq.compose import ComposedTransform, compose
-from flexq.console import console
-from flexq.convert import FLOATS, convert, parse_size
 from flexq.errors import FlexqError
-from flexq.plugins import list_formats
+from flexq.plugin.manager import list_formats
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -83,7 +83,7 @@ def _inspect(args: argparse.Namespace) -> int:
         table = Table("logical tensor", "format", "shape", "dtype", "components")
         for t in ct.entries.values():
             comps = "\n".join(f"{s} {ct.checkpoint.info(s).dtype}" for s in t.sources)
-            cells = (t.key, t.owner or "passthrough", str(list(t.shape)), t.dtype, comps)
+            cells = (t.key, t.owner, str(list(t.shape)), t.dtype, comps)
             table.add_row(*map(escape, cells))
         out = console()
         out.print(table)
@@ -137,7 +137,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from flexq.demo import print_table, run
+    from flexq.cli.demo import print_table, run
 
     if not args.debug:
         # Paddle's loader logs every file it opens at INFO (its handler is set on import).

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import BinaryIO
 
-from flexq.dtypes import SAFETENSORS_DTYPES, byte_length
 from flexq.errors import CheckpointError
+from flexq.io.dtypes import DTYPES, byte_length
 
 #: Largest header accepted (the safetensors library uses the same 100 MB cap).
 MAX_HEADER_BYTES = 100_000_000
@@ -106,7 +106,7 @@ def _entry(key: str, value: object, file: str, data_start: int, data_len: int) -
     if not isinstance(value, dict):
         raise CheckpointError(f"{where}: entry is not a JSON object")
     dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
-    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise CheckpointError(f"{where}: unknown dtype {dtype!r}")
     if (
         not isinstance(shape, list)

@@ -17,20 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from safetensors import TensorSpec, serialize_file
 
-from flexq.dtypes import storage_dtype
+from flexq.io.dtypes import BY_NUMPY, dtype
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-#: safetensors header dtype -> the dtype name TensorSpec takes.
-_SPEC_NAMES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-    "U32": "uint32", "I32": "int32", "U64": "uint64", "I64": "int64",
-    "F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64",
-    "C64": "complex64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz",
-    "F8_E5M2FNUZ": "float8_e5m2fnuz", "F4": "float4_e2m1fn_x2",
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -45,25 +35,17 @@ class RawTensor:
     data: np.ndarray
 
     def __post_init__(self) -> None:
-        want = storage_dtype(self.dtype).numpy
+        want = dtype(self.dtype).numpy
         if self.data.dtype != want:
             raise ValueError(f"{self.dtype} data must be stored as {want}, got {self.data.dtype}")
 
     @classmethod
     def of(cls, array: np.ndarray) -> RawTensor:
         """Wrap a plain numpy array (float32, float16, int32, uint8, ...)."""
-        names = {
-            "float32": "F32",
-            "float16": "F16",
-            "float64": "F64",
-            "int32": "I32",
-            "int64": "I64",
-            "int8": "I8",
-            "int16": "I16",
-            "uint8": "U8",
-            "bool": "BOOL",
-        }
-        return cls(names[array.dtype.name], array)
+        try:
+            return cls(BY_NUMPY[array.dtype].name, array)
+        except KeyError:
+            raise ValueError(f"no safetensors dtype holds numpy {array.dtype}") from None
 
 
 def save_file(
@@ -74,7 +56,7 @@ def save_file(
     arrays = {k: np.require(t.data, requirements="C") for k, t in tensors.items()}
     specs = {
         k: TensorSpec(
-            dtype=_SPEC_NAMES[t.dtype],
+            dtype=_spec_name(t.dtype),
             shape=list(arrays[k].shape),
             data_ptr=arrays[k].ctypes.data,
             data_len=arrays[k].nbytes,
@@ -83,6 +65,13 @@ def save_file(
     }
     # `arrays` keeps every buffer alive until serialize_file returns.
     serialize_file(specs, os.fspath(path), metadata or {"format": "pt"})
+
+
+def _spec_name(name: str) -> str:
+    spec = dtype(name).spec
+    if spec is None:
+        raise ValueError(f"flexq cannot write {name} tensors")
+    return spec
 
 
 def save_checkpoint(

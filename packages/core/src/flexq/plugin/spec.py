@@ -2,15 +2,17 @@
 
 A format is a plugin object (usually a module) with functions named like the
 hooks below, marked with :data:`flexq.hookimpl`. The core calls
-:func:`flexq_logical_metadata` and :func:`flexq_recognized_keys` on every
-installed format, then routes each per-tensor hook only to the format that
-claimed the logical tensor, so a format never sees another format's keys.
+:func:`flexq_quant_methods`, :func:`flexq_logical_metadata` and
+:func:`flexq_recognized_keys` on every installed format, then routes each
+per-tensor hook only to the format that claimed the logical tensor, so a format
+never sees another format's keys. Calls go through pluggy's ``pm.hook``, so
+``pm.trace`` / ``add_hookcall_monitoring`` see every one.
 
 Arrays passed to :func:`flexq_apply` are either numpy arrays in the reader's
 storage dtype (F8/F4/E8M0 as uint8, BF16 as uint16 bits; see
-:mod:`flexq.dtypes`) or Paddle tensors (one-byte formats as uint8, BF16 as
-bfloat16) on whatever device FlexCheckpoint put them. :mod:`flexq.ops` gives
-one set of operations over both, so the math is written once.
+:mod:`flexq.io.dtypes`) or Paddle tensors (one-byte formats as uint8, BF16 as
+bfloat16) on whatever device FlexCheckpoint put them. :mod:`flexq.formatkit`
+gives one set of operations over both, so the math is written once.
 """
 
 from __future__ import annotations
@@ -25,16 +27,33 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from flexq.checkpoint import Checkpoint
+    from flexq.io.checkpoint import Checkpoint
+    from flexq.io.writer import RawTensor
     from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
-    from flexq.writer import RawTensor
 
 NAME = "flexq"
 hookspec = pluggy.HookspecMarker(NAME)
 hookimpl = pluggy.HookimplMarker(NAME)
 
+# Every hook is called on one format at a time (the registry routes per-tensor
+# hooks to the tensor's owner), so each returns that format's single answer.
 
-@hookspec
+
+@hookspec(firstresult=True)
+def flexq_quant_methods() -> Collection[str] | None:
+    """The ``quantization_config`` methods this format decodes.
+
+    ``quant_method`` values as config.json spells them (``"fp8"``, ``"awq"``);
+    compressed-tensors formats as ``"compressed-tensors/<format>"``
+    (``"compressed-tensors/float-quantized"``). The core refuses a checkpoint
+    whose config names a method no installed format claims, instead of passing
+    its packed integers through.
+
+    :return: the method names; None or empty for a format no config names.
+    """
+
+
+@hookspec(firstresult=True)
 def flexq_logical_metadata(checkpoint: Checkpoint) -> Mapping[str, LogicalTensor] | None:
     """Claim the logical tensors this format builds from ``checkpoint``.
 
@@ -48,18 +67,18 @@ def flexq_logical_metadata(checkpoint: Checkpoint) -> Mapping[str, LogicalTensor
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def flexq_recognized_keys(checkpoint: Checkpoint) -> Collection[str] | None:
     """Physical tensors that belong to this format whether or not a logical tensor uses them.
 
-    The core reports a recognised key that no logical tensor consumes (an
+    The core reports a recognized key that no logical tensor consumes (an
     orphaned scale) as an error instead of passing it through silently.
 
     :return: physical keys, e.g. every ``*.weight_scale_inv``; None for none.
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def flexq_source_keys(checkpoint: Checkpoint, logical_key: str) -> Sequence[str] | None:
     """The physical tensors ``logical_key`` is built from (called on its owner only).
 
@@ -69,7 +88,7 @@ def flexq_source_keys(checkpoint: Checkpoint, logical_key: str) -> Sequence[str]
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def flexq_read_plan(
     checkpoint: Checkpoint, logical_key: str, target: TargetSlice, force_global: bool
 ) -> ReadPlan | None:
@@ -86,7 +105,7 @@ def flexq_read_plan(
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def flexq_apply(
     checkpoint: Checkpoint,
     logical_key: str,
@@ -113,7 +132,7 @@ def flexq_apply(
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def flexq_encode(
     directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
 ) -> float | None:

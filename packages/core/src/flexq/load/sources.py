@@ -1,8 +1,10 @@
-"""Fetch physical component boxes through Paddle 3.3.1's FlexCheckpoint loader and resharder.
+"""Where the load engine gets the source boxes its read plans name: one interface, two sources.
 
-For the ``"flexcheckpoint"`` engine of :func:`flexq.load_state_dict`: every
-rank asks for the boxes its read plans name; Paddle balances the files over
-the ranks, reads each file once and moves the boxes between ranks.
+:class:`DirectSource` reads each rank's boxes straight from the mapped files
+(no collective communication); :class:`FlexCheckpointSource` fetches them
+through Paddle 3.3.1's FlexCheckpoint loader and resharder: every rank asks for
+the boxes its read plans name, Paddle balances the files over the ranks, reads
+each file once and moves the boxes between ranks.
 
 Two things 3.3.1 cannot do are worked around without touching the checkpoint
 directory: its safetensors metadata generator writes into the checkpoint
@@ -18,29 +20,117 @@ import contextlib
 import os
 import shutil
 import tempfile
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flexq.errors import FlexqError
+from flexq.formatkit.arrays import host_to_numpy
+from flexq.io.dtypes import dtype
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from flexq.checkpoint import Checkpoint
+    from flexq.compose import ComposedTransform
+    from flexq.io.checkpoint import Checkpoint
     from flexq.plan import Box, ReadPlan
 
-#: safetensors dtype -> the Paddle dtype it travels as.
-TRANSPORT = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
-    "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-    "F64": "float64", "F8_E4M3": "uint8", "F8_E5M2": "uint8", "F8_E8M0": "uint8",
-}  # fmt: skip
+
+class Source(Protocol):
+    """Gives the load engine the source boxes of its read plans."""
+
+    #: the engine name reports and logs use.
+    name: str
+
+    def prepare(self, plans: Sequence[ReadPlan]) -> None:
+        """Called once with every plan of this rank before the first box is asked for
+        (and before any target is written); collective sources fetch here."""
+
+    def boxes(self, index: int, plan: ReadPlan) -> Mapping[str, Any]:
+        """The source boxes of ``plans[index]`` (numpy where they are in host memory)."""
+
+    def release(self) -> None:
+        """A batch is done: let go of what it read."""
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes this rank read from the checkpoint files itself."""
+
+
+class DirectSource:
+    """Each rank reads exactly its plans' boxes from the mapped files."""
+
+    name = "direct"
+
+    def __init__(self, ct: ComposedTransform) -> None:
+        self._ct = ct
+
+    def prepare(self, plans: Sequence[ReadPlan]) -> None:
+        return None
+
+    def boxes(self, index: int, plan: ReadPlan) -> Mapping[str, Any]:
+        return self._ct.read_sources(plan)
+
+    def release(self) -> None:
+        # This batch's sources are done: let their file pages go from resident
+        # memory, so it stays bounded by one batch however large the checkpoint.
+        self._ct.checkpoint.unmap_pages()
+
+    @property
+    def bytes_read(self) -> int:
+        return self._ct.checkpoint.bytes_read
+
+
+class FlexCheckpointSource:
+    """Every rank's boxes fetched collectively by Paddle's loader and resharder."""
+
+    name = "flexcheckpoint"
+
+    def __init__(
+        self, ct: ComposedTransform, process_group: Any, offload: bool, options: dict[str, Any]
+    ) -> None:
+        self._ckpt = ct.checkpoint
+        self._process_group = process_group
+        self._offload = offload
+        self._options = options
+        self._fetched: list[dict[str, Any]] = []
+        self._bytes = 0
+
+    def prepare(self, plans: Sequence[ReadPlan]) -> None:
+        # One collective call for every rank's plans: ranks may need different numbers
+        # of batches, and 3.3.1 reads whole files per rank anyway.
+        self._fetched = fetch(
+            self._ckpt, plans, self._process_group, self._offload, **self._options
+        )
+        self._bytes = sum(
+            self._ckpt.box_bytes(key, shape)
+            for plan in plans
+            for key, (_, shape) in plan.source_slices.items()
+        )
+
+    def boxes(self, index: int, plan: ReadPlan) -> Mapping[str, Any]:
+        return host_to_numpy(self._fetched[index])
+
+    def release(self) -> None:
+        return None
+
+    @property
+    def bytes_read(self) -> int:
+        # Paddle's loader does its own reads; the planned boxes are what reached this rank.
+        return self._bytes
+
+
+def transport(st_dtype: str) -> str | None:
+    """The Paddle dtype a tensor of safetensors ``st_dtype`` travels as through FlexCheckpoint."""
+    return dtype(st_dtype).transport
+
+
 _ONE_BYTE_ALIASES = ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 METADATA_NAME = "flex-ckpt.auto_generated.metadata"
 
 
 def transportable(ckpt: Checkpoint, keys: set[str]) -> bool:
     """Whether every tensor in ``keys`` can travel through FlexCheckpoint on 3.3.1."""
-    return all(ckpt.info(k).dtype in TRANSPORT for k in keys)
+    return all(transport(ckpt.info(k).dtype) is not None for k in keys)
 
 
 @contextlib.contextmanager
@@ -77,10 +167,11 @@ def scratch_checkpoint(ckpt: Checkpoint) -> Iterator[str]:
             os.symlink((ckpt.path / name).resolve(), os.path.join(scratch, name))
         state, storage = {}, {}
         for key, info in ckpt.tensors.items():
-            if info.dtype not in TRANSPORT:
+            travels = transport(info.dtype)
+            if travels is None:
                 continue
             zero = (0,) * len(info.shape)
-            state[key] = [LocalTensorMetadata(zero, info.shape, TRANSPORT[info.dtype], info.shape)]
+            state[key] = [LocalTensorMetadata(zero, info.shape, travels, info.shape)]
             storage[LocalTensorIndex(key, zero, local_shape=info.shape)] = info.file
         meta = Metadata(state_dict_metadata=state, storage_metadata=storage)
         paddle.save(meta, os.path.join(scratch, METADATA_NAME))
@@ -99,7 +190,7 @@ def _union(a: Box | None, b: Box) -> Box:
 
 def fetch(
     ckpt: Checkpoint,
-    plans: list[ReadPlan],
+    plans: Sequence[ReadPlan],
     process_group: Any = None,
     offload: bool = False,
     **options: Any,
@@ -116,7 +207,7 @@ def fetch(
     for plan in plans:
         for key, box in plan.source_slices.items():
             boxes[key] = _union(boxes.get(key), box)
-    bad = sorted(k for k in boxes if ckpt.info(k).dtype not in TRANSPORT)
+    bad = sorted(k for k in boxes if transport(ckpt.info(k).dtype) is None)
     if bad:
         raise FlexqError(
             f"{ckpt.path}: {bad[0]!r} is {ckpt.info(bad[0]).dtype}, which FlexCheckpoint "
@@ -125,7 +216,7 @@ def fetch(
     targets = {
         key: ShardedWeight(
             key,
-            paddle.empty(list(shape), dtype=TRANSPORT[ckpt.info(key).dtype]),
+            paddle.empty(list(shape), dtype=transport(ckpt.info(key).dtype)),
             shape,
             ckpt.info(key).shape,
             offset,

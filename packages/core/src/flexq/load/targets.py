@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flexq.arrays import paddle_dtype_name
 from flexq.errors import TargetError
+from flexq.io.dtypes import paddle_dtype_name
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from flexq.arrays import itemsize
-from flexq.checkpoint import CONFIG_NAME, INDEX_SUFFIX, QUANT_CONFIG_NAME
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError
-from flexq.writer import RawTensor, save_file
+from flexq.io.checkpoint import CONFIG_NAME, INDEX_SUFFIX, QUANT_CONFIG_NAME
+from flexq.io.dtypes import paddle_dtype
+from flexq.io.writer import RawTensor, save_file
 
 FLOATS = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _QUANT_KEYS = ("quantization_config", "compression_config")
@@ -103,7 +103,8 @@ def _write(
 ) -> ConvertReport:
     keys = sorted(ct.entries)
     sizes = {
-        key: itemsize(_out_dtype(ct, key, dtype)) * math.prod(ct.entries[key].shape) for key in keys
+        key: paddle_dtype(_out_dtype(ct, key, dtype)).itemsize * math.prod(ct.entries[key].shape)
+        for key in keys
     }
     shards: list[list[str]] = [[]]
     used = 0

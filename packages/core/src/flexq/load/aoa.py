@@ -1,10 +1,13 @@
 """Map target shards to boxes of logical tensors with Paddle 3.3.1's own AOAEngine.
 
-For :func:`flexq.load_state_dict`. AOA statements (rename, ``^T``,
-``fused_qkv``, ``fused_ffn``, ``dtype=``, temporary variables, macros) run over
-the *logical* tensors of the composed checkpoint, for every kind of target
-(3.3.1 itself only applies AOA when every target is a ShardedWeight). Every
-mapping is validated here, before any data is read or any target written.
+For the load engine. AOA statements (rename, ``^T``, ``fused_qkv``,
+``fused_ffn``, ``dtype=``, temporary variables, macros) run over the *logical*
+tensors of the composed checkpoint, for every kind of target (3.3.1 itself only
+applies AOA when every target is a ShardedWeight). Every mapping is validated
+here, before any data is read or any target written: a statement that expands
+to nothing or names no tensor is an error quoting that statement, and each
+piece's dtypes are checked (a float passthrough tensor is cast to its target's
+float dtype; integers never silently become floats).
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from flexq.errors import FlexqError, TargetError
+from flexq.errors import TargetError
+from flexq.io.dtypes import FLOAT_DTYPES
+from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
-    from flexq.targets import Target
-
-FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+    from flexq.load.targets import Target
 #: dtype given to every AOA variable so that AOA's own dtype assertion stays
 #: quiet; flexq checks dtypes itself (a quantized tensor dequantizes to any float).
 _NEUTRAL = "float32"
@@ -41,6 +44,20 @@ class Piece:
     def nbytes(self) -> int:
         """Float32 bytes of the dequantized box (what one piece holds in flight)."""
         return 4 * math.prod(int(d) for d in self.src_desc.local_shape)
+
+    def box(self) -> TargetSlice:
+        """The box of the logical tensor this piece reads, as a read-plan target."""
+        d = self.src_desc
+        return TargetSlice(
+            tuple(d.global_shape), tuple(d.local_shape), tuple(d.global_offset), self.target.dtype
+        )
+
+    def target_box(self) -> tuple[slice, ...]:
+        """The piece's region as slices of the target's local tensor."""
+        start = [
+            d - t for d, t in zip(self.dst_desc.global_offset, self.target.offset, strict=True)
+        ]
+        return tuple(slice(o, o + n) for o, n in zip(start, self.dst_desc.local_shape, strict=True))
 
     @property
     def axes(self) -> list[int]:
@@ -92,7 +109,7 @@ def _cut(desc: Any, axis: int, start: int, size: int) -> Any:
 def map_targets(
     ct: ComposedTransform, targets: list[Target], aoa_config: dict[str, Any] | None
 ) -> list[Piece]:
-    """Every (logical box -> target box) piece of the load, validated."""
+    """Every (logical box -> target box) piece of the load, validated (shapes included)."""
     from paddle.distributed.flex_checkpoint.aoa.aoa_engine import AOAEngine
     from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeightDesc
 
@@ -102,7 +119,8 @@ def map_targets(
     }
     dest = {t.key: [replace(t.desc(), dtype=_NEUTRAL)] for t in targets}
     config = dict(aoa_config or {})
-    config.setdefault("aoa_statements", [])
+    statements = list(config.setdefault("aoa_statements", []))
+    check_statements(ct, statements, source, dest)
     try:
         # AOA prints its own traceback block to stdout on a bad statement; flexq's
         # error below says the same in one line.
@@ -115,18 +133,66 @@ def map_targets(
                 f"target {missing!r}: no tensor of that name in {ct.checkpoint.path} (after AOA)"
             ) from None
         raise TargetError(
-            f"AOA statements {config['aoa_statements']} name {missing!r}, which is neither a "
-            f"logical tensor of {ct.checkpoint.path} nor a target"
+            f"AOA statement {_naming(statements, missing)!r} names {missing!r}, which is "
+            f"neither a logical tensor of {ct.checkpoint.path} nor a target"
         ) from None
     except Exception as exc:
         raise TargetError(
-            f"AOA statements {config['aoa_statements']} do not apply to the logical tensors "
-            f"of {ct.checkpoint.path}: {type(exc).__name__}: {exc}"
+            f"AOA statements do not apply to the logical tensors of {ct.checkpoint.path}: "
+            f"{type(exc).__name__}: {exc}"
         ) from None
-    pieces: list[Piece] = []
-    for t in targets:
-        pieces.extend(_pieces_of(ct, engine, t))
+    pieces = [p for t in targets for p in _pieces_of(ct, engine, t)]
+    for p in pieces:
+        shape = [p.src_desc.local_shape[a] for a in p.axes]
+        if tuple(shape) != tuple(p.dst_desc.local_shape):
+            raise TargetError(
+                f"target {p.target.key!r}: box {p.src_desc.local_shape} of {p.logical_key!r} "
+                f"does not fit {p.dst_desc.local_shape}"
+            )
     return pieces
+
+
+def check_statements(
+    ct: ComposedTransform, statements: list[str], source: dict[str, Any], dest: dict[str, Any]
+) -> None:
+    """Raise TargetError, quoting the statement, for one that expands to nothing (a
+    misspelled ``$LAYER_ID`` pattern) or whose left side names no tensor."""
+    from paddle.distributed.flex_checkpoint.aoa.aoa_engine import AOAShardInfoContext
+    from paddle.distributed.flex_checkpoint.aoa.lexer import Lexer, TokenType
+
+    context = AOAShardInfoContext(source, dest, False)
+    defined = set(source)
+    for statement in statements:
+        lexer = Lexer(context)
+        try:
+            lexer.all_tokens([statement])
+        except Exception as exc:
+            raise TargetError(
+                f"AOA statement {statement!r} is not valid: {type(exc).__name__}: {exc}"
+            ) from None
+        if not lexer.final_expressions:
+            raise TargetError(
+                f"AOA statement {statement!r} expands to nothing: no logical tensor of "
+                f"{ct.checkpoint.path} matches its pattern"
+            )
+        for expression in lexer.final_expressions:
+            tokens = lexer.tokenize(expression)
+            arrow = next(
+                (i for i, t in enumerate(tokens) if t.type == TokenType.RARROW), len(tokens)
+            )
+            for token in tokens[:arrow]:
+                name = token.value.removesuffix("^T")
+                if token.type == TokenType.IDENTIFIER and name not in defined:
+                    raise TargetError(
+                        f"AOA statement {statement!r} reads {name!r}, which is no logical "
+                        f"tensor of {ct.checkpoint.path} and no earlier statement's result"
+                    )
+            defined.update(t.value for t in tokens[arrow:] if t.type == TokenType.IDENTIFIER)
+
+
+def _naming(statements: list[str], name: object) -> str:
+    """The first statement that mentions ``name`` (the whole list is too long to quote)."""
+    return next((s for s in statements if isinstance(name, str) and name in s), "")
 
 
 def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
@@ -136,7 +202,7 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
         raise TargetError(f"{where}: no tensor of that name in {ct.checkpoint.path} (after AOA)")
     if tuple(var.shape) != t.global_shape:
         built = sorted({s[0] for s in var.slices})
-        owners = sorted({ct.entries[k].owner or "passthrough" for k in built if k in ct.entries})
+        owners = sorted({ct.entries[k].owner for k in built if k in ct.entries})
         raise TargetError(
             f"{where}: shape {list(t.global_shape)} does not match {list(var.shape)} "
             f"built from {built} (format {', '.join(owners)}) in {ct.checkpoint.path}"
@@ -154,29 +220,20 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
         entry = ct.entry(key)
         post = tuple(m.postprocess_list or ())
         casts = [p for p in post if not p.startswith("[")]
-        what = f"{where} from {key!r} ({entry.owner or 'passthrough'}, {ct.checkpoint.path})"
+        what = f"{where} from {key!r} ({entry.owner}, {ct.checkpoint.path})"
         if casts and casts[-1] != t.dtype:
             raise TargetError(f"{what}: AOA casts to {casts[-1]} but the target is {t.dtype}")
-        if entry.owner is None and not casts and entry.dtype != t.dtype:
+        if t.dtype not in FLOAT_DTYPES and entry.dtype != t.dtype:
             raise TargetError(
-                f"{what}: checkpoint dtype {entry.dtype} differs from target dtype "
-                f"{t.dtype}; add dtype='{t.dtype}' to the AOA statement"
+                f"{what}: a {entry.dtype} tensor cannot be loaded into a {t.dtype} target"
             )
-        if entry.owner is not None and t.dtype not in FLOAT_DTYPES:
-            raise TargetError(f"{what}: a quantized tensor cannot be loaded into {t.dtype}")
+        if entry.dtype not in FLOAT_DTYPES and entry.dtype != t.dtype:
+            raise TargetError(
+                f"{what}: the checkpoint holds {entry.dtype} values; loading them into a "
+                f"{t.dtype} target would turn integers into floats"
+            )
         transposes = tuple(p for p in post if p.startswith("["))
         src = replace(m.source_slice, dtype=t.dtype)
         dst = replace(m.target_slice, dtype=t.dtype)
         out.append(Piece(t, key, src, dst, transposes))
     return out
-
-
-def check_shapes(pieces: list[Piece]) -> None:
-    """Raise FlexqError when a piece's transposed box does not fit its target box."""
-    for p in pieces:
-        shape = [p.src_desc.local_shape[a] for a in p.axes]
-        if tuple(shape) != tuple(p.dst_desc.local_shape):
-            raise FlexqError(
-                f"target {p.target.key!r}: box {p.src_desc.local_shape} of {p.logical_key!r} "
-                f"does not fit {p.dst_desc.local_shape}"
-            )

@@ -5,7 +5,7 @@ for the load pipeline (which reads whole tensors or slices). Supports a single
 ``model.safetensors``, shards listed by a ``*.safetensors.index.json``, or a
 directory of ``*.safetensors`` files, plus an optional ``config.json``.
 
-Headers are parsed by :mod:`flexq.header`, so every dtype string works; data is
+Headers are parsed by :mod:`flexq.io.header`, so every dtype string works; data is
 read through read-only memory maps, touching only the bytes a slice needs, and
 every byte copied out is counted in :attr:`Checkpoint.bytes_read`. Nothing is
 ever written into the directory.
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.dtypes import byte_length, storage_dtype
 from flexq.errors import CheckpointError
-from flexq.header import TensorInfo, read_header
+from flexq.io.dtypes import byte_length, dtype
+from flexq.io.header import TensorInfo, read_header
 from flexq.plan import box_inside
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class Checkpoint:
         """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a numpy array.
 
         Offsets and shapes are in header elements. The array dtype is the
-        storage dtype (:mod:`flexq.dtypes`): F8/F4 come back as uint8 bytes (F4
+        storage dtype (:mod:`flexq.io.dtypes`): F8/F4 come back as uint8 bytes (F4
         with the last dimension halved), BF16 as uint16 bits.
 
         :param copy: False returns a read-only view of the file's pages when the
@@ -114,7 +114,7 @@ class Checkpoint:
         offset = tuple(offset) if offset is not None else (0,) * len(full)
         shape = tuple(shape) if shape is not None else tuple(full)
         box = self._check_box(info, offset, shape)
-        sd = storage_dtype(info.dtype)
+        sd = dtype(info.dtype)
         if (sd.bits * sd.elems_per_item) % 8:
             # F6 packs elements across byte boundaries: only whole reads are possible.
             if box != tuple(slice(0, d) for d in full):

@@ -1,90 +1,20 @@
-"""One set of array operations over numpy arrays and Paddle tensors, for format plugins.
+"""Cache-sized bands of work on the worker threads, for fast numpy decoders.
 
-A format writes its dequantization once against :class:`ArrayOps`; the same
-code then runs with numpy on the CPU (where numpy's table lookups are several
-times faster than Paddle 3.3.1's CPU kernels) and with Paddle ops on the device
-the components already live on (where only quantized bytes cross the bus).
-Every operation here is exact (lookups, repeats, reshapes, integer bit
-operations, float32 products), so both give bit-identical results.
+A dequantizer that decodes a large box in one numpy pass after another makes
+each pass a trip to memory. These helpers cut the box into bands that stay in
+a core's L2 cache and hand runs of bands to the worker threads
+(:mod:`flexq.formatkit.threads`), so every pass over a band finds it in cache.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from flexq.dtypes import bfloat16_bits_to_float32
-from flexq.threads import run_parts
-
-
-def is_paddle(x: object) -> bool:
-    """True for a Paddle tensor (checked without importing Paddle)."""
-    return type(x).__module__.startswith("paddle")
-
-
-class ArrayOps(Protocol):
-    """The operations a dequantizer needs, on one kind of array."""
-
-    def float32(self, x: Any, dtype: str) -> Any:
-        """Source ``x`` of safetensors dtype ``dtype`` (F32, F16, BF16) as float32."""
-
-    def lut(self, table: np.ndarray, codes: Any) -> Any:
-        """``table[codes]`` for an integer code array; same shape as ``codes``."""
-
-    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
-        """``table[codes] * scale`` in float32; ``scale`` has the rank of ``codes`` and
-        each of its dims is 1 or equal. Products beyond float32's range are inf.
-        ``out`` (numpy only, C-contiguous, ``codes``' shape) receives the result."""
-
-    def repeat(self, x: Any, n: int, axis: int) -> Any:
-        """Repeat each element ``n`` times along ``axis`` (float32/int32/int64 arrays)."""
-
-    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
-        """``x`` with a new shape."""
-
-    def shift_and(self, x: Any, shift: int, mask: int) -> Any:
-        """``(x >> shift) & mask`` as a logical (unsigned) shift, result int64-safe."""
-
-
-class NumpyOps:
-    """:class:`ArrayOps` on numpy arrays (the CPU path)."""
-
-    def float32(self, x: Any, dtype: str) -> Any:
-        if dtype == "BF16":
-            return bfloat16_bits_to_float32(x)
-        return np.asarray(x, dtype=np.float32)
-
-    def lut(self, table: np.ndarray, codes: Any) -> Any:
-        if _pairable(table, codes):
-            return _banded_lookup(table, codes, None, None)
-        # Fancy indexing with small unsigned codes is ~2x faster than np.take.
-        return table[codes]
-
-    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
-        scale = np.asarray(scale, dtype=np.float32)
-        if _pairable(table, codes) and scale.ndim <= codes.ndim:
-            return _banded_lookup(table, codes, scale, out)
-        values = self.lut(table, codes)
-        with np.errstate(over="ignore", invalid="ignore"):
-            if out is None:
-                values *= scale
-                return values
-            np.multiply(values, scale, out=out)
-        return out
-
-    def repeat(self, x: Any, n: int, axis: int) -> Any:
-        return np.repeat(x, n, axis=axis)
-
-    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
-        return np.reshape(x, shape)
-
-    def shift_and(self, x: Any, shift: int, mask: int) -> Any:
-        unsigned = x.view(np.dtype(f"uint{x.dtype.itemsize * 8}"))
-        return (unsigned >> np.uint8(shift)) & np.asarray(mask, dtype=unsigned.dtype)
-
+from flexq.formatkit.threads import run_parts
 
 #: Byte-code arrays smaller than this are looked up directly (the pair table
 #: costs ~1 ms to build once and threads cost more than they save).
@@ -102,7 +32,7 @@ _pair_tables: dict[bytes, np.ndarray] = {}
 Band = tuple[int | slice, ...]
 
 
-def _pairable(table: np.ndarray, codes: Any) -> bool:
+def pairable(table: np.ndarray, codes: Any) -> bool:
     """Whether ``table[codes]`` can go through the two-codes-at-once pair table."""
     return (
         isinstance(codes, np.ndarray)
@@ -168,7 +98,7 @@ def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndar
     are about :data:`_BAND_CODES` elements, so a band's several passes find it
     still in the core's L2 cache; worker threads take runs of up to
     :data:`RUNS_PER_TASK` contiguous bands (runs keep the threads from trading the
-    GIL at every band; see :func:`flexq.threads.run_parts`). Work on bands must
+    GIL at every band; see :func:`flexq.formatkit.threads.run_parts`). Work on bands must
     be elementwise: bands are done in no particular order.
     """
     bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [()]
@@ -187,7 +117,7 @@ def row_runs(rows: int, row_elements: int) -> list[range]:
     """Consecutive runs of ``rows`` rows of ``row_elements`` output elements each,
     each about one cache-sized band (:data:`_BAND_CODES` elements, one row at
     least), for decoders whose bands are whole rows; hand them to
-    :func:`flexq.threads.run_parts` with at most :data:`RUNS_PER_TASK` per task."""
+    :func:`flexq.formatkit.threads.run_parts` with at most :data:`RUNS_PER_TASK` per task."""
     step = max(1, _BAND_CODES // max(1, row_elements))
     return [range(a, min(a + step, rows)) for a in range(0, rows, step)]
 
@@ -203,7 +133,7 @@ def lookup_into(table: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
     np.take(pairs, flat, out=out.reshape(-1).view(np.uint64), mode="clip")
 
 
-def _banded_lookup(
+def banded_lookup(
     table: np.ndarray, codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray | None
 ) -> np.ndarray:
     """``table[codes]`` (times ``scale`` if given) for uint8 codes, band by band.
@@ -221,48 +151,3 @@ def _banded_lookup(
 
     result = np.empty(codes.shape, table.dtype) if out is None else out
     return for_bands(work, codes, result, *(() if scale is None else (scale,)))
-
-
-class PaddleOps:
-    """:class:`ArrayOps` on Paddle tensors, run on the tensors' own device."""
-
-    def __init__(self) -> None:
-        import paddle
-
-        self._paddle = paddle
-
-    def float32(self, x: Any, dtype: str) -> Any:
-        return x.astype("float32")
-
-    def lut(self, table: np.ndarray, codes: Any) -> Any:
-        p = self._paddle
-        t = p.to_tensor(table, place=codes.place)
-        flat = p.gather(t, codes.astype("int64").reshape([-1]))
-        return flat.reshape(list(codes.shape))
-
-    def lut_mul(self, table: np.ndarray, codes: Any, scale: Any, out: Any = None) -> Any:
-        return self.lut(table, codes) * scale  # device results stay on the device
-
-    def repeat(self, x: Any, n: int, axis: int) -> Any:
-        return self._paddle.repeat_interleave(x, n, axis=axis)
-
-    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
-        return x.reshape(list(shape))
-
-    def shift_and(self, x: Any, shift: int, mask: int) -> Any:
-        p = self._paddle
-        # int64 holds every uint8/int32 pattern as a non-negative number once the
-        # sign is masked off, so the shift is logical and no sign bit leaks.
-        width = {p.uint8: 0xFF, p.int8: 0xFF, p.int16: 0xFFFF, p.int32: 0xFFFFFFFF}[x.dtype]
-        wide = p.bitwise_and(x.astype("int64"), p.to_tensor(width, dtype="int64", place=x.place))
-        by = p.to_tensor(shift, dtype="int64", place=x.place)
-        shifted = p.bitwise_right_shift(wide, by, is_arithmetic=False)
-        return p.bitwise_and(shifted, p.to_tensor(mask, dtype="int64", place=x.place))
-
-
-_NUMPY = NumpyOps()
-
-
-def ops_for(x: object) -> ArrayOps:
-    """The operations for ``x``'s kind of array (Paddle tensor or numpy array)."""
-    return PaddleOps() if is_paddle(x) else _NUMPY

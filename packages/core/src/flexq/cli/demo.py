@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from flexq.load import load_state_dict
-from flexq.plugins import registry
-from flexq.writer import RawTensor, save_checkpoint
+from flexq.io.writer import RawTensor, save_checkpoint
+from flexq.load.api import load_state_dict
+from flexq.plugin.manager import registry
 
 VOCAB, HIDDEN, HEADS, FFN, LAYERS, SEQ = 512, 128, 4, 256, 2, 32
 HEAD_DIM = HIDDEN // HEADS
@@ -168,14 +168,10 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
         reference, _ = _load(base, [])
         ref_logits = forward(reference, tokens).numpy()
         rows = []
-        for name in registry.active():
-            if not registry.implements(name, "flexq_encode"):
-                continue
+        for name in registry.encoders():
             path = Path(tmp) / name
             path.mkdir()
-            tolerance = registry.call(
-                name, "flexq_encode", directory=path, weights=linear, others=others
-            )
+            tolerance = registry.encode(name, path, linear, others)
             if tolerance is None:
                 continue
             params, seconds = _load(path, [name])
@@ -199,7 +195,7 @@ def print_table(rows: list[DemoRow]) -> None:
     """The demo table, on stdout."""
     from rich.table import Table
 
-    from flexq.console import console
+    from flexq.cli.console import console
 
     table = Table(
         "format",

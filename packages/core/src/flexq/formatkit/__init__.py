@@ -1,0 +1,60 @@
+"""The format-author kit: everything a flexq format plugin needs besides the hooks.
+
+A format package (see docs/plugin-guide.md) imports the value types and errors
+from :mod:`flexq` and the rest from here:
+
+- arrays: :class:`ArrayOps` / :func:`ops_for` (one set of exact operations over
+  numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`;
+- fast CPU decoding: :func:`for_bands`, :func:`row_runs`, :func:`lookup_into`,
+  :func:`run_parts`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads);
+- elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`,
+  :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
+  :func:`check_scales` (the non-finite-scale warning every format raises the same way);
+- configs: :class:`QuantConfig` / :func:`parse_quant_config` (pydantic models of
+  ``quantization_config`` with errors naming file and field), :class:`IgnoreList`
+  (the one rule for ignored modules), :func:`natural_dtype`;
+- planning: :func:`block_cover`, :func:`ceil_div`;
+- :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object.
+"""
+
+from __future__ import annotations
+
+from flexq.formatkit.arrays import is_paddle
+from flexq.formatkit.bands import RUNS_PER_TASK, for_bands, lookup_into, row_runs
+from flexq.formatkit.cache import per_checkpoint
+from flexq.formatkit.config import QuantConfig, natural_dtype, parse_quant_config
+from flexq.formatkit.elements import E2M1_PAIRS, E2M1_VALUES, E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
+from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
+from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
+from flexq.formatkit.scales import NONFINITE_SCALES_ENV, check_scales, scale_to_float32
+from flexq.formatkit.threads import run_parts, thread_count
+from flexq.plan import block_cover, ceil_div
+
+__all__ = [
+    "E2M1_PAIRS",
+    "E2M1_VALUES",
+    "E4M3_TO_FLOAT32",
+    "E8M0_TO_FLOAT32",
+    "IGNORE_FIELDS",
+    "NONFINITE_SCALES_ENV",
+    "RUNS_PER_TASK",
+    "ArrayOps",
+    "IgnoreList",
+    "NumpyOps",
+    "PaddleOps",
+    "QuantConfig",
+    "block_cover",
+    "ceil_div",
+    "check_scales",
+    "for_bands",
+    "is_paddle",
+    "lookup_into",
+    "natural_dtype",
+    "ops_for",
+    "parse_quant_config",
+    "per_checkpoint",
+    "row_runs",
+    "run_parts",
+    "scale_to_float32",
+    "thread_count",
+]

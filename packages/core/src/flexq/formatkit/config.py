@@ -1,0 +1,56 @@
+"""Reading what config.json says: a format's ``quantization_config`` and the model's dtype.
+
+For formats: :func:`parse_quant_config` validates ``quantization_config``
+against the format's pydantic model, so a bad value fails with the file, the
+field and the format named; :func:`natural_dtype` is the dtype the unquantized
+twin of the checkpoint has (what a logical tensor is when no dtype is asked).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from flexq.errors import FormatError
+
+if TYPE_CHECKING:
+    from flexq.io.checkpoint import Checkpoint
+
+M = TypeVar("M", bound=BaseModel)
+
+#: Float dtypes a model's config may name for its unquantized weights.
+_FLOATS = ("bfloat16", "float16", "float32")
+
+
+class QuantConfig(BaseModel):
+    """Base of a format's ``quantization_config`` model: unknown keys are kept, not refused
+    (producers add keys freely), and values are checked as written (no coercion of
+    ``"4"`` to ``4``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+
+def parse_quant_config(model: type[M], ckpt: Checkpoint, format_name: str) -> M:
+    """``ckpt.quantization_config`` validated as ``model``.
+
+    :raises FormatError: naming config.json, the first bad field and the format.
+    """
+    try:
+        return model.model_validate(ckpt.quantization_config)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise FormatError(
+            f"{ckpt.path / 'config.json'}: quantization_config.{field}: {err['msg']} "
+            f"(got {err.get('input')!r}; format {format_name!r})"
+        ) from None
+
+
+def natural_dtype(ckpt: Checkpoint, default: str = "bfloat16") -> str:
+    """The model's dtype from config.json (``torch_dtype`` or ``dtype``), else ``default``."""
+    for name in ("torch_dtype", "dtype"):
+        value = ckpt.config.get(name)
+        if isinstance(value, str) and value.removeprefix("torch.") in _FLOATS:
+            return value.removeprefix("torch.")
+    return default

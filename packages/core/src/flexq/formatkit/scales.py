@@ -1,0 +1,86 @@
+"""Scales: decoding stored scales to float32 and the one check every format runs on them.
+
+For format plugins, before they multiply: :func:`scale_to_float32` reads a
+scale of any dtype producers store (F32, F16, BF16, E8M0 bytes, E4M3 bytes),
+and :func:`check_scales` warns about NaN or infinite scales the same way in
+every format.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexq.errors import ScaleWarning
+from flexq.formatkit.arrays import is_paddle
+from flexq.formatkit.elements import E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
+
+if TYPE_CHECKING:
+    from flexq.formatkit.ops import ArrayOps
+    from flexq.io.header import TensorInfo
+
+#: Set to "error" to make a NaN or infinite scale a FormatError instead of a ScaleWarning.
+NONFINITE_SCALES_ENV = "FLEXQ_NONFINITE_SCALES"
+
+
+def scale_to_float32(ops: ArrayOps, scale: Any, dtype: str) -> Any:
+    """A stored scale of safetensors ``dtype`` as float32 values.
+
+    ``U8`` and ``F8_E8M0`` scales are E8M0 exponents (MXFP4, ue8m0 block FP8),
+    ``F8_E4M3`` scales are E4M3 values (NVFP4); float dtypes are widened.
+    """
+    if dtype in ("U8", "F8_E8M0"):
+        return ops.lut(E8M0_TO_FLOAT32, scale)
+    if dtype == "F8_E4M3":
+        return ops.lut(E4M3_TO_FLOAT32, scale)
+    return ops.float32(scale, dtype)
+
+
+def check_scales(
+    values: Any,
+    *,
+    scale: TensorInfo,
+    logical_key: str,
+    format_name: str,
+    offset: Sequence[int] = (),
+) -> None:
+    """Warn with :class:`flexq.ScaleWarning` when a decoded scale is NaN or infinite.
+
+    The result is still decoded per the element format's definition (a NaN
+    scale makes its block NaN, an infinite one makes it +-inf or NaN): flexq
+    never invents values. Every producer derives scales from a finite absolute
+    maximum, so a non-finite scale means a corrupt file; the warning names it,
+    and ``warnings.simplefilter("error", ScaleWarning)`` or the environment
+    variable ``FLEXQ_NONFINITE_SCALES=error`` turns it into a
+    :class:`flexq.FormatError`. Zero and negative scales are finite values of
+    the stored dtype: decoded as the format's product defines, without a warning.
+
+    :param values: the decoded float scales, in the stored box's shape (numpy or Paddle).
+    :param scale: header entry of the scale tensor (for the file and key in the message).
+    :param offset: where the box starts in the stored tensor (for the index reported).
+    """
+    if is_paddle(values):
+        import paddle
+
+        if bool(paddle.all(paddle.isfinite(values))):
+            return
+        values = values.numpy()
+    arr = np.asarray(values, dtype=np.float32)
+    bad = ~np.isfinite(arr)
+    if not bad.any():
+        return
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    start = tuple(offset) or (0,) * arr.ndim
+    index = [i + o for i, o in zip(first, start, strict=False)]
+    problem = ScaleWarning(
+        f"{scale.file}: tensor {scale.key!r}: scale {float(arr[first])} at {index} "
+        f"({int(bad.sum())} of {arr.size} read) makes {logical_key!r} non-finite; "
+        f"the file is corrupt (format {format_name!r})"
+    )
+    if os.environ.get(NONFINITE_SCALES_ENV, "warn") == "error":
+        raise problem
+    warnings.warn(problem, stacklevel=2)

@@ -1,0 +1,56 @@
+"""Helpers for format authors' own tests: run a format's apply the way the core does.
+
+For a format package's test suite: :func:`source_to_paddle` turns the reader's
+numpy arrays into the Paddle tensors FlexCheckpoint would deliver (so a test can
+check that the numpy and Paddle paths of a decoder give the same bits), and
+:func:`decode_box` reads and decodes one box of a logical tensor through the
+composed checkpoint, exactly as a load does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexq.plan import TargetSlice
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from flexq.compose import ComposedTransform
+
+
+def source_to_paddle(x: np.ndarray, st_dtype: str) -> Any:
+    """A reader array as a Paddle tensor in its transport dtype (BF16 -> bfloat16, F8 -> uint8)."""
+    import paddle
+
+    t = paddle.to_tensor(np.require(x, requirements="C"))
+    return t.view(paddle.bfloat16) if st_dtype == "BF16" else t
+
+
+def decode_box(
+    ct: ComposedTransform,
+    logical_key: str,
+    offset: Sequence[int],
+    shape: Sequence[int],
+    output_dtype: str = "float32",
+    *,
+    paddle: bool = False,
+) -> Any:
+    """The box ``offset`` + ``shape`` of ``logical_key`` decoded through its owner's plan.
+
+    :param paddle: hand the sources to the format as Paddle tensors (the device
+        path) instead of numpy arrays (the CPU path).
+    :return: numpy (bfloat16 as uint16 bits) for the CPU path, Paddle otherwise.
+    """
+    entry = ct.entry(logical_key)
+    target = TargetSlice(entry.shape, tuple(shape), tuple(offset), output_dtype)
+    plan = ct.plan(logical_key, target)
+    sources: dict[str, Any] = dict(ct.read_sources(plan))
+    if paddle:
+        sources = {
+            k: source_to_paddle(np.array(v), ct.checkpoint.info(k).dtype)
+            for k, v in sources.items()
+        }
+    return ct.dequantize(logical_key, sources, plan, output_dtype)

@@ -1,0 +1,1 @@
+"""Checkpoint files: the dtype table, safetensors headers, the reader, the writer, hub paths."""
