@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -26,8 +25,8 @@ import numpy as np
 
 from flexq.errors import FlexqError
 from flexq.formatkit.rounding import to_paddle
+from flexq.load import native, write
 from flexq.load import sources as sources_mod
-from flexq.load import write
 from flexq.load.aoa import Piece, map_targets
 from flexq.load.sources import DirectSource, FlexCheckpointSource, Source
 from flexq.load.targets import describe
@@ -91,16 +90,16 @@ def choose(name: str, ct: ComposedTransform, options: LoadOptions) -> Engine:
         load_state_dict as paddle_load,
     )
 
-    native = "load_transform" in inspect.signature(paddle_load).parameters
+    has_native = "load_transform" in inspect.signature(paddle_load).parameters
     if name not in ("auto", "native", "flexcheckpoint", "direct"):
         raise FlexqError(
             f"unknown engine {name!r}: use 'auto', 'native', 'flexcheckpoint' or 'direct'"
         )
-    if name == "native" and not native:
+    if name == "native" and not has_native:
         raise FlexqError("engine 'native' needs a Paddle whose load_state_dict has load_transform")
     chosen = name
     if name == "auto":
-        chosen, why = _auto(ct, native, paddle)
+        chosen, why = _auto(ct, has_native, paddle)
         if (chosen, why) not in _announced:
             _announced.add((chosen, why))
             log.info("flexq: engine %r (%s)", chosen, why)
@@ -113,17 +112,18 @@ def choose(name: str, ct: ComposedTransform, options: LoadOptions) -> Engine:
     )
 
 
-def _auto(ct: ComposedTransform, native: bool, paddle: Any) -> tuple[str, str]:
-    # 3.3.1's reshard communicators call .cuda() unconditionally: with several
-    # processes on a CPU-only build they cannot run, so read directly instead.
+def _auto(ct: ComposedTransform, has_native: bool, paddle: Any) -> tuple[str, str]:
+    # 3.3.1's reshard communicators (which Paddle's load_transform path uses too)
+    # call .cuda() unconditionally: with several processes on a CPU-only build they
+    # cannot run, so read directly instead.
     cpu_only = not paddle.is_compiled_with_cuda() and not paddle.device.get_all_custom_device_type()
     components = {s for e in ct.entries.values() for s in e.sources}
-    if native:
-        return "native", "Paddle has load_transform"
     if paddle.distributed.get_world_size() > 1 and cpu_only:
         return "direct", "several ranks on a CPU-only Paddle build"
     if not sources_mod.transportable(ct.checkpoint, components):
-        return "direct", "the checkpoint has element formats FlexCheckpoint cannot carry"
+        return "direct", "the checkpoint has element formats Paddle's loader cannot carry"
+    if has_native:
+        return "native", "Paddle has load_transform"
     return "flexcheckpoint", "Paddle has no load_transform"
 
 
@@ -195,28 +195,29 @@ class FlexqEngine:
 
 
 class NativeEngine:
-    """Paddle's own ``load_state_dict(..., load_transform=...)`` with the composed transform."""
+    """Paddle's own ``load_state_dict(..., load_transform=...)`` with the composed
+    transform, after the same validation as flexq's own engines (:mod:`flexq.load.native`)."""
 
     name = "native"
 
     def load(
         self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
-        from paddle.distributed.flex_checkpoint.dcp.load_state_dict import (
-            load_state_dict as paddle_load,
+        targets = describe(state_dict)
+        pieces = map_targets(ct, targets, options.aoa_config)
+        rounds = native.load(
+            ct,
+            targets,
+            pieces,
+            options.aoa_config,
+            options.process_group,
+            options.offload,
+            options.atomic,
+            options.paddle_options,
         )
-
-        paddle_load(
-            dict(state_dict),
-            os.fspath(ct.checkpoint.path),
-            process_group=options.process_group,
-            offload=options.offload,
-            aoa_config=options.aoa_config,
-            safetensors=True,
-            load_transform=ct,
-            **options.paddle_options,
+        return LoadReport(
+            self.name, len(pieces), rounds, ct.checkpoint.bytes_read, 0, _casts(ct, pieces)
         )
-        return LoadReport(self.name, 0, 0, ct.checkpoint.bytes_read, 0)
 
 
 def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
