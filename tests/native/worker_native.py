@@ -40,7 +40,7 @@ def main(ckpt: str, out: str, name: str) -> None:
     loader = install()
     dist.init_parallel_env()
     ct = flexq.compose(ckpt, [name])
-    linears = sorted(k for k, e in ct.entries.items() if e.owner is not None)
+    linears = sorted(k for k, e in ct.entries.items() if not e.is_passthrough)
     shapes = {k: ct.entries[k].shape for k in linears}
     arrays: dict[str, Any] = {}
 
