@@ -282,6 +282,16 @@ def test_targets_fed_from_one_box_start_load_in_separate_rounds(
     assert_same(sd, want)
 
 
+def test_one_logical_tensor_into_targets_of_two_dtypes_needs_engine_direct(
+    paddle_load: Loader, int8row_ckpt: Path
+) -> None:
+    cfg = {"aoa_statements": [f"{DOWN} -> a", f"{DOWN} -> b"]}
+    sd = {"a": paddle.zeros([64, 96]), "b": paddle.zeros([64, 96], dtype="bfloat16")}
+    with pytest.raises(flexq.TargetError, match="feeds targets of dtypes float32 and bfloat16"):
+        flexq.load_state_dict(sd, int8row_ckpt, aoa_config=cfg, engine="native")
+    assert flexq.load_state_dict(sd, int8row_ckpt, aoa_config=cfg, engine="direct").pieces == 2
+
+
 def test_element_formats_paddles_loader_cannot_carry_load_directly(
     paddle_load: Loader, tmp_path: Path
 ) -> None:

@@ -32,6 +32,9 @@ upstream does, so flexq's :class:`ComposedTransform` can be held to it:
    info has the component keys removed and the logical keys added as whole
    tensors of the logical dtype, so 3.3.1's AOAEngine refuses a logical dtype
    that differs from the target's unless the statement casts.
+   What AOA maps is loaded keyed by (source key, offset of the box), so two
+   targets fed from boxes of one tensor that start at the same offset overwrite
+   each other there, and one of them is never written.
 6. With ``safetensors=True`` and no ``*.metadata`` in ``path``, metadata is
    generated and WRITTEN INTO ``path`` (``flex-ckpt.auto_generated.metadata``),
    with upstream's storage dtype table: F8 formats as uint8, unregistered
