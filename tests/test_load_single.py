@@ -155,7 +155,7 @@ def test_an_integer_passthrough_tensor_never_becomes_a_float_target(tmp_path: Pa
     np.testing.assert_array_equal(target.numpy(), np.full(4, 7.0, np.float32))
 
 
-def test_plugin_failure_in_a_later_batch_restores_earlier_batches(
+def test_atomic_load_restores_earlier_batches_when_a_plugin_fails_in_a_later_one(
     int8row_ckpt: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import flexq_int8row
@@ -180,7 +180,7 @@ def test_plugin_failure_in_a_later_batch_restores_earlier_batches(
     monkeypatch.setattr(impl, "function", flaky)
     with pytest.raises(FlexqError, match="int8row.*disk on fire"):
         flexq.load_state_dict(
-            sd, int8row_ckpt, aoa_config={"aoa_statements": AOA}, max_inflight_bytes=1
+            sd, int8row_ckpt, aoa_config={"aoa_statements": AOA}, max_inflight_bytes=1, atomic=True
         )
     assert calls["n"] == 4
     after = values(sd)

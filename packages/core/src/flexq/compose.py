@@ -20,7 +20,9 @@ import numpy as np
 
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
 from flexq.formatkit.arrays import host_to_numpy, is_paddle
+from flexq.formatkit.ops import ops_for
 from flexq.formatkit.rounding import round_numpy, round_paddle, to_paddle
+from flexq.formatkit.scales import check_scales, scale_to_float32
 from flexq.io.checkpoint import Checkpoint
 from flexq.io.dtypes import FLOAT_DTYPES, paddle_dtype_name
 from flexq.plan import ReadPlan, TargetSlice, box_inside
@@ -140,6 +142,7 @@ class ComposedTransform:
         ):
             out = plan.target.dtype
         sources = host_to_numpy(source_tensors)
+        self.check_scales(logical_key, plan, sources)
         return to_paddle(self.dequantize(logical_key, sources, plan, out), out)
 
     # -- flexq's own API ------------------------------------------------------
@@ -173,13 +176,31 @@ class ComposedTransform:
                 f"{target.global_shape} does not fit the logical shape {entry.shape} "
                 f"in {self.checkpoint.path}"
             )
-        plan = self._registry.read_plan(
-            entry.owner, self.checkpoint, logical_key, target, force_global, entry.sources
-        )
+        reg, ckpt = self._registry, self.checkpoint
+        plan = reg.read_plan(entry.owner, ckpt, logical_key, target, force_global, entry.sources)
         if plan is None or plan.mode != "local" or force_global:
             whole = TargetSlice.whole(entry.shape, target.dtype)
-            return ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole)
+            if plan is None and force_global:
+                # The owner plans whole sources itself; its whole-tensor plan says which are scales.
+                plan = reg.read_plan(entry.owner, ckpt, logical_key, whole, False, entry.sources)
+            scales = plan.scales if plan is not None else ()
+            return ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole, scales)
         return plan
+
+    def check_scales(self, logical_key: str, plan: ReadPlan, sources: Mapping[str, Any]) -> None:
+        """Check the scales ``plan`` declares, as read in ``sources`` (see
+        :func:`flexq.formatkit.check_scales`): before the first write of a load, and
+        before every decode that does not go through a load."""
+        for key in plan.scales:
+            values = sources[key]
+            dtype = self.checkpoint.info(key).dtype
+            check_scales(
+                scale_to_float32(ops_for(values), values, dtype),
+                scale=self.checkpoint.info(key),
+                logical_key=logical_key,
+                format_name=self.entry(logical_key).owner,
+                offset=plan.source_slices[key][0],
+            )
 
     def read_sources(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         """Read exactly the source boxes ``plan`` names, straight from the files.
@@ -233,8 +254,9 @@ class ComposedTransform:
         entry = self.entry(logical_key)
         out = output_dtype or entry.dtype
         plan = self.plan(logical_key, TargetSlice.whole(entry.shape, out))
-        result = self.dequantize(logical_key, self.read_sources(plan), plan, out)
-        return np.asarray(result)
+        sources = self.read_sources(plan)
+        self.check_scales(logical_key, plan, sources)
+        return np.asarray(self.dequantize(logical_key, sources, plan, out))
 
     def _whole(self, key: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         shape = self.checkpoint.info(key).shape

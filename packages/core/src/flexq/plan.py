@@ -76,11 +76,18 @@ class ReadPlan:
         built with plain ``(global_offset, local_shape)`` pairs; they are kept as
         SourceSlice).
     :ivar target: the box of the logical tensor this plan produces.
+    :ivar scales: the sources that are scales the core may check before anything is
+        written (each decodes by its stored dtype with
+        :func:`flexq.formatkit.scale_to_float32`): a load reads and checks them for
+        every piece first, so a NaN or infinite scale fails the load (when
+        ``FLEXQ_NONFINITE_SCALES=error``) before any target is touched. A format
+        that declares its scales here does not call ``check_scales`` itself.
     """
 
     mode: Literal["local", "global"]
     source_slices: Mapping[str, Box]
     target: TargetSlice
+    scales: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         slices = {

@@ -25,4 +25,5 @@ def local_plan(layout: Fp8Layout, target: TargetSlice) -> ReadPlan:
             layout.scale_key: layout.scale_box(grid_offset, grid_shape),
         },
         target,
+        scales=(layout.scale_key,),
     )

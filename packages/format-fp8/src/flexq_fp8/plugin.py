@@ -16,8 +16,7 @@ import numpy as np
 
 import flexq
 from flexq import Checkpoint, FormatError, LogicalTensor, ReadPlan, TargetSlice
-from flexq.formatkit import check_scales, ops_for
-from flexq_fp8.dequant import dequantize, scale_to_float32
+from flexq_fp8.dequant import dequantize
 from flexq_fp8.detect import analyse, layout_of
 from flexq_fp8.plan import local_plan
 from flexq_fp8.save import save_fp8_checkpoint
@@ -87,13 +86,6 @@ def flexq_apply(
             f"{tuple(scale.shape)}, the plan for {logical_key!r} needs {scale_shape} "
             f"(format fp8)"
         )
-    check_scales(
-        scale_to_float32(ops_for(scale), scale, layout.scale_dtype),
-        scale=checkpoint.info(layout.scale_key),
-        logical_key=logical_key,
-        format_name=FORMAT_NAME,
-        offset=plan.source_slices.get(layout.scale_key, ((), ()))[0],
-    )
     return dequantize(layout, weight, scale, target.global_offset, target.local_shape, out)
 
 

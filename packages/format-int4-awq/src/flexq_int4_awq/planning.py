@@ -47,4 +47,4 @@ def source_boxes(linear: AwqLinear, target: TargetSlice) -> dict[str, Box]:
 
 def local_plan(linear: AwqLinear, target: TargetSlice) -> ReadPlan:
     """A plan that reads only the words and groups covering ``target``."""
-    return ReadPlan("local", source_boxes(linear, target), target)
+    return ReadPlan("local", source_boxes(linear, target), target, scales=(linear.scales,))

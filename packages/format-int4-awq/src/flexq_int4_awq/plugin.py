@@ -25,7 +25,6 @@ from flexq import (
     hookimpl,
     save_checkpoint,
 )
-from flexq.formatkit import check_scales, ops_for
 from flexq_int4_awq.dequant import dequantize
 from flexq_int4_awq.encoder import quantization_config, quantize
 from flexq_int4_awq.layout import FORMAT_NAME, SCALE_DTYPES, AwqLinear, analyze
@@ -88,14 +87,6 @@ def flexq_apply(
     out: Any,
 ) -> Any:
     linear = _linear(checkpoint, logical_key)
-    scales = sources[linear.scales]
-    check_scales(
-        ops_for(scales).float32(scales, linear.scale_dtype),
-        scale=checkpoint.info(linear.scales),
-        logical_key=logical_key,
-        format_name=FORMAT_NAME,
-        offset=plan.source_slices.get(linear.scales, ((), ()))[0],
-    )
     return dequantize(linear, sources, plan, out)
 
 

@@ -23,6 +23,7 @@ def local_plan(tensor: MxTensor, target: TargetSlice) -> ReadPlan:
             tensor.scale_key: tensor.scale_box(lead_off, lead_shape, first, count),
         },
         target,
+        scales=(tensor.scale_key,),
     )
 
 

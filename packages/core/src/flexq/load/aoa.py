@@ -39,6 +39,8 @@ class Piece:
     src_desc: Any  # ShardedWeightDesc of the logical box
     dst_desc: Any  # ShardedWeightDesc of the target box (global coordinates)
     transposes: tuple[str, ...]
+    #: (target key, checkpoint dtype, target dtype) when a plain tensor is cast.
+    cast: tuple[str, str, str] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -235,5 +237,10 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
         transposes = tuple(p for p in post if p.startswith("["))
         src = replace(m.source_slice, dtype=t.dtype)
         dst = replace(m.target_slice, dtype=t.dtype)
-        out.append(Piece(t, key, src, dst, transposes))
+        cast = (
+            (t.key, entry.dtype, t.dtype)
+            if entry.is_passthrough and entry.dtype != t.dtype
+            else None
+        )
+        out.append(Piece(t, key, src, dst, transposes, cast))
     return out

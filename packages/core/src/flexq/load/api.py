@@ -33,7 +33,7 @@ def load_state_dict(
     process_group: Any = None,
     offload: bool = False,
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT,
-    atomic: bool = True,
+    atomic: bool = False,
     allow_unclaimed: bool = False,
     **flexcheckpoint_options: Any,
 ) -> LoadReport:
@@ -42,26 +42,33 @@ def load_state_dict(
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts).
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.
     :param formats: format names to use (default: every installed format).
-    :param engine: ``"native"`` (Paddle's own ``load_transform``),
-        ``"flexcheckpoint"`` (components fetched through Paddle's loader and
-        resharder: files balanced over ranks, each read once), ``"direct"`` (each
-        rank reads exactly its plan slices from the files, no collective
-        communication), or ``"auto"``: native, else flexcheckpoint, else direct
-        where Paddle's communicators cannot run (several ranks, CPU-only build).
-    :param max_inflight_bytes: bound on dequantized float32 bytes staged at once.
-    :param atomic: when the load needs several batches, keep a host-memory copy of
-        every region written before the last batch, so a failure in a later batch
-        (a plugin error, a corrupt block) restores it. Costs host memory up to the
-        size of the targets (device memory stays targets plus one batch); False
-        bounds host memory too, and a failure part-way then leaves the earlier
-        batches written.
+    :param engine: ``"direct"`` (each rank reads exactly its plan slices from the
+        files, no collective communication), ``"flexcheckpoint"`` (components
+        fetched through Paddle's loader and resharder: files balanced over ranks,
+        each read once, boxes broadcast), ``"native"`` (Paddle's own
+        ``load_transform``), or ``"auto"``: native where Paddle has it (not on
+        several ranks of a CPU-only build, nor for F4 components); else
+        direct, except on several ranks with mostly replicated targets and
+        collective communication, where flexcheckpoint keeps every rank from
+        reading everything. The choice is logged once, with the reason.
+    :param max_inflight_bytes: bound on dequantized float32 bytes staged at once
+        (the size pieces of one tensor are cut to).
+    :param atomic: also restore every target when decoding itself fails (a
+        plugin error part-way): each batch is staged whole before it is written
+        and the regions earlier batches wrote are copied to host memory first,
+        which costs host memory up to the size of the targets. Without it (the
+        default) every error metadata and scales can reveal (shapes, plans,
+        missing or orphaned components, non-finite scales under
+        ``FLEXQ_NONFINITE_SCALES=error``, truncated files) is still raised before
+        the first write, and memory above the targets stays near one tensor.
     :param allow_unclaimed: load tensors that look quantized but that no
         installed format claims as they are (see :func:`flexq.compose`).
     :return: what the load did (engine, pieces, bytes read by this rank, casts).
-    :raises FlexqError: on any problem; with ``atomic`` the targets are then unchanged.
+    :raises FlexqError: on any problem; targets are then unchanged, except after a
+        failure only decoding reveals in a non-``atomic`` load.
     """
     ct = compose(path, formats, allow_unclaimed=allow_unclaimed)
     options = LoadOptions(
         aoa_config, max_inflight_bytes, atomic, process_group, offload, flexcheckpoint_options
     )
-    return choose(engine, ct, options).load(ct, state_dict, options)
+    return choose(engine, ct, state_dict, options).load(ct, state_dict, options)

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import numpy as np
-
 from flexq.errors import FlexqError
-from flexq.formatkit.rounding import to_paddle
 from flexq.load import native, write
 from flexq.load import sources as sources_mod
 from flexq.load.aoa import Piece, map_targets
@@ -32,10 +30,9 @@ from flexq.load.sources import DirectSource, FlexCheckpointSource, Source
 from flexq.load.targets import describe
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
 
     from flexq.compose import ComposedTransform
-    from flexq.plan import ReadPlan
 
 log = logging.getLogger("flexq")
 EngineName = Literal["auto", "native", "flexcheckpoint", "direct"]
@@ -83,7 +80,9 @@ class Engine(Protocol):
         """Fill ``state_dict``'s tensors in place."""
 
 
-def choose(name: str, ct: ComposedTransform, options: LoadOptions) -> Engine:
+def choose(
+    name: str, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
+) -> Engine:
     """The engine to run: as asked, or for "auto" the best one this Paddle supports."""
     import paddle
     from paddle.distributed.flex_checkpoint.dcp.load_state_dict import (
@@ -99,7 +98,7 @@ def choose(name: str, ct: ComposedTransform, options: LoadOptions) -> Engine:
         raise FlexqError("engine 'native' needs a Paddle whose load_state_dict has load_transform")
     chosen = name
     if name == "auto":
-        chosen, why = _auto(ct, has_native, paddle)
+        chosen, why = _auto(ct, has_native, paddle, state_dict)
         if (chosen, why) not in _announced:
             _announced.add((chosen, why))
             log.info("flexq: engine %r (%s)", chosen, why)
@@ -112,19 +111,38 @@ def choose(name: str, ct: ComposedTransform, options: LoadOptions) -> Engine:
     )
 
 
-def _auto(ct: ComposedTransform, has_native: bool, paddle: Any) -> tuple[str, str]:
+def _auto(ct: ComposedTransform, has_native: bool, paddle: Any, state_dict: Any) -> tuple[str, str]:
+    ranks = paddle.distributed.get_world_size()
     # 3.3.1's reshard communicators (which Paddle's load_transform path uses too)
     # call .cuda() unconditionally: with several processes on a CPU-only build they
-    # cannot run, so read directly instead.
+    # cannot run.
     cpu_only = not paddle.is_compiled_with_cuda() and not paddle.device.get_all_custom_device_type()
     components = {s for e in ct.entries.values() for s in e.sources}
-    if paddle.distributed.get_world_size() > 1 and cpu_only:
-        return "direct", "several ranks on a CPU-only Paddle build"
-    if not sources_mod.transportable(ct.checkpoint, components):
-        return "direct", "the checkpoint has element formats Paddle's loader cannot carry"
-    if has_native:
+    carried = sources_mod.transportable(ct.checkpoint, components)
+    if has_native and carried and not (ranks > 1 and cpu_only):
         return "native", "Paddle has load_transform"
-    return "flexcheckpoint", "Paddle has no load_transform"
+    if ranks == 1:
+        return "direct", "one process: direct reads are the fastest"
+    if cpu_only:
+        return "direct", "several ranks on a CPU-only Paddle build"
+    if not carried:
+        return "direct", "the checkpoint has element formats Paddle's loader cannot carry"
+    if replicated_share(state_dict) > 0.5:
+        return "flexcheckpoint", (
+            "several ranks with mostly replicated targets: each file is read once and broadcast"
+        )
+    return "direct", "several ranks with sharded targets: each rank reads only its boxes"
+
+
+def replicated_share(state_dict: Any) -> float:
+    """Share of target elements every rank holds whole (the same on every rank of one
+    model, so ranks agree on the engine without communicating)."""
+    total = whole = 0
+    for t in describe(state_dict):
+        n = math.prod(t.global_shape)
+        total += n
+        whole += n if t.local_shape == t.global_shape else 0
+    return whole / total if total else 0.0
 
 
 class FlexqEngine:
@@ -140,58 +158,26 @@ class FlexqEngine:
         pieces = [part for p in pieces for part in p.split(options.max_inflight_bytes)]
         plans = [ct.plan(p.logical_key, p.box()) for p in pieces]
         self.source.prepare(plans)
-        batches = list(_batches(pieces, options.max_inflight_bytes))
-        undo: list[tuple[Piece, Any]] = []
-        scratch = write.Scratch()
-        try:
-            for n, batch in enumerate(batches):
-                staged = []
-                for i in batch:
-                    # Without atomicity a format may decode straight into the target.
-                    into = None if options.atomic else write.host_region(pieces[i])
-                    value = self._dequantize(ct, pieces[i], plans[i], i, into, scratch)
-                    if into is None or not np.may_share_memory(value, into):
-                        staged.append((pieces[i], value))
-                # Everything of a batch is staged before its first write, so only the
-                # batches written before a later failure need restoring.
-                keep = options.atomic and n < len(batches) - 1
-                for piece, value in staged:
-                    if keep:
-                        undo.append((piece, write.host_copy(write.region(piece))))
-                    write.write(piece, value)
-                del staged
-                self.source.release()
-        except BaseException:
-            for piece, old in reversed(undo):
-                write.write(piece, old.to(piece.target.tensor.place), transposed=False)
-            raise
+        # What scales can reveal fails here, before the first write: only the
+        # failures decoding itself finds need the undo copies of ``atomic``.
+        for i, (piece, plan) in enumerate(zip(pieces, plans, strict=True)):
+            if plan.scales:
+                ct.check_scales(piece.logical_key, plan, self.source.boxes(i, plan, plan.scales))
+        # A format that cannot decode at all (it raises, or returns the wrong shape or
+        # dtype) fails here too: its smallest piece is decoded once and dropped.
+        for i in _probes(pieces, ct):
+            key, plan = pieces[i].logical_key, plans[i]
+            ct.dequantize(key, self.source.boxes(i, plan), plan, "float32")
+        self.source.release()
+        batches = write.fill(ct, pieces, plans, self.source, options)
         return LoadReport(
             self.source.name,
             len(pieces),
-            len(batches),
+            batches,
             self.source.bytes_read,
-            _planned_bytes(ct, plans),
-            _casts(ct, pieces),
+            self.source.planned_bytes,
+            tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None)),
         )
-
-    def _dequantize(
-        self,
-        ct: ComposedTransform,
-        p: Piece,
-        plan: ReadPlan,
-        index: int,
-        into: np.ndarray | None,
-        scratch: write.Scratch,
-    ) -> Any:
-        """Dequantize one piece, writing into ``into`` (its own target region) where it can."""
-        found = self.source.boxes(index, plan)
-        on_host = write.target_view(p.target.tensor) is not None
-        work = None
-        if on_host and p.target.dtype != "float32":
-            work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
-        # numpy results for host targets are copied in once by write(); others go to Paddle.
-        value = ct.dequantize(p.logical_key, found, plan, p.target.dtype, out=into, scratch=work)
-        return value if on_host else to_paddle(value, p.target.dtype)
 
 
 class NativeEngine:
@@ -215,37 +201,17 @@ class NativeEngine:
             options.atomic,
             options.paddle_options,
         )
-        return LoadReport(
-            self.name, len(pieces), rounds, ct.checkpoint.bytes_read, 0, _casts(ct, pieces)
-        )
+        casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
+        return LoadReport(self.name, len(pieces), rounds, ct.checkpoint.bytes_read, 0, casts)
 
 
-def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
-    """Indexes of pieces, grouped so each group's float32 bytes stay under ``limit``."""
-    batch: list[int] = []
-    size = 0
-    for i, piece in enumerate(pieces):
-        if batch and size + piece.nbytes > limit:
-            yield batch
-            batch, size = [], 0
-        batch.append(i)
-        size += piece.nbytes
-    if batch:
-        yield batch
-
-
-def _planned_bytes(ct: ComposedTransform, plans: list[ReadPlan]) -> int:
-    return sum(
-        ct.checkpoint.box_bytes(key, shape)
-        for plan in plans
-        for key, (_, shape) in plan.source_slices.items()
-    )
-
-
-def _casts(ct: ComposedTransform, pieces: list[Piece]) -> tuple[tuple[str, str, str], ...]:
-    seen: dict[str, tuple[str, str, str]] = {}
-    for p in pieces:
-        entry = ct.entry(p.logical_key)
-        if entry.is_passthrough and entry.dtype != p.target.dtype:
-            seen.setdefault(p.target.key, (p.target.key, entry.dtype, p.target.dtype))
-    return tuple(seen.values())
+def _probes(pieces: list[Piece], ct: ComposedTransform) -> list[int]:
+    """The index of the smallest piece of every format (passthrough owner excluded)."""
+    smallest: dict[str, int] = {}
+    for i, p in enumerate(pieces):
+        owner = ct.entry(p.logical_key).owner
+        if ct.entry(p.logical_key).is_passthrough:
+            continue
+        if owner not in smallest or p.nbytes < pieces[smallest[owner]].nbytes:
+            smallest[owner] = i
+    return sorted(smallest.values())

@@ -45,15 +45,22 @@ class Source(Protocol):
         """Called once with every plan of this rank before the first box is asked for
         (and before any target is written); collective sources fetch here."""
 
-    def boxes(self, index: int, plan: ReadPlan) -> Mapping[str, Any]:
-        """The source boxes of ``plans[index]`` (numpy where they are in host memory)."""
+    def boxes(
+        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None
+    ) -> Mapping[str, Any]:
+        """The source boxes of ``plans[index]`` (numpy where they are in host memory),
+        all of them or those of ``keys``."""
 
     def release(self) -> None:
         """A batch is done: let go of what it read."""
 
     @property
     def bytes_read(self) -> int:
-        """Bytes this rank read from the checkpoint files itself."""
+        """Bytes of source boxes this rank read (itself, or as delivered to it)."""
+
+    @property
+    def planned_bytes(self) -> int:
+        """Bytes of the source boxes this rank's plans name."""
 
 
 class DirectSource:
@@ -63,12 +70,18 @@ class DirectSource:
 
     def __init__(self, ct: ComposedTransform) -> None:
         self._ct = ct
+        self.planned_bytes = 0
 
     def prepare(self, plans: Sequence[ReadPlan]) -> None:
-        return None
+        self.planned_bytes = planned_bytes(self._ct.checkpoint, plans)
 
-    def boxes(self, index: int, plan: ReadPlan) -> Mapping[str, Any]:
-        return self._ct.read_sources(plan)
+    def boxes(
+        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None
+    ) -> Mapping[str, Any]:
+        if keys is None:
+            return self._ct.read_sources(plan)
+        read = self._ct.checkpoint.read
+        return {k: read(k, *plan.source_slices[k], copy=False) for k in keys}
 
     def release(self) -> None:
         # This batch's sources are done: let their file pages go from resident
@@ -93,7 +106,7 @@ class FlexCheckpointSource:
         self._offload = offload
         self._options = options
         self._fetched: list[dict[str, Any]] = []
-        self._bytes = 0
+        self.planned_bytes = 0
 
     def prepare(self, plans: Sequence[ReadPlan]) -> None:
         # One collective call for every rank's plans: ranks may need different numbers
@@ -101,14 +114,13 @@ class FlexCheckpointSource:
         self._fetched = fetch(
             self._ckpt, plans, self._process_group, self._offload, **self._options
         )
-        self._bytes = sum(
-            self._ckpt.box_bytes(key, shape)
-            for plan in plans
-            for key, (_, shape) in plan.source_slices.items()
-        )
+        self.planned_bytes = planned_bytes(self._ckpt, plans)
 
-    def boxes(self, index: int, plan: ReadPlan) -> Mapping[str, Any]:
-        return host_to_numpy(self._fetched[index])
+    def boxes(
+        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None
+    ) -> Mapping[str, Any]:
+        fetched = self._fetched[index]
+        return host_to_numpy(fetched if keys is None else {k: fetched[k] for k in keys})
 
     def release(self) -> None:
         return None
@@ -116,7 +128,16 @@ class FlexCheckpointSource:
     @property
     def bytes_read(self) -> int:
         # Paddle's loader does its own reads; the planned boxes are what reached this rank.
-        return self._bytes
+        return self.planned_bytes
+
+
+def planned_bytes(ckpt: Checkpoint, plans: Sequence[ReadPlan]) -> int:
+    """Bytes of the source boxes ``plans`` name."""
+    return sum(
+        ckpt.box_bytes(key, shape)
+        for plan in plans
+        for key, (_, shape) in plan.source_slices.items()
+    )
 
 
 def transport(st_dtype: str) -> str | None:

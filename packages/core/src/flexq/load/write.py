@@ -1,9 +1,15 @@
-"""Writing dequantized boxes into the caller's target tensors, and the undo copies.
+"""Filling the caller's targets: decode each piece and write it, batch by batch.
 
-For the load engine. Host float targets are written through a numpy view of
-their own memory (one copy, AOA's transposes as numpy views); device targets
-and other dtypes through Paddle 3.3.1's ``assign_sharded_slice``, which also
-applies AOA's transposes.
+For the load engine, once every piece is mapped, planned and checked. Host
+float targets are written through a numpy view of their own memory (a format
+decodes straight into it where the box allows; otherwise one copy, AOA's
+transposes as numpy views); device targets and other dtypes through Paddle
+3.3.1's ``assign_sharded_slice``, which also applies AOA's transposes.
+
+By default each piece is written as soon as it is decoded, so memory above the
+targets stays near one piece. ``atomic`` loads stage a whole batch before its
+first write and keep undo copies of the regions earlier batches wrote, so a
+failure only decoding reveals (a plugin error) restores every target.
 """
 
 from __future__ import annotations
@@ -14,9 +20,91 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.formatkit.arrays import host_view
+from flexq.formatkit.rounding import to_paddle
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from flexq.compose import ComposedTransform
     from flexq.load.aoa import Piece
+    from flexq.load.engine import LoadOptions
+    from flexq.load.sources import Source
+    from flexq.plan import ReadPlan
+
+
+def fill(
+    ct: ComposedTransform,
+    pieces: list[Piece],
+    plans: list[ReadPlan],
+    source: Source,
+    options: LoadOptions,
+) -> int:
+    """Decode every piece from ``source`` and write it into its target; returns the
+    number of batches. On a failure the regions written so far are restored when
+    ``options.atomic`` (and stay written otherwise)."""
+    batches = list(_batches(pieces, options.max_inflight_bytes))
+    undo: list[tuple[Piece, Any]] = []
+    scratch = Scratch()
+    try:
+        for n, batch in enumerate(batches):
+            staged = []
+            for i in batch:
+                p = pieces[i]
+                # Without atomicity a format may decode straight into the target.
+                into = None if options.atomic else host_region(p)
+                value = _decode(ct, p, plans[i], source.boxes(i, plans[i]), into, scratch)
+                if into is not None and np.may_share_memory(value, into):
+                    continue
+                if options.atomic:
+                    staged.append((p, value))
+                else:
+                    write(p, value)
+            # An atomic batch is staged whole before its first write, so only the
+            # batches written before a later failure need restoring.
+            keep = n < len(batches) - 1
+            for p, value in staged:
+                if keep:
+                    undo.append((p, host_copy(region(p))))
+                write(p, value)
+            del staged
+            source.release()
+    except BaseException:
+        for p, old in reversed(undo):
+            write(p, old.to(p.target.tensor.place), transposed=False)
+        raise
+    return len(batches)
+
+
+def _decode(
+    ct: ComposedTransform,
+    p: Piece,
+    plan: ReadPlan,
+    found: Mapping[str, Any],
+    into: np.ndarray | None,
+    scratch: Scratch,
+) -> Any:
+    """Dequantize one piece, into ``into`` (its own target region) where it can."""
+    on_host = target_view(p.target.tensor) is not None
+    work = None
+    if on_host and p.target.dtype != "float32":
+        work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
+    # numpy results for host targets are copied in once by write(); others go to Paddle.
+    value = ct.dequantize(p.logical_key, found, plan, p.target.dtype, out=into, scratch=work)
+    return value if on_host else to_paddle(value, p.target.dtype)
+
+
+def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
+    """Indexes of pieces, grouped so each group's float32 bytes stay under ``limit``."""
+    batch: list[int] = []
+    size = 0
+    for i, piece in enumerate(pieces):
+        if batch and size + piece.nbytes > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append(i)
+        size += piece.nbytes
+    if batch:
+        yield batch
 
 
 class Scratch:
