@@ -20,7 +20,7 @@ STEPS = {
     "  of which the bands on the worker threads": {"for_bands"},
     "numpy -> Paddle copy (paddle.to_tensor)": {"to_paddle"},
     "write into targets (assign_sharded_slice)": {"_write"},
-    "AOA mapping and plans": {"map_targets", "plan", "check_shapes"},
+    "AOA mapping and plans": {"plan_pieces", "plan"},
     "compose (headers, plugin detection)": {"compose"},
     "drop mapped pages after each batch": {"unmap_pages"},
 }

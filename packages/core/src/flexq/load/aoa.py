@@ -24,7 +24,9 @@ from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
+    from flexq.load.report import LoadOptions
     from flexq.load.targets import Target
+    from flexq.plan import ReadPlan
 #: dtype given to every AOA variable so that AOA's own dtype assertion stays
 #: quiet; flexq checks dtypes itself (a quantized tensor dequantizes to any float).
 _NEUTRAL = "float32"
@@ -32,13 +34,17 @@ _NEUTRAL = "float32"
 
 @dataclass(frozen=True)
 class Piece:
-    """One box of a logical tensor that lands in one box of one target."""
+    """One box of a logical tensor that lands in one box of one target, with its plan."""
 
     target: Target
     logical_key: str
     src_desc: Any  # ShardedWeightDesc of the logical box
     dst_desc: Any  # ShardedWeightDesc of the target box (global coordinates)
     transposes: tuple[str, ...]
+    #: the format that owns the logical tensor.
+    owner: str
+    #: the owner's read plan for the logical box.
+    plan: ReadPlan
     #: (target key, checkpoint dtype, target dtype) when a plain tensor is cast.
     cast: tuple[str, str, str] | None = None
 
@@ -47,52 +53,40 @@ class Piece:
         """Float32 bytes of the dequantized box (what one piece holds in flight)."""
         return 4 * math.prod(int(d) for d in self.src_desc.local_shape)
 
-    def box(self) -> TargetSlice:
-        """The box of the logical tensor this piece reads, as a read-plan target."""
-        d = self.src_desc
-        return TargetSlice(
-            tuple(d.global_shape), tuple(d.local_shape), tuple(d.global_offset), self.target.dtype
-        )
-
-    def target_box(self) -> tuple[slice, ...]:
-        """The piece's region as slices of the target's local tensor."""
-        start = [
-            d - t for d, t in zip(self.dst_desc.global_offset, self.target.offset, strict=True)
-        ]
-        return tuple(slice(o, o + n) for o, n in zip(start, self.dst_desc.local_shape, strict=True))
-
     @property
     def axes(self) -> list[int]:
         """For each axis of the target box, the axis of the logical box it comes from."""
-        order = list(range(len(self.src_desc.local_shape)))
-        for perm in self.transposes:
-            order = [order[int(i)] for i in perm.strip("[]").split(",")]
-        return order
+        return _axes(len(self.src_desc.local_shape), self.transposes)
 
-    def split(self, max_bytes: int) -> list[Piece]:
-        """This piece cut along its first logical axis into pieces of at most
-        ``max_bytes`` float32 bytes each (one row at least), so one huge tensor
-        never has to be in flight whole. Cuts fall on multiples of ``ROW_ALIGN``
-        rows where they can, so block formats re-read few scale blocks."""
-        shape = tuple(int(d) for d in self.src_desc.local_shape)
-        if not shape or self.nbytes <= max_bytes:
-            return [self]
-        row_bytes = self.nbytes // shape[0] if shape[0] else self.nbytes
-        rows = max(1, max_bytes // max(1, row_bytes))
-        if rows >= ROW_ALIGN:
-            rows -= rows % ROW_ALIGN
-        dst_axis = self.axes.index(0)
-        out = []
-        for start in range(0, shape[0], rows):
-            n = min(rows, shape[0] - start)
-            out.append(
-                replace(
-                    self,
-                    src_desc=_cut(self.src_desc, 0, start, n),
-                    dst_desc=_cut(self.dst_desc, dst_axis, start, n),
-                )
-            )
-        return out
+
+def _axes(rank: int, transposes: tuple[str, ...]) -> list[int]:
+    order = list(range(rank))
+    for perm in transposes:
+        order = [order[int(i)] for i in perm.strip("[]").split(",")]
+    return order
+
+
+def _split(
+    src: Any, dst: Any, transposes: tuple[str, ...], max_bytes: int
+) -> list[tuple[Any, Any]]:
+    """(logical box, target box) cut along the first logical axis into pieces of at most
+    ``max_bytes`` float32 bytes each (one row at least), so one huge tensor never has
+    to be in flight whole. Cuts fall on multiples of ``ROW_ALIGN`` rows where they
+    can, so block formats re-read few scale blocks."""
+    shape = tuple(int(d) for d in src.local_shape)
+    nbytes = 4 * math.prod(shape)
+    if not shape or nbytes <= max_bytes:
+        return [(src, dst)]
+    row_bytes = nbytes // shape[0] if shape[0] else nbytes
+    rows = max(1, max_bytes // max(1, row_bytes))
+    if rows >= ROW_ALIGN:
+        rows -= rows % ROW_ALIGN
+    dst_axis = _axes(len(shape), transposes).index(0)
+    out = []
+    for start in range(0, shape[0], rows):
+        n = min(rows, shape[0] - start)
+        out.append((_cut(src, 0, start, n), _cut(dst, dst_axis, start, n)))
+    return out
 
 
 #: Chunk boundaries of split pieces fall on multiples of this many rows when possible.
@@ -108,10 +102,11 @@ def _cut(desc: Any, axis: int, start: int, size: int) -> Any:
     return replace(desc, global_offset=tuple(offset), local_shape=tuple(shape))
 
 
-def map_targets(
-    ct: ComposedTransform, targets: list[Target], aoa_config: dict[str, Any] | None
-) -> list[Piece]:
-    """Every (logical box -> target box) piece of the load, validated (shapes included)."""
+def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptions) -> list[Piece]:
+    """Every (logical box -> target box) piece of the load, cut to
+    ``options.max_inflight_bytes`` and planned by its owner: everything is validated
+    here (shapes and dtypes included), before any data is read."""
+    aoa_config, max_bytes = options.aoa_config, options.max_inflight_bytes
     from paddle.distributed.flex_checkpoint.aoa.aoa_engine import AOAEngine
     from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeightDesc
 
@@ -143,7 +138,7 @@ def map_targets(
             f"AOA statements do not apply to the logical tensors of {ct.checkpoint.path}: "
             f"{type(exc).__name__}: {exc}"
         ) from None
-    pieces = [p for t in targets for p in _pieces_of(ct, engine, t)]
+    pieces = [p for t in targets for p in _pieces_of(ct, engine, t, max_bytes)]
     for p in pieces:
         shape = [p.src_desc.local_shape[a] for a in p.axes]
         if tuple(shape) != tuple(p.dst_desc.local_shape):
@@ -197,7 +192,7 @@ def _naming(statements: list[str], name: object) -> str:
     return next((s for s in statements if isinstance(name, str) and name in s), "")
 
 
-def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
+def _pieces_of(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) -> list[Piece]:
     where = f"target {t.key!r}"
     var = engine.output_vars.get(t.key)
     if var is None:
@@ -242,5 +237,9 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target) -> list[Piece]:
             if entry.is_passthrough and entry.dtype != t.dtype
             else None
         )
-        out.append(Piece(t, key, src, dst, transposes, cast))
+        for s, d in _split(src, dst, transposes, max_bytes):
+            box = TargetSlice(
+                tuple(s.global_shape), tuple(s.local_shape), tuple(s.global_offset), t.dtype
+            )
+            out.append(Piece(t, key, s, d, transposes, entry.owner, ct.plan(key, box), cast))
     return out

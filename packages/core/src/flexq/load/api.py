@@ -10,13 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flexq.compose import compose
-from flexq.load.engine import (
-    DEFAULT_MAX_INFLIGHT,
-    EngineName,
-    LoadOptions,
-    LoadReport,
-    choose,
-)
+from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, choose
+from flexq.load.report import LoadOptions, LoadReport
 
 if TYPE_CHECKING:
     import os

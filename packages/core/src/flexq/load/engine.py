@@ -19,13 +19,15 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from dataclasses import dataclass
+import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from flexq.errors import FlexqError
 from flexq.load import native, write
 from flexq.load import sources as sources_mod
-from flexq.load.aoa import Piece, map_targets
+from flexq.load.aoa import plan_pieces
+from flexq.load.report import LoadOptions, LoadReport
 from flexq.load.sources import DirectSource, FlexCheckpointSource, Source
 from flexq.load.targets import describe
 
@@ -38,37 +40,6 @@ log = logging.getLogger("flexq")
 EngineName = Literal["auto", "native", "flexcheckpoint", "direct"]
 DEFAULT_MAX_INFLIGHT = 1 << 30
 _announced: set[tuple[str, str]] = set()
-
-
-@dataclass(frozen=True)
-class LoadReport:
-    """What one :func:`flexq.load_state_dict` call did on this rank.
-
-    :ivar bytes_read: bytes of source boxes this rank read (direct engine: from
-        the files itself; flexcheckpoint: the boxes Paddle's loader delivered).
-    :ivar planned_bytes: bytes of the source boxes this rank's read plans name.
-    :ivar casts: (target key, checkpoint dtype, target dtype) of every plain
-        tensor cast to its target's dtype.
-    """
-
-    engine: str
-    pieces: int
-    batches: int
-    bytes_read: int
-    planned_bytes: int
-    casts: tuple[tuple[str, str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """The caller's settings for one load."""
-
-    aoa_config: dict[str, Any] | None
-    max_inflight_bytes: int
-    atomic: bool
-    process_group: Any
-    offload: bool
-    paddle_options: dict[str, Any]
 
 
 class Engine(Protocol):
@@ -146,7 +117,7 @@ def replicated_share(state_dict: Any) -> float:
 
 
 class FlexqEngine:
-    """flexq's own pipeline over one source of boxes."""
+    """flexq's own pipeline over one source of boxes: plan every piece, then fill the targets."""
 
     def __init__(self, source: Source) -> None:
         self.source = source
@@ -154,30 +125,8 @@ class FlexqEngine:
     def load(
         self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
-        pieces = map_targets(ct, describe(state_dict), options.aoa_config)
-        pieces = [part for p in pieces for part in p.split(options.max_inflight_bytes)]
-        plans = [ct.plan(p.logical_key, p.box()) for p in pieces]
-        self.source.prepare(plans)
-        # What scales can reveal fails here, before the first write: only the
-        # failures decoding itself finds need the undo copies of ``atomic``.
-        for i, (piece, plan) in enumerate(zip(pieces, plans, strict=True)):
-            if plan.scales:
-                ct.check_scales(piece.logical_key, plan, self.source.boxes(i, plan, plan.scales))
-        # A format that cannot decode at all (it raises, or returns the wrong shape or
-        # dtype) fails here too: its smallest piece is decoded once and dropped.
-        for i in _probes(pieces, ct):
-            key, plan = pieces[i].logical_key, plans[i]
-            ct.dequantize(key, self.source.boxes(i, plan), plan, "float32")
-        self.source.release()
-        batches = write.fill(ct, pieces, plans, self.source, options)
-        return LoadReport(
-            self.source.name,
-            len(pieces),
-            batches,
-            self.source.bytes_read,
-            self.source.planned_bytes,
-            tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None)),
-        )
+        pieces = plan_pieces(ct, describe(state_dict), options)
+        return write.fill(ct, pieces, self.source, options)
 
 
 class NativeEngine:
@@ -190,7 +139,8 @@ class NativeEngine:
         self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
         targets = describe(state_dict)
-        pieces = map_targets(ct, targets, options.aoa_config)
+        # Paddle reads whole AOA boxes itself: validate them uncut.
+        pieces = plan_pieces(ct, targets, replace(options, max_inflight_bytes=sys.maxsize))
         rounds = native.load(
             ct,
             targets,
@@ -203,15 +153,3 @@ class NativeEngine:
         )
         casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
         return LoadReport(self.name, len(pieces), rounds, ct.checkpoint.bytes_read, 0, casts)
-
-
-def _probes(pieces: list[Piece], ct: ComposedTransform) -> list[int]:
-    """The index of the smallest piece of every format (passthrough owner excluded)."""
-    smallest: dict[str, int] = {}
-    for i, p in enumerate(pieces):
-        owner = ct.entry(p.logical_key).owner
-        if ct.entry(p.logical_key).is_passthrough:
-            continue
-        if owner not in smallest or p.nbytes < pieces[smallest[owner]].nbytes:
-            smallest[owner] = i
-    return sorted(smallest.values())

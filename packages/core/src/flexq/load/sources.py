@@ -46,10 +46,11 @@ class Source(Protocol):
         (and before any target is written); collective sources fetch here."""
 
     def boxes(
-        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None
+        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
     ) -> Mapping[str, Any]:
         """The source boxes of ``plans[index]`` (numpy where they are in host memory),
-        all of them or those of ``keys``."""
+        all of them or those of ``keys``. ``keep``: the checks before the first write
+        read them; hold them for the piece's own decode, so no box is read twice."""
 
     def release(self) -> None:
         """A batch is done: let go of what it read."""
@@ -71,17 +72,22 @@ class DirectSource:
     def __init__(self, ct: ComposedTransform) -> None:
         self._ct = ct
         self.planned_bytes = 0
+        self._held: dict[int, dict[str, Any]] = {}
 
     def prepare(self, plans: Sequence[ReadPlan]) -> None:
         self.planned_bytes = planned_bytes(self._ct.checkpoint, plans)
 
     def boxes(
-        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None
+        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
     ) -> Mapping[str, Any]:
-        if keys is None:
-            return self._ct.read_sources(plan)
+        held = self._held.get(index, {}) if keep else self._held.pop(index, {})
         read = self._ct.checkpoint.read
-        return {k: read(k, *plan.source_slices[k], copy=False) for k in keys}
+        for k in plan.source_slices if keys is None else keys:
+            if k not in held:
+                held[k] = read(k, *plan.source_slices[k], copy=False)
+        if keep:
+            self._held[index] = held
+        return held if keys is None else {k: held[k] for k in keys}
 
     def release(self) -> None:
         # This batch's sources are done: let their file pages go from resident
@@ -117,7 +123,7 @@ class FlexCheckpointSource:
         self.planned_bytes = planned_bytes(self._ckpt, plans)
 
     def boxes(
-        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None
+        self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
     ) -> Mapping[str, Any]:
         fetched = self._fetched[index]
         return host_to_numpy(fetched if keys is None else {k: fetched[k] for k in keys})

@@ -21,28 +21,41 @@ import numpy as np
 
 from flexq.formatkit.arrays import host_view
 from flexq.formatkit.rounding import to_paddle
+from flexq.load.report import LoadReport
+from flexq.plugin.passthrough import NAME as PASSTHROUGH
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
 
     from flexq.compose import ComposedTransform
     from flexq.load.aoa import Piece
-    from flexq.load.engine import LoadOptions
+    from flexq.load.report import LoadOptions
     from flexq.load.sources import Source
-    from flexq.plan import ReadPlan
 
 
 def fill(
-    ct: ComposedTransform,
-    pieces: list[Piece],
-    plans: list[ReadPlan],
-    source: Source,
-    options: LoadOptions,
-) -> int:
-    """Decode every piece from ``source`` and write it into its target; returns the
-    number of batches. On a failure the regions written so far are restored when
-    ``options.atomic`` (and stay written otherwise)."""
+    ct: ComposedTransform, pieces: list[Piece], source: Source, options: LoadOptions
+) -> LoadReport:
+    """Check what can be checked, then decode every piece from ``source`` and write it
+    into its target. On a failure part-way the regions written so far are restored
+    when ``options.atomic`` (and stay written otherwise)."""
     batches = list(_batches(pieces, options.max_inflight_bytes))
+    # The first piece of every format (the passthrough owner aside), as the load meets it.
+    probes = {p.owner: i for i, p in reversed(list(enumerate(pieces)))}
+    probes.pop(PASSTHROUGH, None)
+    source.prepare([p.plan for p in pieces])
+    for i, p in enumerate(pieces):
+        # What scales can reveal fails here, before the first write: only the failures
+        # decoding itself finds need the undo copies of ``atomic``.
+        if p.plan.scales:
+            ct.check_scales(
+                p.logical_key, p.plan, source.boxes(i, p.plan, p.plan.scales, keep=True)
+            )
+        # A format that cannot decode at all (it raises, or returns the wrong shape or
+        # dtype) fails here too: its first piece is decoded once more and dropped.
+        if probes.get(p.owner) == i:
+            ct.dequantize(p.logical_key, source.boxes(i, p.plan, keep=True), p.plan, "float32")
+    source.release()
     undo: list[tuple[Piece, Any]] = []
     scratch = Scratch()
     try:
@@ -50,9 +63,23 @@ def fill(
             staged = []
             for i in batch:
                 p = pieces[i]
-                # Without atomicity a format may decode straight into the target.
-                into = None if options.atomic else host_region(p)
-                value = _decode(ct, p, plans[i], source.boxes(i, plans[i]), into, scratch)
+                view = target_view(p.target.tensor)
+                box = _target_box(p)
+                # Without atomicity a format may decode straight into the target (a
+                # C-contiguous region AOA does not transpose).
+                into = None
+                if view is not None and not options.atomic and not p.transposes:
+                    into = view[box] if view[box].flags.c_contiguous else None
+                # Host targets in another float dtype are rounded from one float32 buffer.
+                work = None
+                if view is not None and p.target.dtype != "float32":
+                    work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
+                found = source.boxes(i, p.plan)
+                value = ct.dequantize(
+                    p.logical_key, found, p.plan, p.target.dtype, out=into, scratch=work
+                )
+                if view is None:
+                    value = to_paddle(value, p.target.dtype)
                 if into is not None and np.may_share_memory(value, into):
                     continue
                 if options.atomic:
@@ -72,25 +99,10 @@ def fill(
         for p, old in reversed(undo):
             write(p, old.to(p.target.tensor.place), transposed=False)
         raise
-    return len(batches)
-
-
-def _decode(
-    ct: ComposedTransform,
-    p: Piece,
-    plan: ReadPlan,
-    found: Mapping[str, Any],
-    into: np.ndarray | None,
-    scratch: Scratch,
-) -> Any:
-    """Dequantize one piece, into ``into`` (its own target region) where it can."""
-    on_host = target_view(p.target.tensor) is not None
-    work = None
-    if on_host and p.target.dtype != "float32":
-        work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
-    # numpy results for host targets are copied in once by write(); others go to Paddle.
-    value = ct.dequantize(p.logical_key, found, plan, p.target.dtype, out=into, scratch=work)
-    return value if on_host else to_paddle(value, p.target.dtype)
+    casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
+    return LoadReport(
+        source.name, len(pieces), len(batches), source.bytes_read, source.planned_bytes, casts
+    )
 
 
 def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
@@ -105,6 +117,12 @@ def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
         size += piece.nbytes
     if batch:
         yield batch
+
+
+def _target_box(p: Piece) -> tuple[slice, ...]:
+    """The piece's region as slices of the target's local tensor."""
+    start = [d - t for d, t in zip(p.dst_desc.global_offset, p.target.offset, strict=True)]
+    return tuple(slice(o, o + n) for o, n in zip(start, p.dst_desc.local_shape, strict=True))
 
 
 class Scratch:
@@ -136,21 +154,11 @@ def target_view(tensor: Any) -> np.ndarray | None:
     return host_view(tensor)
 
 
-def host_region(p: Piece) -> np.ndarray | None:
-    """The piece's target region as a C-contiguous numpy view (float32, bfloat16 as
-    uint16 bits, float16), if it has one and AOA does not transpose it."""
-    view = target_view(p.target.tensor)
-    if view is None or p.transposes:
-        return None
-    region = view[p.target_box()]
-    return region if region.flags.c_contiguous else None
-
-
 def region(p: Piece) -> Any:
     """The slice of the target tensor that ``p`` writes (a Paddle view)."""
     import paddle
 
-    box = p.target_box()
+    box = _target_box(p)
     return paddle.slice(
         p.target.tensor,
         axes=list(range(len(box))),
@@ -173,7 +181,7 @@ def write(p: Piece, value: Any, transposed: bool = True) -> None:
     if view is not None:
         # One copy straight into the target's memory, AOA's transposes as numpy views.
         src = np.transpose(value, p.axes) if transposed and p.transposes else value
-        dst = view[p.target_box()]
+        dst = view[_target_box(p)]
         np.copyto(dst, src.view(view.dtype) if src.dtype != view.dtype else src)
         return
 
