@@ -73,6 +73,8 @@ class ComposedTransform:
         self.formats = formats
         self._registry = registry
         self._plans: dict[str, ReadPlan] = {}
+        #: logical keys whose last plan Paddle's loader asked for (with its metadata).
+        self._for_paddle: set[str] = set()
         #: logical key -> dtype logical_metadata() declares instead of the natural one.
         self._declared: dict[str, str] = {}
         #: the logical key of the last read_plan() / apply() call (for error messages).
@@ -111,6 +113,10 @@ class ComposedTransform:
         target = _target_slice(target_metadata, entry)
         plan = self.plan(logical_key, target, force_global=force_global)
         self._plans[logical_key] = plan
+        if isinstance(target_metadata, TargetSlice):
+            self._for_paddle.discard(logical_key)
+        else:
+            self._for_paddle.add(logical_key)
         return plan
 
     def read_plan_for(self, logical_key: str) -> ReadPlan | None:
@@ -124,9 +130,10 @@ class ComposedTransform:
 
         Paddle's loader passes the logical dtype of :meth:`logical_metadata` and then
         ``paddle.assign``s the result, which silently turns a target of another dtype
-        into the logical one. So when ``output_dtype`` is the logical dtype, the
-        result has the dtype of the target the plan was made for instead (if that
-        is a float dtype, or the entry a passthrough), rounded once.
+        into the logical one. So when Paddle asked for the plan (read_plan with its
+        ``LocalTensorMetadata``) and ``output_dtype`` is the logical dtype, the result
+        has the dtype of the target the plan was made for instead (if that is a float
+        dtype, or the entry a passthrough), rounded once.
         """
         self.current = logical_key
         entry = self.entry(logical_key)
@@ -137,6 +144,7 @@ class ComposedTransform:
         out = paddle_dtype_name(output_dtype)
         if (
             planned is not None
+            and logical_key in self._for_paddle
             and out == self._declared.get(logical_key, entry.dtype)
             and (entry.is_passthrough or plan.target.dtype in FLOAT_DTYPES)
         ):
