@@ -17,15 +17,18 @@ import numpy as np
 import flexq
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
 from flexq.io.writer import save_file
-from flexq_fp8.save import save_fp8_checkpoint
-from flexq_int4_awq.encoder import quantization_config
-from flexq_int4_awq.encoder import quantize as awq_quantize
+from flexq_fp8.encode import save_fp8_checkpoint
+from flexq_gptq import quantization_config as gptq_config
+from flexq_gptq import quantize as gptq_quantize
+from flexq_int4_awq.encode import quantization_config
+from flexq_int4_awq.encode import quantize as awq_quantize
 from flexq_mxfp4.encode import quantize as mx_quantize
 
 NORM = "model.norm.weight"
 FP8_KEYS = ("model.a.weight", "model.b.weight")
 MX_KEY = "model.experts.gate_up_proj"
 AWQ_PREFIX = "model.q_proj"
+GPTQ_PREFIX = "model.k_proj"
 FAULTY_KEYS = ("model.x.weight", "model.y.weight")
 
 
@@ -61,8 +64,8 @@ def fp8(path: Path, *, sharded: bool = False) -> Path:
 
 
 def mxfp4(path: Path) -> Path:
-    """One gpt-oss MXFP4 expert tensor [2, 8, 64] and a BF16 norm."""
-    w = _rng().standard_normal((2, 8, 64)).astype(np.float32)
+    """One gpt-oss MXFP4 expert tensor [E=2, in=64, out=8] and a BF16 norm."""
+    w = _rng().standard_normal((2, 64, 8)).astype(np.float32)
     return flexq.save_checkpoint(path, {**mx_quantize({MX_KEY: w}), NORM: norm()})
 
 
@@ -73,6 +76,18 @@ def awq(path: Path) -> Path:
     return flexq.save_checkpoint(
         path, tensors, config={"quantization_config": quantization_config(32)}
     )
+
+
+def gptq(path: Path) -> Path:
+    """One 4-bit GPTQ linear [64, 64], groups of 32 in act-order, v1 zeros, and a BF16 norm."""
+    rng = _rng()
+    w = rng.standard_normal((64, 64)).astype(np.float32) * 0.05
+    tensors = {
+        **gptq_quantize(w, 4, 32, perm=rng.permutation(64), prefix=GPTQ_PREFIX),
+        NORM: norm(),
+    }
+    config = {"quantization_config": gptq_config(4, 32, desc_act=True)}
+    return flexq.save_checkpoint(path, tensors, config=config)
 
 
 def faulty(path: Path) -> Path:
@@ -86,7 +101,7 @@ def faulty(path: Path) -> Path:
     return flexq.save_checkpoint(path, tensors)
 
 
-BUILDERS = {"fp8": fp8, "mxfp4": mxfp4, "int4-awq": awq}
+BUILDERS = {"fp8": fp8, "mxfp4": mxfp4, "int4-awq": awq, "gptq": gptq}
 
 
 # -- whole files ---------------------------------------------------------------
