@@ -43,7 +43,8 @@ def load_state_dict(
         files, no collective communication), ``"flexcheckpoint"`` (components
         fetched through Paddle's loader and resharder: files balanced over ranks,
         each read once, boxes broadcast), ``"native"`` (Paddle's own
-        ``load_transform``), or ``"auto"``: native where Paddle has it; else
+        ``load_transform``), or ``"auto"``: native where Paddle has it (not on
+        several ranks of a CPU-only build, nor for F4 components); else
         direct, except on several ranks with mostly replicated targets and
         collective communication, where flexcheckpoint keeps every rank from
         reading everything. The choice is logged once, with the reason.
