@@ -17,7 +17,7 @@ quantizes follows the published checkpoints of the model family:
   DeepSeek / Qwen3-FP8 layout); gpt-oss: its attention linears;
 - ``awq``: the same linears, GEMM layout, group 32;
 - ``mxfp4``: gpt-oss's own layout for its experts (``*_blocks`` / ``*_scales``
-  over ``[E, out, in]``; attention and router stay bf16, as openai/gpt-oss
+  over ``[E, out, in]``, logical ``[E, in, out]``; attention and router stay bf16, as openai/gpt-oss
   ships); compressed-tensors ``mxfp4-pack-quantized`` linears for the others.
 """
 
@@ -174,9 +174,9 @@ def _write_gpt_oss_mxfp4(ckpt: flexq.Checkpoint, directory: Path) -> None:
     tensors: dict[str, flexq.RawTensor] = {}
     for key, info in ckpt.tensors.items():
         if key.endswith(GPT_OSS_EXPERTS):
-            # HF keeps [E, in, out]; gpt-oss's blocks hold [E, out, in] along in.
-            w = np.swapaxes(_float32(ckpt, key), 1, 2)
-            tensors.update(quantize({key: w}, layout="gpt-oss"))
+            # HF keeps [E, in, out], the logical layout the gpt-oss encoder takes (its
+            # blocks hold [E, out, in] along in).
+            tensors.update(quantize({key: _float32(ckpt, key)}, layout="gpt-oss"))
         else:
             tensors[key] = flexq.RawTensor(info.dtype, ckpt.read(key))
     config = {"quant_method": "mxfp4", "modules_to_not_convert": GPT_OSS_NOT_CONVERTED}

@@ -149,14 +149,21 @@ def _load(path: Path, formats: list[str] | None) -> tuple[dict[str, Any], float]
     return params, time.perf_counter() - start
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two arrays, in float64."""
     a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def run(workdir: Path | None = None) -> list[DemoRow]:
-    """Write, load and compare the model in every installed format that can encode."""
+    """Write, load and compare the model in every installed format that can encode: a
+    PaddleFormers Llama when PaddleFormers is installed, this module's own model otherwise."""
     import paddle
+
+    from flexq.cli import demo_paddleformers
+
+    if demo_paddleformers.available():
+        return demo_paddleformers.run(workdir)
 
     linear, other = hf_weights()
     others = {k: RawTensor.of(v) for k, v in other.items()}
@@ -184,7 +191,7 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
                     sum(f.stat().st_size for f in path.iterdir()),
                     seconds,
                     error,
-                    _cosine(forward(params, tokens).numpy(), ref_logits),
+                    cosine(forward(params, tokens).numpy(), ref_logits),
                     float(tolerance),
                 )
             )

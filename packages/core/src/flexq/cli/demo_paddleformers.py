@@ -1,0 +1,154 @@
+"""``flexq demo`` with PaddleFormers installed: a real PaddleFormers Llama in every format.
+
+For newcomers who use PaddleFormers: a tiny ``LlamaForCausalLM`` (random
+weights) is saved by PaddleFormers' own ``save_pretrained`` (the HF bf16
+layout of the hub), once per installed format its linear weights are quantized
+by the format's encoder, and each checkpoint is loaded with
+:func:`flexq.paddleformers.from_pretrained`. Its logits are compared with
+PaddleFormers' own ``from_pretrained`` of the unquantized checkpoint. Forwards
+run in float32 (CPU Paddle has no bfloat16 matmul).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flexq.cli.demo import DemoRow, cosine
+from flexq.compose import compose
+from flexq.io.writer import RawTensor
+from flexq.paddleformers import from_pretrained
+from flexq.plugin.manager import registry
+
+#: A small Llama with every structural feature the hub's have (GQA, untied lm_head).
+CONFIG = {
+    "vocab_size": 512,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "tie_word_embeddings": False,
+}
+SEQ = 32
+
+
+def available() -> bool:
+    """Whether PaddleFormers can be imported here."""
+    try:
+        import paddleformers.transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run(workdir: Path | None = None) -> list[DemoRow]:
+    """Write, load and compare the Llama in every installed format that can encode."""
+    import paddle
+    from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
+
+    tokens = paddle.to_tensor(np.random.default_rng(1).integers(0, CONFIG["vocab_size"], (2, SEQ)))
+    with tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir) as tmp:
+        base = Path(tmp) / "bf16"
+        config = LlamaConfig(**CONFIG)
+        config.dtype = "bfloat16"
+        paddle.seed(0)
+        with _default_dtype("bfloat16"):
+            model = LlamaForCausalLM(config)
+        model.save_pretrained(str(base))
+        for stray in base.glob("saved_signal_*"):
+            stray.unlink()  # PaddleFormers' multi-rank save marker, not part of the checkpoint
+        reference = LlamaForCausalLM.from_pretrained(str(base), dtype="float32", **_cpu())
+        ref_logits = _logits(reference, tokens)
+        ref_params = reference.state_dict()
+        linear, others = _split(base)
+        rows = []
+        for name in registry.encoders():
+            path = Path(tmp) / name
+            path.mkdir()
+            tolerance = registry.encode(name, path, linear, others)
+            if tolerance is None:
+                continue
+            (path / "config.json").write_text(_with_quant(base, path))
+            start = time.perf_counter()
+            loaded = from_pretrained(LlamaForCausalLM, path, dtype="float32")
+            seconds = time.perf_counter() - start
+            params = loaded.state_dict()
+            error = max(
+                float(np.abs(params[k].numpy() - ref_params[k].numpy()).max()) for k in params
+            )
+            rows.append(
+                DemoRow(
+                    name,
+                    sum(f.stat().st_size for f in path.iterdir()),
+                    seconds,
+                    error,
+                    cosine(_logits(loaded, tokens), ref_logits),
+                    float(tolerance),
+                )
+            )
+    return rows
+
+
+def _cpu() -> dict[str, Any]:
+    import paddle
+
+    # The fused RMSNorm kernel is GPU-only.
+    return {} if paddle.is_compiled_with_cuda() else {"fuse_rms_norm": False}
+
+
+class _default_dtype:
+    def __init__(self, dtype: str) -> None:
+        self._dtype = dtype
+
+    def __enter__(self) -> None:
+        import paddle
+
+        self._old = paddle.get_default_dtype()
+        paddle.set_default_dtype(self._dtype)
+
+    def __exit__(self, *exc: object) -> None:
+        import paddle
+
+        paddle.set_default_dtype(self._old)
+
+
+def _logits(model: Any, tokens: Any) -> np.ndarray:
+    import paddle
+
+    model.eval()
+    with paddle.no_grad():
+        out = model(tokens)
+    logits = out[0] if isinstance(out, tuple) else getattr(out, "logits", out)
+    return np.asarray(logits.astype("float32").numpy())
+
+
+def _split(base: Path) -> tuple[dict[str, np.ndarray], dict[str, RawTensor]]:
+    """(the linear ``*proj.weight`` tensors as float32, every other tensor as stored)."""
+    ct = compose(base)
+    linear, others = {}, {}
+    for key, entry in ct.entries.items():
+        if key.endswith("proj.weight") and len(entry.shape) == 2:
+            linear[key] = ct.load(key, "float32")
+        else:
+            info = ct.checkpoint.info(key)
+            others[key] = RawTensor(info.dtype, ct.checkpoint.read(key))
+    return linear, others
+
+
+def _with_quant(base: Path, twin: Path) -> str:
+    """The base model's config.json with the twin's ``quantization_config``."""
+    import json
+
+    config = json.loads((base / "config.json").read_text())
+    written = (
+        json.loads((twin / "config.json").read_text()) if (twin / "config.json").exists() else {}
+    )
+    if "quantization_config" in written:
+        config["quantization_config"] = written["quantization_config"]
+    return json.dumps(config, indent=2)
