@@ -16,7 +16,7 @@ import pytest
 from safetensors.paddle import load_file
 
 import flexq
-from flexq.cli.convert import convert
+from flexq.cli.convert import MARKER, convert
 
 from .conftest import NORM
 
@@ -71,25 +71,83 @@ def test_config_loses_its_quantization_section_and_small_files_are_copied(
     assert proc.stdout.startswith("wrote 7 tensors")
 
 
-def test_existing_dst_needs_force(format_ckpt: tuple[str, Path], tmp_path: Path) -> None:
+def test_existing_dst_needs_force_and_a_marker(
+    format_ckpt: tuple[str, Path], tmp_path: Path
+) -> None:
     name, ckpt = format_ckpt
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep").write_text("x")
+    convert(ckpt, out, formats=[name])
+    assert (out / MARKER).is_file()
+    (out / "stale").write_text("x")
     with pytest.raises(flexq.FlexqError, match="exists; pass --force"):
         convert(ckpt, out, formats=[name])
-    assert (out / "keep").read_text() == "x"
-    convert(ckpt, out, formats=[name], force=True)
-    assert not (out / "keep").exists()
+    assert (out / "stale").read_text() == "x"
+    convert(ckpt, out, formats=[name], force=True)  # an earlier output: replaced
+    assert not (out / "stale").exists()
     assert (out / "model.safetensors").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_output_inside_the_checkpoint_is_refused(format_ckpt: tuple[str, Path]) -> None:
+def test_force_never_replaces_a_directory_convert_did_not_write(
+    format_ckpt: tuple[str, Path], tmp_path: Path
+) -> None:
     name, ckpt = format_ckpt
-    before = sorted(os.listdir(ckpt))
-    with pytest.raises(flexq.FlexqError, match="may not be inside the checkpoint"):
-        convert(ckpt, ckpt / "plain", formats=[name])
-    assert sorted(os.listdir(ckpt)) == before
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    with pytest.raises(flexq.FlexqError, match="was not written by flexq convert"):
+        convert(ckpt, out, formats=[name], force=True)
+    assert sorted(os.listdir(out)) == ["keep"]
+
+
+def test_an_empty_dst_is_used_without_force(format_ckpt: tuple[str, Path], tmp_path: Path) -> None:
+    name, ckpt = format_ckpt
+    (tmp_path / "empty").mkdir()
+    convert(ckpt, tmp_path / "empty", formats=[name])
+    assert (tmp_path / "empty" / "model.safetensors").exists()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        (".", "DST is the checkpoint itself"),
+        ("plain", "DST is inside the checkpoint"),
+        ("sub/plain", "DST is inside the checkpoint"),
+        ("..", "DST contains the checkpoint"),
+        ("../..", "DST contains the checkpoint"),
+    ],
+)
+@pytest.mark.parametrize("force", [False, True])
+def test_a_dst_that_is_holds_or_lies_inside_src_is_refused(
+    tmp_path: Path, where: str, message: str, force: bool
+) -> None:
+    ckpt = plain_ckpt(tmp_path / "a" / "src")
+    (tmp_path / "a" / "neighbour.txt").write_text("unrelated")
+    before = _tree(tmp_path)
+    with pytest.raises(flexq.FlexqError, match=message):
+        convert(ckpt, ckpt / where, force=force)
+    assert _tree(tmp_path) == before
+
+
+def plain_ckpt(path: Path) -> Path:
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    return flexq.save_checkpoint(path, {"w": flexq.RawTensor.of(values)}, config={"a": 1})
+
+
+def test_convert_src_parent_of_src_force_refuses_and_leaves_everything(tmp_path: Path) -> None:
+    """The reported case: `flexq convert SRC PARENT_OF_SRC --force` deleted SRC and a neighbour."""
+    ckpt = plain_ckpt(tmp_path / "src")
+    (tmp_path / "neighbour.txt").write_text("unrelated")
+    before = _tree(tmp_path)
+    proc = flexq_cli("convert", str(ckpt), str(tmp_path), "--force")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "DST contains the checkpoint" in proc.stderr
+    assert _tree(ckpt.parent) == before
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ class Checkpoint:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if not self.path.is_dir():
-            raise CheckpointError(f"{self.path}: not a checkpoint directory")
+            raise CheckpointError(_not_a_directory(self.path))
         self._root = self.path.resolve()
         self.config: dict[str, Any] = self._read_json(CONFIG_NAME)
         # Older AutoAWQ checkpoints keep their settings beside config.json.
@@ -288,3 +288,14 @@ class Checkpoint:
                     "which has no such tensor"
                 )
         return tensors
+
+
+def _not_a_directory(path: Path) -> str:
+    """Why ``path`` is no checkpoint directory, and what to pass instead."""
+    if not path.exists():
+        return f"{path}: no such directory (the checkpoint path does not exist)"
+    if path.suffix == ".safetensors" or path.name.endswith(INDEX_SUFFIX):
+        return (
+            f"{path}: is a file; pass the checkpoint directory that holds it ({path.parent or '.'})"
+        )
+    return f"{path}: not a directory (a checkpoint is a directory of *.safetensors files)"
