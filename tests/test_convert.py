@@ -199,3 +199,113 @@ def test_a_killed_convert_leaves_no_dst_and_the_next_one_cleans_up(tmp_path: Pat
     assert report.shards == 400
     first = load_file(str(out / "model-00001-of-00400.safetensors"))
     np.testing.assert_array_equal(first["t000"].numpy(), many["t000"].data)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sigint_and_sigterm_print_one_line_remove_the_temp_directory_and_exit(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    rng = np.random.default_rng(2)
+    many = {
+        f"t{i:03d}": flexq.RawTensor.of(rng.standard_normal((64, 64)).astype(np.float32))
+        for i in range(400)
+    }
+    src = flexq.save_checkpoint(tmp_path / "src", many)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "flexq.cli", "convert", str(src), str(out)]
+    proc = subprocess.Popen([*cmd, "--max-shard-size", "20KB"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        tmp_dirs = list(tmp_path.glob(".out.flexq-tmp-*"))
+        if tmp_dirs and len(list(tmp_dirs[0].glob("*.safetensors"))) >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "convert finished before it could be interrupted"
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert err.splitlines() == [f"flexq: interrupted by {sig.name}; the partial output was removed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_only_checkpoint_companions_are_copied(tmp_path: Path) -> None:
+    src = plain_ckpt(tmp_path / "src")
+    companions = [
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "tokenizer.model",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+        "vocab.json",
+        "merges.txt",
+        "LICENSE",
+    ]
+    others = ["pytorch_model.bin", "model.pt", "README.md", "training_args.bin"]
+    for name in companions + others:
+        (src / name).write_bytes(name.encode())
+    (src / "original").mkdir()
+    (src / "original" / "consolidated.00.pth").write_bytes(b"weights")
+    report = convert(src, tmp_path / "out")
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [MARKER, "config.json", "model.safetensors", *companions]
+    )
+    for name in companions:
+        assert (out / name).read_bytes() == name.encode()
+    assert sorted(report.skipped) == sorted(others)
+
+
+def test_output_files_get_the_umasks_permissions(tmp_path: Path) -> None:
+    src = plain_ckpt(tmp_path / "src")
+    (src / "tokenizer.json").write_text("{}")
+    old = os.umask(0o027)
+    try:
+        convert(src, tmp_path / "out", max_shard_bytes=20)
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert set(modes.values()) == {0o640}, modes
+
+
+def test_float_tensors_keep_their_own_dtype_unless_dtype_is_given(tmp_path: Path) -> None:
+    values = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    src = flexq.save_checkpoint(
+        tmp_path / "src",
+        {
+            "h": flexq.RawTensor.of(values.astype(np.float16)),
+            "f": flexq.RawTensor.of(values),
+            "i": flexq.RawTensor.of(np.arange(4, dtype=np.int32)),
+        },
+        config={"torch_dtype": "float16"},
+    )
+    convert(src, tmp_path / "own")
+    own = load_file(str(tmp_path / "own" / "model.safetensors"))
+    assert {k: str(v.dtype) for k, v in own.items()} == {
+        "h": "paddle.float16",
+        "f": "paddle.float32",
+        "i": "paddle.int32",
+    }
+    assert json.loads((tmp_path / "own" / "config.json").read_text())["torch_dtype"] == "float16"
+    convert(src, tmp_path / "bf16", dtype="bfloat16")
+    bf16 = load_file(str(tmp_path / "bf16" / "model.safetensors"))
+    assert {str(v.dtype) for k, v in bf16.items() if k != "i"} == {"paddle.bfloat16"}
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+
+
+def test_awq_converts_to_float16_by_default(tmp_path: Path) -> None:
+    if flexq.plugin.manager.registry.info("int4-awq") is None:
+        pytest.fail(
+            "flexq-format-int4-awq is not installed (pip install -e packages/format-int4-awq)"
+        )
+    from flexq.cli.demo import hf_weights
+
+    linear, other = hf_weights()
+    src = tmp_path / "awq"
+    src.mkdir()
+    flexq.plugin.manager.registry.encode(
+        "int4-awq", src, linear, {k: flexq.RawTensor.of(v) for k, v in other.items()}
+    )
+    convert(src, tmp_path / "out")
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert str(out["model.layers.0.mlp.down_proj.weight"].dtype) == "paddle.float16"
