@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tests" / "plugins" / "flexq-format-int8row"
 
@@ -42,3 +44,120 @@ def test_relative_links_in_the_docs_resolve() -> None:
     for page in pages:
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def regenerate_or_compare(path: Path, text: str) -> None:
+    """``FLEXQ_REGENERATE=1`` rewrites a generated page; otherwise it must be current."""
+    import os
+
+    if os.environ.get("FLEXQ_REGENERATE"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.read_text() == text, f"{path} is stale: rerun with FLEXQ_REGENERATE=1"
+
+
+def test_published_json_schemas_are_generated_from_the_models() -> None:
+    import json
+
+    from flexq.cli.documents import DOCUMENTS, json_schema
+
+    for name in DOCUMENTS:
+        regenerate_or_compare(ROOT / "docs" / "schema" / f"{name}.json", json_schema(name))
+        assert json.loads(json_schema(name))["title"]
+
+
+def test_cli_json_documents_validate_against_their_models(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    import flexq
+    from flexq.cli.documents import FormatList, InspectDocument
+
+    path = flexq.save_checkpoint(tmp_path / "c", {"w": flexq.RawTensor.of(np.ones(3, np.float32))})
+
+    def cli(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "flexq.cli", *args], capture_output=True, text=True, check=True
+        )
+        return proc.stdout
+
+    doc = InspectDocument.model_validate_json(cli("inspect", str(path), "--json"))
+    assert [t.key for t in doc.tensors] == ["w"]
+    rows = FormatList.model_validate_json(cli("list-formats", "--json")).root
+    assert {r.name for r in rows} == {r.name for r in flexq.list_formats()}
+
+
+def test_formats_page_is_generated_from_every_format_package_of_the_repo() -> None:
+    import tomllib
+
+    import flexq
+    from flexq.cli.documents import formats_page
+
+    rows = flexq.list_formats()
+    installed = {r.distribution for r in rows if r.error is None}
+    for pyproject in sorted((ROOT / "packages").glob("format-*/pyproject.toml")):
+        dist = tomllib.loads(pyproject.read_text())["project"]["name"]
+        assert dist in installed, f"pip install -e {pyproject.parent} to generate docs/formats.md"
+    regenerate_or_compare(ROOT / "docs" / "formats.md", formats_page(rows))
+
+
+def _check_pip_install(line: str) -> None:
+    """An install line of the guide names paths of this repository and the versions installed."""
+    import shlex
+    import tomllib
+    from importlib.metadata import version
+
+    args = shlex.split(line, comments=True)[2:]
+    assert args, line
+    for arg in args:
+        if "/" in arg:
+            pyproject = ROOT / arg.split("[")[0] / "pyproject.toml"
+            assert pyproject.is_file(), f"{line}: {arg} is no package of this repository"
+            name = tomllib.loads(pyproject.read_text())["project"]["name"]
+            assert version(name), f"{line}: {name} is not installed"
+        else:
+            name, _, wanted = arg.partition("==")
+            assert version(name) == wanted, f"{line}: {name} {version(name)} is installed"
+
+
+@pytest.mark.multirank
+def test_every_code_block_of_the_user_guide_runs(tmp_path: Path) -> None:
+    """In order, in one directory: bash lines through bash (pip installs are checked against
+    what is installed instead), python blocks with python, a block that starts with
+    ``# NAME.py`` saved as that file for a later command (two ranks: shard.py)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    text = (ROOT / "docs" / "user-guide.md").read_text()
+    blocks = re.findall(r"```(\w+)\n(.*?)```", text, re.DOTALL)
+    assert [lang for lang, _ in blocks].count("python") >= 3
+    bindir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
+
+    def run(cmd: list[str], what: str) -> None:
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+        assert proc.returncode == 0, f"{what}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+    for lang, code in blocks:
+        if lang == "python":
+            first = code.splitlines()[0]
+            saved = re.fullmatch(r"# (\w+\.py)", first)
+            if saved:
+                (tmp_path / saved.group(1)).write_text(code)
+            else:
+                run([sys.executable, "-c", code], code)
+        else:
+            assert lang == "bash", lang
+            for line in code.splitlines():
+                if line.startswith("pip install"):
+                    _check_pip_install(line)
+                elif line.strip():
+                    run(["bash", "-e", "-c", line], line)
+    assert (tmp_path / "tiny-awq-plain" / "model.safetensors").is_file()

@@ -200,10 +200,10 @@ def test_allow_unclaimed_passes_quantized_looking_tensors_with_a_warning(tmp_pat
         },
         config={"quantization_config": {"quant_method": "gptq", "bits": 4}},
     )
-    refused = run("inspect", str(path))
+    refused = run("inspect", str(path), "--formats", "")
     assert refused.returncode == 2
     assert "'gptq'" in refused.stdout
-    proc = run("inspect", str(path), "--allow-unclaimed", "--json")
+    proc = run("inspect", str(path), "--formats", "", "--allow-unclaimed", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["unclaimed"] == ["l.qweight"]
     lines = proc.stderr.splitlines()
@@ -211,6 +211,8 @@ def test_allow_unclaimed_passes_quantized_looking_tensors_with_a_warning(tmp_pat
     assert lines[0].startswith("flexq: warning: --allow-unclaimed:")
     assert "gptq" in lines[0]
     assert "1 tensor(s) that look quantized pass through as stored" in lines[1]
-    converted = run("convert", str(path), str(tmp_path / "out"), "--allow-unclaimed")
+    converted = run(
+        "convert", str(path), str(tmp_path / "out"), "--formats", "", "--allow-unclaimed"
+    )
     assert converted.returncode == 0, converted.stderr
     assert converted.stderr.count("flexq: warning: --allow-unclaimed:") == 2

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from rich.markup import escape
@@ -65,10 +66,14 @@ def warn(message: str) -> None:
     print(f"flexq: warning: {message}", file=sys.stderr)
 
 
-def _check_registry() -> None:
-    """A warning line per format that failed to load; FLEXQ_FORMATS naming none is an error."""
+def _check_registry(formats: list[str] | None = None) -> None:
+    """A warning line per format that failed to load (when every installed format is in
+    use: one named in ``--formats`` is an error of its own); FLEXQ_FORMATS naming none is
+    an error."""
     if registry.allow_error is not None:
         raise PluginError(registry.allow_error)
+    if formats is not None:
+        return
     for info in registry.broken():
         warn(f"{info.error} (the other formats work; `flexq list-formats` shows it)")
 
@@ -105,7 +110,7 @@ def _list_formats(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    _check_registry()
+    _check_registry(args.formats)
     ct = compose(args.path, args.formats, strict=False, allow_unclaimed=args.allow_unclaimed)
     document = inspect_document(ct)
     if args.allow_unclaimed:
@@ -172,7 +177,7 @@ class _Bar:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    _check_registry()
+    _check_registry(args.formats)
     src = Checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
@@ -207,8 +212,10 @@ def _demo(args: argparse.Namespace) -> int:
                          f"{PADDLE_INSTALL}") from None  # fmt: skip
     from flexq.cli.demo import print_table, run
 
-    rows = run()
+    rows = run(keep=args.keep)
     print_table(rows)
+    if args.keep is not None:
+        print(f"checkpoints kept in {args.keep}/ (one directory per format)")
     if not rows:
         print("flexq: no installed format can encode; install a format package", file=sys.stderr)
         return 1
@@ -333,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
         "quantize a tiny model in every format and load it back",
         "Write a tiny Llama-style model in every installed format that can encode, load "
         "each back into Paddle and compare logits with the unquantized model (needs Paddle).",
+    )
+    p.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the checkpoints into DIR/<format>/ and keep them (to try inspect and convert)",
     )
     p.set_defaults(func=_demo)
     return parser
