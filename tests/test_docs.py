@@ -161,3 +161,20 @@ def test_every_code_block_of_the_user_guide_runs(tmp_path: Path) -> None:
                 elif line.strip():
                     run(["bash", "-e", "-c", line], line)
     assert (tmp_path / "tiny-awq-plain" / "model.safetensors").is_file()
+
+
+READMES = [p for p in sorted(ROOT.glob("*/*/README.md")) if "```python" in p.read_text()]
+
+
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: p.parent.name)
+def test_package_readme_code_runs_as_written(readme: Path, tmp_path: Path) -> None:
+    """Each package README's python blocks run in a fresh directory (no undefined names)."""
+    import re
+    import subprocess
+    import sys
+
+    for code in re.findall(r"```python\n(.*?)```", readme.read_text(), re.DOTALL):
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+        )
+        assert proc.returncode == 0, f"{readme}:\n{code}\n{proc.stderr[-3000:]}"
