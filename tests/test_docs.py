@@ -178,3 +178,20 @@ def test_package_readme_code_runs_as_written(readme: Path, tmp_path: Path) -> No
             [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
         )
         assert proc.returncode == 0, f"{readme}:\n{code}\n{proc.stderr[-3000:]}"
+
+
+def test_the_plugin_guides_test_examples_pass(tmp_path: Path, int8row: str) -> None:
+    """The guide's example tests, run against the guide's example format."""
+    import re
+
+    guide = (ROOT / "docs" / "plugin-guide.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", guide, re.DOTALL) if "def test_" in b]
+    ran = []
+    for code in blocks:
+        namespace: dict[str, object] = {}
+        exec(compile(code, "plugin-guide.md", "exec"), namespace)
+        for name, test in namespace.items():
+            if name.startswith("test_") and callable(test):
+                test(tmp_path / name)
+                ran.append(name)
+    assert ran == ["test_matches_reference", "test_a_local_box_is_the_slice_of_the_whole"]
