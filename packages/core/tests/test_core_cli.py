@@ -164,7 +164,7 @@ def test_demo_without_paddle_says_to_install_it(tmp_path: Path) -> None:
 def test_paddle_logs_are_quiet_during_flexqs_calls_unless_debug(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from flexq.cli.console import PADDLE_LOGGERS, quiet_paddle
+    from flexq.load.quiet import PADDLE_LOGGERS, quiet_paddle
 
     logger = logging.getLogger(PADDLE_LOGGERS[0])
     seen: list[str] = []

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flexq import __version__
-from flexq.cli.console import console, quiet_paddle
+from flexq.cli.console import console
 from flexq.cli.convert import FLOATS, convert, parse_size
 from flexq.cli.documents import (
     format_list,
@@ -32,6 +32,7 @@ from flexq.cli.documents import (
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError, PluginError
 from flexq.io.checkpoint import Checkpoint
+from flexq.load.quiet import quiet_paddle
 from flexq.plugin.manager import list_formats, registry
 
 if TYPE_CHECKING:
@@ -355,13 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flexq`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # flexq's logger at DEBUG also lets Paddle's own logs through (flexq.load.quiet).
+    logging.getLogger("flexq").setLevel(logging.DEBUG if args.debug else logging.WARNING)
     if not args.debug:
-        logging.getLogger("flexq").setLevel(logging.WARNING)
         warnings.showwarning = _one_line_warning
     previous = {sig: signal.signal(sig, _on_signal) for sig in EXIT_SIGNAL}
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        with quiet_paddle(not args.debug):
+        with quiet_paddle():
             return func(args)
     except BrokenPipeError:
         # The reader went away (`flexq inspect ... | head`): stop quietly, as cat does.
