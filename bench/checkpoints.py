@@ -5,7 +5,8 @@
   needs ``model.safetensors.index.json``);
 - its bfloat16 twin: the same weights dequantized by flexq and rounded once;
 - MXFP4 gpt-oss experts: U8 ``*_blocks`` [E, out, G, 16] and ``*_scales``
-  [E, out, G] of one layer's ``gate_up_proj`` and ``down_proj``.
+  [E, out, G] of one layer's ``gate_up_proj`` and ``down_proj`` (logical
+  [E, in, out], in = G*32).
 
 Codes are random (dequantize cost does not depend on values), so writing is
 fast; NaN codes 0x7F/0xFF are left out so every comparison can use equality.
@@ -19,7 +20,7 @@ import numpy as np
 
 import flexq
 from flexq import RawTensor
-from flexq_fp8.save import quantization_config
+from flexq_fp8.encode import quantization_config
 
 SIDE = 2048
 BLOCK = 128
@@ -65,7 +66,8 @@ def write_bf16_twin(fp8_dir: Path, directory: Path) -> Path:
 
 
 def mxfp4_keys() -> dict[str, tuple[int, int, int]]:
-    """Logical key -> logical shape [E, out, in] of the gpt-oss expert weights."""
+    """Logical key -> stored shape [E, out, in] of the gpt-oss expert weights (blocks
+    decoded, before the transpose to the logical [E, in, out])."""
     h, e = GPT_OSS_HIDDEN, GPT_OSS_EXPERTS
     return {MXFP4_PREFIX + "gate_up_proj": (e, 2 * h, h), MXFP4_PREFIX + "down_proj": (e, h, h)}
 

@@ -179,7 +179,9 @@ def check_statements(
             )
             for token in tokens[:arrow]:
                 name = token.value.removesuffix("^T")
-                if token.type == TokenType.IDENTIFIER and name not in defined:
+                # "_ -> X" is AOA's "X has no source" (PaddleFormers' gpt-oss rules say
+                # so for its rotary buffers): nothing is read.
+                if token.type == TokenType.IDENTIFIER and name not in defined and name != "_":
                     raise TargetError(
                         f"AOA statement {statement!r} reads {name!r}, which is no logical "
                         f"tensor of {ct.checkpoint.path} and no earlier statement's result"
