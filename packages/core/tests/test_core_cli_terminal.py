@@ -144,3 +144,20 @@ def test_version_and_debug_after_the_subcommand(tmp_path: Path) -> None:
     )
     assert "Traceback" in proc.stderr
     assert "CheckpointError" in proc.stderr
+
+
+def test_inspect_folds_long_names_on_a_narrow_terminal_instead_of_cutting_them(
+    tmp_path: Path,
+) -> None:
+    key = "model.layers.17.self_attn.a_projection_with_a_long_descriptive_name.weight"
+    path = flexq.save_checkpoint(
+        tmp_path / "c", {key: flexq.RawTensor.of(np.ones((2, 3), np.float32))}
+    )
+    code, text = on_terminal("inspect", str(path), "--formats", "", COLUMNS="70")
+    assert code == 0, text
+    assert "…" not in text
+    first_column = "".join(
+        line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")
+    )
+    assert key in first_column, text
+    assert max(len(line) for line in text.splitlines()) <= 70
