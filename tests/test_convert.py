@@ -309,3 +309,19 @@ def test_awq_converts_to_float16_by_default(tmp_path: Path) -> None:
     convert(src, tmp_path / "out")
     out = load_file(str(tmp_path / "out" / "model.safetensors"))
     assert str(out["model.layers.0.mlp.down_proj.weight"].dtype) == "paddle.float16"
+
+
+def test_an_old_output_moved_aside_by_a_killed_convert_is_put_back(tmp_path: Path) -> None:
+    from flexq.cli.convert import _remove_stale
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    src = plain_ckpt(tmp_path / "src")
+    out = tmp_path / "out"
+    convert(src, out)
+    old = tmp_path / f".out.flexq-old-{dead.pid}"
+    out.rename(old)  # where a convert killed between its two renames leaves it
+    (tmp_path / f".out.flexq-tmp-{dead.pid}").mkdir()
+    _remove_stale(out)
+    assert (out / MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
