@@ -32,7 +32,8 @@ MIN_LOGITS_COSINE = 0.99
 
 @flexq.hookimpl
 def flexq_quant_methods() -> tuple[str, ...]:
-    return ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt")
+    # auto-round's own FP8 export (data_type fp) stores the same weights and scales.
+    return ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt", "auto-round")
 
 
 @flexq.hookimpl
