@@ -248,3 +248,44 @@ def test_the_plugin_guides_test_examples_pass(tmp_path: Path, int8row: str) -> N
                 test(tmp_path / name)
                 ran.append(name)
     assert ran == ["test_matches_reference", "test_a_local_box_is_the_slice_of_the_whole"]
+
+
+#: Messages a user can get, as the code spells them (each is produced in a test of its own).
+TROUBLESHOOTING = [
+    "no such directory",
+    "is a file; pass the checkpoint directory that holds it",
+    "no *.safetensors files",
+    "which no installed format provides",
+    "is not installed (installed:",
+    "orphaned component",
+    "looks quantized",
+    "names quantization method",
+    "none of its tensors",
+    "is installed but not in use",
+    "is installed but failed to load",
+    "expands to nothing",
+    "which is no logical",
+    "does not match",
+    "cannot be loaded into a",
+    "cannot transport on this Paddle",
+    "needs a Paddle whose load_state_dict has load_transform",
+    "unknown engine",
+    "DST is the checkpoint itself",
+    "DST is inside the checkpoint",
+    "DST contains the checkpoint",
+    "exists; pass --force to replace it",
+    "was not written by flexq convert",
+    "DST is a file, not a directory",
+    "is a file, so DST cannot be created",
+    "interrupted by",
+    "not copied (not checkpoint companions)",
+    "flexq demo needs PaddlePaddle",
+]
+
+
+@pytest.mark.parametrize("message", TROUBLESHOOTING)
+def test_troubleshooting_explains_each_message_the_code_gives(message: str) -> None:
+    page = " ".join((ROOT / "docs" / "troubleshooting.md").read_text().split())
+    assert message in page
+    sources = "\n".join(p.read_text() for p in (ROOT / "packages" / "core" / "src").rglob("*.py"))
+    assert message in sources, message
