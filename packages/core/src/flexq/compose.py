@@ -356,16 +356,19 @@ def _remedy(method: str, reg: FormatRegistry) -> str:
     published = PUBLISHED.get(method)
     if published is None:
         return "flexq has no format for it (a format plugin can add one)"
-    name, dist = published
-    info = reg.info(name)
-    if info is None:
-        return f"install {dist} (format {name!r})"
-    if info.error is not None:
-        return f"format {name!r} ({dist}) is installed but failed to load: {info.error}"
-    return (
-        f"format {name!r} ({dist}) is installed but not in use (formats=..., "
-        f"{ALLOW_ENV} or {BLOCK_ENV})"
-    )
+    ways = []
+    for name, dist in published:
+        info = reg.info(name)
+        if info is None:
+            ways.append(f"install {dist} (format {name!r})")
+        elif info.error is not None:
+            ways.append(f"format {name!r} ({dist}) is installed but failed to load: {info.error}")
+        else:
+            ways.append(
+                f"format {name!r} ({dist}) is installed but not in use (formats=..., "
+                f"{ALLOW_ENV} or {BLOCK_ENV})"
+            )
+    return "; or ".join(ways)
 
 
 def _looks_quantized_problem(

@@ -21,7 +21,8 @@ __all__ = ["plugin"]
 plugin = Format(
     FORMAT_NAME,
     "FP8 E4M3 weights: per-tensor, per-channel, block-wise and compressed-tensors scales.",
-    methods=("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt"),
+    # auto-round's own FP8 export (data_type fp) stores the same weights and scales.
+    methods=("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt", "auto-round"),
     analyze=analyze,
     plan=local_plan,
     decode=apply,

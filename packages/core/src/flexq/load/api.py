@@ -35,6 +35,8 @@ def load_state_dict(
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
 
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts).
+        Parameters without storage (created under ``paddle.LazyGuard``) are
+        allocated once every check has passed, then filled.
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.
     :param formats: format names to use (default: every installed format).
     :param engine: ``"direct"`` (each rank reads exactly its plan slices from the
