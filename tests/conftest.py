@@ -7,13 +7,16 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
 import flexq
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
+
+if TYPE_CHECKING:
+    from flexq.formatkit import Format
 
 HERE = Path(__file__).parent
 EXAMPLE = HERE / "plugins" / "flexq-format-int8row" / "src" / "flexq_int8row" / "__init__.py"
@@ -43,14 +46,20 @@ def import_source(name: str, path: Path) -> ModuleType:
 
 
 def example_module() -> ModuleType:
-    """The plugin-guide example format, imported from its source tree."""
+    """The plugin-guide example format's module, imported from its source tree."""
     return import_source("flexq_int8row", EXAMPLE)
+
+
+def example_plugin() -> Format[Any]:
+    """The plugin-guide example format: its one :class:`flexq.formatkit.Format` object."""
+    plugin: Format[Any] = example_module().plugin
+    return plugin
 
 
 @pytest.fixture
 def int8row() -> Iterator[str]:
     """The example int8row format registered at run time."""
-    name = flexq.register_format(example_module(), name="int8row")
+    name = flexq.register_format(example_plugin())
     try:
         yield name
     finally:
@@ -90,7 +99,7 @@ def format_ckpt(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tupl
     """(format name, checkpoint) of the tiny model in each format, written by its encoder."""
     name: str = request.param
     if name == "int8row":
-        flexq.register_format(example_module(), name="int8row")
+        flexq.register_format(example_plugin())
     try:
         path = tmp_path / name
         path.mkdir()

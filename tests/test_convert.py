@@ -16,7 +16,7 @@ import pytest
 from safetensors.paddle import load_file
 
 import flexq
-from flexq.cli.convert import convert
+from flexq.cli.convert import MARKER, convert
 
 from .conftest import NORM
 
@@ -71,25 +71,83 @@ def test_config_loses_its_quantization_section_and_small_files_are_copied(
     assert proc.stdout.startswith("wrote 7 tensors")
 
 
-def test_existing_dst_needs_force(format_ckpt: tuple[str, Path], tmp_path: Path) -> None:
+def test_existing_dst_needs_force_and_a_marker(
+    format_ckpt: tuple[str, Path], tmp_path: Path
+) -> None:
     name, ckpt = format_ckpt
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep").write_text("x")
+    convert(ckpt, out, formats=[name])
+    assert (out / MARKER).is_file()
+    (out / "stale").write_text("x")
     with pytest.raises(flexq.FlexqError, match="exists; pass --force"):
         convert(ckpt, out, formats=[name])
-    assert (out / "keep").read_text() == "x"
-    convert(ckpt, out, formats=[name], force=True)
-    assert not (out / "keep").exists()
+    assert (out / "stale").read_text() == "x"
+    convert(ckpt, out, formats=[name], force=True)  # an earlier output: replaced
+    assert not (out / "stale").exists()
     assert (out / "model.safetensors").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_output_inside_the_checkpoint_is_refused(format_ckpt: tuple[str, Path]) -> None:
+def test_force_never_replaces_a_directory_convert_did_not_write(
+    format_ckpt: tuple[str, Path], tmp_path: Path
+) -> None:
     name, ckpt = format_ckpt
-    before = sorted(os.listdir(ckpt))
-    with pytest.raises(flexq.FlexqError, match="may not be inside the checkpoint"):
-        convert(ckpt, ckpt / "plain", formats=[name])
-    assert sorted(os.listdir(ckpt)) == before
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    with pytest.raises(flexq.FlexqError, match="was not written by flexq convert"):
+        convert(ckpt, out, formats=[name], force=True)
+    assert sorted(os.listdir(out)) == ["keep"]
+
+
+def test_an_empty_dst_is_used_without_force(format_ckpt: tuple[str, Path], tmp_path: Path) -> None:
+    name, ckpt = format_ckpt
+    (tmp_path / "empty").mkdir()
+    convert(ckpt, tmp_path / "empty", formats=[name])
+    assert (tmp_path / "empty" / "model.safetensors").exists()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        (".", "DST is the checkpoint itself"),
+        ("plain", "DST is inside the checkpoint"),
+        ("sub/plain", "DST is inside the checkpoint"),
+        ("..", "DST contains the checkpoint"),
+        ("../..", "DST contains the checkpoint"),
+    ],
+)
+@pytest.mark.parametrize("force", [False, True])
+def test_a_dst_that_is_holds_or_lies_inside_src_is_refused(
+    tmp_path: Path, where: str, message: str, force: bool
+) -> None:
+    ckpt = plain_ckpt(tmp_path / "a" / "src")
+    (tmp_path / "a" / "neighbour.txt").write_text("unrelated")
+    before = _tree(tmp_path)
+    with pytest.raises(flexq.FlexqError, match=message):
+        convert(ckpt, ckpt / where, force=force)
+    assert _tree(tmp_path) == before
+
+
+def plain_ckpt(path: Path) -> Path:
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    return flexq.save_checkpoint(path, {"w": flexq.RawTensor.of(values)}, config={"a": 1})
+
+
+def test_convert_src_parent_of_src_force_refuses_and_leaves_everything(tmp_path: Path) -> None:
+    """The reported case: `flexq convert SRC PARENT_OF_SRC --force` deleted SRC and a neighbour."""
+    ckpt = plain_ckpt(tmp_path / "src")
+    (tmp_path / "neighbour.txt").write_text("unrelated")
+    before = _tree(tmp_path)
+    proc = flexq_cli("convert", str(ckpt), str(tmp_path), "--force")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "DST contains the checkpoint" in proc.stderr
+    assert _tree(ckpt.parent) == before
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
@@ -141,3 +199,129 @@ def test_a_killed_convert_leaves_no_dst_and_the_next_one_cleans_up(tmp_path: Pat
     assert report.shards == 400
     first = load_file(str(out / "model-00001-of-00400.safetensors"))
     np.testing.assert_array_equal(first["t000"].numpy(), many["t000"].data)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sigint_and_sigterm_print_one_line_remove_the_temp_directory_and_exit(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    rng = np.random.default_rng(2)
+    many = {
+        f"t{i:03d}": flexq.RawTensor.of(rng.standard_normal((64, 64)).astype(np.float32))
+        for i in range(400)
+    }
+    src = flexq.save_checkpoint(tmp_path / "src", many)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "flexq.cli", "convert", str(src), str(out)]
+    proc = subprocess.Popen([*cmd, "--max-shard-size", "20KB"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        tmp_dirs = list(tmp_path.glob(".out.flexq-tmp-*"))
+        if tmp_dirs and len(list(tmp_dirs[0].glob("*.safetensors"))) >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "convert finished before it could be interrupted"
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert err.splitlines() == [f"flexq: interrupted by {sig.name}; the partial output was removed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_only_checkpoint_companions_are_copied(tmp_path: Path) -> None:
+    src = plain_ckpt(tmp_path / "src")
+    companions = [
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "tokenizer.model",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+        "vocab.json",
+        "merges.txt",
+        "LICENSE",
+    ]
+    others = ["pytorch_model.bin", "model.pt", "README.md", "training_args.bin"]
+    for name in companions + others:
+        (src / name).write_bytes(name.encode())
+    (src / "original").mkdir()
+    (src / "original" / "consolidated.00.pth").write_bytes(b"weights")
+    report = convert(src, tmp_path / "out")
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [MARKER, "config.json", "model.safetensors", *companions]
+    )
+    for name in companions:
+        assert (out / name).read_bytes() == name.encode()
+    assert sorted(report.skipped) == sorted(others)
+
+
+def test_output_files_get_the_umasks_permissions(tmp_path: Path) -> None:
+    src = plain_ckpt(tmp_path / "src")
+    (src / "tokenizer.json").write_text("{}")
+    old = os.umask(0o027)
+    try:
+        convert(src, tmp_path / "out", max_shard_bytes=20)
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert set(modes.values()) == {0o640}, modes
+
+
+def test_float_tensors_keep_their_own_dtype_unless_dtype_is_given(tmp_path: Path) -> None:
+    values = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    src = flexq.save_checkpoint(
+        tmp_path / "src",
+        {
+            "h": flexq.RawTensor.of(values.astype(np.float16)),
+            "f": flexq.RawTensor.of(values),
+            "i": flexq.RawTensor.of(np.arange(4, dtype=np.int32)),
+        },
+        config={"torch_dtype": "float16"},
+    )
+    convert(src, tmp_path / "own")
+    own = load_file(str(tmp_path / "own" / "model.safetensors"))
+    assert {k: str(v.dtype) for k, v in own.items()} == {
+        "h": "paddle.float16",
+        "f": "paddle.float32",
+        "i": "paddle.int32",
+    }
+    assert json.loads((tmp_path / "own" / "config.json").read_text())["torch_dtype"] == "float16"
+    convert(src, tmp_path / "bf16", dtype="bfloat16")
+    bf16 = load_file(str(tmp_path / "bf16" / "model.safetensors"))
+    assert {str(v.dtype) for k, v in bf16.items() if k != "i"} == {"paddle.bfloat16"}
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+
+
+def test_awq_converts_to_float16_by_default(tmp_path: Path) -> None:
+    if flexq.plugin.manager.registry.info("int4-awq") is None:
+        pytest.fail(
+            "flexq-format-int4-awq is not installed (pip install -e packages/format-int4-awq)"
+        )
+    from flexq.cli.demo import hf_weights
+
+    linear, other = hf_weights()
+    src = tmp_path / "awq"
+    src.mkdir()
+    flexq.plugin.manager.registry.encode(
+        "int4-awq", src, linear, {k: flexq.RawTensor.of(v) for k, v in other.items()}
+    )
+    convert(src, tmp_path / "out")
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert str(out["model.layers.0.mlp.down_proj.weight"].dtype) == "paddle.float16"
+
+
+def test_an_old_output_moved_aside_by_a_killed_convert_is_put_back(tmp_path: Path) -> None:
+    from flexq.cli.convert import _remove_stale
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    src = plain_ckpt(tmp_path / "src")
+    out = tmp_path / "out"
+    convert(src, out)
+    old = tmp_path / f".out.flexq-old-{dead.pid}"
+    out.rename(old)  # where a convert killed between its two renames leaves it
+    (tmp_path / f".out.flexq-tmp-{dead.pid}").mkdir()
+    _remove_stale(out)
+    assert (out / MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from types import ModuleType
+from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import flexq
 from flexq.cli import demo, main
+from flexq.formatkit import Format
 
 from .conftest import example_module
 
@@ -63,24 +65,22 @@ def test_a_format_drifting_past_its_tolerance_fails_the_demo(
 ) -> None:
     module = example_module()
 
-    @flexq.hookimpl
-    def flexq_encode(directory: object, weights: object, others: object) -> float:
-        module.flexq_encode(directory, weights, others)
+    def encode(
+        directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, flexq.RawTensor]
+    ) -> float:
+        module.encode(directory, weights, others)
         return 1.5  # no quantized model reaches this cosine
 
-    hooks = (
-        "quant_methods",
-        "logical_metadata",
-        "recognized_keys",
-        "source_keys",
-        "read_plan",
-        "apply",
+    overpromising = Format(
+        "overpromising",
+        "int8row with an impossible tolerance.",
+        methods=module.plugin.methods,
+        analyze=module.analyze,
+        plan=module.local_plan,
+        decode=module.dequantize,
+        encode=encode,
     )
-    overpromising = ModuleType("overpromising", "int8row with an impossible tolerance.")
-    overpromising.flexq_encode = flexq_encode  # type: ignore[attr-defined]
-    for h in hooks:
-        setattr(overpromising, f"flexq_{h}", getattr(module, f"flexq_{h}"))
-    flexq.register_format(overpromising, name="overpromising")
+    flexq.register_format(overpromising)
     try:
         assert main(["demo"]) == 1
     finally:

@@ -58,7 +58,7 @@ def listed(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
 
 def test_installed_plugin_is_listed_with_its_distribution_and_version(site: Path) -> None:
     row = listed(flexq_cli(site, "list-formats", "--json"))["int8row"]
-    assert row["version"] == "0.3.0"
+    assert row["version"] == "0.4.0"
     assert row["distribution"] == "flexq-format-int8row"
     assert row["source"] == "entry point"
     assert row["description"].startswith("int8 weights with one float32 scale per row")

@@ -156,8 +156,14 @@ def test_config_that_is_not_json_is_an_error(tmp_path: Path) -> None:
 
 
 def test_not_a_directory_and_empty_directory(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="not a checkpoint directory"):
+    with pytest.raises(CheckpointError, match="nope: no such directory"):
         flexq.Checkpoint(tmp_path / "nope")
+    path = make(tmp_path / "c")
+    with pytest.raises(CheckpointError, match="is a file; pass the checkpoint directory"):
+        flexq.Checkpoint(path / "model.safetensors")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(CheckpointError, match="notes.txt: not a directory"):
+        flexq.Checkpoint(tmp_path / "notes.txt")
     with pytest.raises(CheckpointError, match="no \\*.safetensors"):
         flexq.Checkpoint(tmp_path)
 

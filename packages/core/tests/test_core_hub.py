@@ -172,8 +172,14 @@ def test_an_existing_directory_wins_over_a_repo_id(
 
 def test_a_path_that_is_neither_is_not_a_checkpoint_directory(cache: Path, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    for path in (tmp_path / "nope", tmp_path / "file", "a/b/c", "no-slash"):
-        with pytest.raises(CheckpointError, match="not a checkpoint directory"):
+    cases: dict[str | Path, str] = {
+        tmp_path / "nope": "no such directory",
+        tmp_path / "file": "not a directory",
+        "a/b/c": "no such directory",
+        "no-slash": "no such directory",
+    }
+    for path, message in cases.items():
+        with pytest.raises(CheckpointError, match=message):
             resolve(path)
 
 

@@ -32,17 +32,17 @@ def _cases() -> dict[str, tuple[Fp8Layout, np.ndarray, np.ndarray]]:
     block_grid = (-(-out // 128), -(-inp // 128))
     return {
         "block128_f32": (
-            Fp8Layout("w", "s", "F32", SHAPE, (128, 128), block_grid),
+            Fp8Layout("w", "s", "F32", SHAPE, (128, 128), block_grid, "float32"),
             codes,
             rng.uniform(1e-4, 1e-2, block_grid).astype(np.float32),
         ),
         "channel_f32": (
-            Fp8Layout("w", "s", "F32", SHAPE, (1, inp), (out, 1)),
+            Fp8Layout("w", "s", "F32", SHAPE, (1, inp), (out, 1), "float32"),
             codes,
             rng.uniform(1e-4, 1e-2, (out, 1)).astype(np.float32),
         ),
         "tensor_f32": (
-            Fp8Layout("w", "s", "F32", SHAPE, SHAPE, ()),
+            Fp8Layout("w", "s", "F32", SHAPE, SHAPE, (), "float32"),
             codes,
             np.array(3e-3, np.float32),
         ),

@@ -99,7 +99,7 @@ def test_per_tensor_scale_is_accepted_under_a_block_config(tmp_path: Path) -> No
         {"a.weight": f8(300, 260), "a.weight_scale": f32(value=2.0)},
         {"quant_method": "fp8", "weight_block_size": [128, 128]},
     )
-    assert analyze(flexq.Checkpoint(tmp_path)).layouts["a.weight"].block == (300, 260)
+    assert analyze(flexq.Checkpoint(tmp_path)).tensors["a.weight"].block == (300, 260)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +210,7 @@ def test_nvfp4_style_f8_scale_is_not_taken_for_a_weight(tmp_path: Path) -> None:
     save(tmp_path, tensors)
     ckpt = flexq.Checkpoint(tmp_path)
     found = analyze(ckpt)
-    assert found.layouts == {}
+    assert found.tensors == {}
     assert found.recognized == frozenset()
     problems = flexq.compose(ckpt, formats=["fp8"], strict=False).problems
     assert problems == [
@@ -255,9 +255,9 @@ def test_apply_rejects_sources_of_the_wrong_shape(tmp_path: Path) -> None:
 
 def test_logical_key_of_another_format_is_refused(tmp_path: Path) -> None:
     save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32()})
-    from flexq_fp8 import plugin
+    from flexq_fp8.plugin import plugin
 
-    with pytest.raises(FormatError, match=r"'b\.weight' is not an FP8 weight"):
+    with pytest.raises(FormatError, match=r"'b\.weight' is not a tensor of format 'fp8'"):
         plugin.flexq_source_keys(flexq.Checkpoint(tmp_path), "b.weight")
 
 

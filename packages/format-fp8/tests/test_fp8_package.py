@@ -6,12 +6,12 @@ from importlib.metadata import entry_points, version
 
 import flexq
 import flexq_fp8
-from flexq_fp8 import plugin
+from flexq_fp8.plugin import plugin
 
 
-def test_entry_point_fp8_resolves_to_the_plugin_module() -> None:
+def test_entry_point_fp8_resolves_to_the_plugin_object() -> None:
     (ep,) = [e for e in entry_points(group="flexq") if e.name == "fp8"]
-    assert ep.value == "flexq_fp8.plugin"
+    assert ep.value == "flexq_fp8.plugin:plugin"
     assert ep.load() is plugin
     assert ep.dist is not None
     assert ep.dist.name == "flexq-format-fp8"

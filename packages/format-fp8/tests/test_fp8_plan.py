@@ -230,7 +230,7 @@ def test_large_block_boxes_match_the_reference_through_every_row_segment(
     shape, block = (1000, 600), (128, 128)
     codes = make_codes(rng, shape)
     scale = make_scale(rng, (8, 5), "F32")
-    layout = Fp8Layout("w", "w_scale_inv", "F32", shape, block, (8, 5))
+    layout = Fp8Layout("w", "w_scale_inv", "F32", shape, block, (8, 5), "float32")
     grid_offset, grid_shape = layout.grid_cover(offset, size)
     s_off, s_shape = layout.scale_box(grid_offset, grid_shape)
     box = tuple(slice(o, o + n) for o, n in zip(offset, size, strict=True))

@@ -9,9 +9,9 @@ import flexq_int4_awq
 import flexq_int4_awq.plugin
 
 
-def test_entry_point_int4_awq_resolves_to_the_plugin_module() -> None:
+def test_entry_point_int4_awq_resolves_to_the_plugin_object() -> None:
     (ep,) = [e for e in entry_points(group="flexq") if e.name == "int4-awq"]
-    assert ep.load() is flexq_int4_awq.plugin
+    assert ep.load() is flexq_int4_awq.plugin.plugin
     assert ep.dist is not None
     assert ep.dist.name == "flexq-format-int4-awq"
 
@@ -31,5 +31,5 @@ def test_plugin_implements_every_hook() -> None:
         "flexq_read_plan",
         "flexq_apply",
     ):
-        assert callable(getattr(flexq_int4_awq.plugin, hook))
+        assert callable(getattr(flexq_int4_awq.plugin.plugin, hook))
         assert flexq.plugin.manager.registry.implements("int4-awq", hook)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
+import flexq_mxfp4.plugin
 from flexq import FormatError
 
 FORMATS = ["mxfp4"]
@@ -27,10 +28,10 @@ def experts() -> dict[str, flexq.RawTensor]:
     return {EXPERTS + "_blocks": u8(2, 4, 3, 16), EXPERTS + "_scales": u8(2, 4, 3)}
 
 
-def test_entry_point_resolves_to_the_plugin_module() -> None:
+def test_entry_point_resolves_to_the_plugin_object() -> None:
     (ep,) = [e for e in entry_points(group="flexq") if e.name == "mxfp4"]
-    module = ep.load()
-    assert module.__name__ == "flexq_mxfp4.plugin"
+    assert ep.value == "flexq_mxfp4.plugin:plugin"
+    assert ep.load() is flexq_mxfp4.plugin.plugin
     info = {i.name: i for i in flexq.list_formats()}["mxfp4"]
     assert info.distribution == "flexq-format-mxfp4"
     assert info.description.startswith("OCP MXFP4")

@@ -4,7 +4,7 @@ Written once against :mod:`flexq.formatkit`, so the same code runs on numpy arra
 (CPU reads) and on Paddle tensors on their device (only the uint8 codes and the
 small scale grid cross the bus). Every step is exact: table lookups, repeats,
 slices and one float32 product per element; the core then rounds once to the
-output dtype. :func:`apply` serves :func:`flexq_fp8.plugin.flexq_apply`;
+output dtype. :func:`apply` is the format's decode (:data:`flexq_fp8.plugin.plugin`);
 :func:`dequantize` is the math (also timed by the bench).
 """
 
@@ -35,17 +35,13 @@ def apply(
 ) -> Any:
     """The ``plan.target`` box of ``layout``'s weight from the planned sources, as float32.
 
-    Checks that the sources are the boxes the plan named (the core has checked the
-    scales the plan declares for non-finite values).
+    Checks that the sources are the boxes the plan named (the kit's
+    :class:`flexq.formatkit.Format` has checked that both are there, the core
+    that the scales the plan declares are finite).
 
-    :raises FormatError: on a missing source or a source box of the wrong shape.
+    :raises FormatError: on a source box of the wrong shape.
     """
     key = layout.weight_key
-    missing = [k for k in (key, layout.scale_key) if k not in sources]
-    if missing:
-        raise FormatError(
-            f"{ckpt.path}: dequantizing {key!r} needs {missing} (format {FORMAT_NAME})"
-        )
     weight, scale = sources[key], sources[layout.scale_key]
     target = plan.target
     grid_box = layout.grid_cover(target.global_offset, target.local_shape)

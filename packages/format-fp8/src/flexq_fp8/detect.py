@@ -21,10 +21,8 @@ Rules (each pinned by a test):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
 from flexq_fp8.config import FORMAT_NAME, Fp8Config, read_config
 from flexq_fp8.layout import Fp8Layout, infer_block
 
@@ -37,27 +35,15 @@ SCALE_SUFFIXES = ("_scale_inv", "_scale")
 _PLAIN_WEIGHT_DTYPES = frozenset({"BF16", "F16", "F32", WEIGHT_DTYPE})
 
 
-@dataclass(frozen=True)
-class Fp8Analysis:
-    """Everything the format knows about one checkpoint.
-
-    :ivar layouts: logical key (= weight key) -> layout.
-    :ivar recognized: physical keys that are FP8 components, used or orphaned.
-    :ivar dtype: natural dtype of the logical weights (config's ``torch_dtype``).
-    """
-
-    layouts: dict[str, Fp8Layout]
-    recognized: frozenset[str]
-    dtype: str
-
-
 @per_checkpoint
-def analyze(ckpt: Checkpoint) -> Fp8Analysis:
-    """The FP8 weights of ``ckpt`` (memoized per checkpoint object).
+def analyze(ckpt: Checkpoint) -> Analysis[Fp8Layout]:
+    """The FP8 weights of ``ckpt`` (memoized per checkpoint object): logical key
+    (= weight key) -> layout, and every FP8 component, used or orphaned.
 
     :raises FormatError: on an F8 weight without a usable scale.
     """
     config = read_config(ckpt)
+    dtype = natural_dtype(ckpt)
     layouts: dict[str, Fp8Layout] = {}
     for key, info in ckpt.tensors.items():
         if info.dtype != WEIGHT_DTYPE or is_scale_name(key):
@@ -69,23 +55,13 @@ def analyze(ckpt: Checkpoint) -> Fp8Analysis:
                 f"{where} is {WEIGHT_DTYPE}, but quantization_config.{hit[0]} lists "
                 f"{hit[1]!r} as unquantized (format {FORMAT_NAME})"
             )
-        layouts[key] = _layout(ckpt, key, config, where)
+        layouts[key] = _layout(ckpt, key, config, dtype, where)
     used = {lay.scale_key for lay in layouts.values()}
     packed = _modules_with_packed_weights(ckpt)
     orphans = {
         k for k in ckpt.tensors if k not in used and _is_orphan_scale(ckpt, k, config, packed)
     }
-    return Fp8Analysis(layouts, frozenset(used | orphans), natural_dtype(ckpt))
-
-
-def layout_of(ckpt: Checkpoint, logical_key: str) -> Fp8Layout:
-    """The layout of a logical key this format claimed."""
-    try:
-        return analyze(ckpt).layouts[logical_key]
-    except KeyError:
-        raise FormatError(
-            f"{ckpt.path}: {logical_key!r} is not an FP8 weight (format {FORMAT_NAME})"
-        ) from None
+    return Analysis(layouts, frozenset(used | orphans))
 
 
 def is_scale_name(key: str) -> bool:
@@ -93,7 +69,7 @@ def is_scale_name(key: str) -> bool:
     return "scale" in key.rsplit(".", 1)[-1]
 
 
-def _layout(ckpt: Checkpoint, key: str, config: Fp8Config, where: str) -> Fp8Layout:
+def _layout(ckpt: Checkpoint, key: str, config: Fp8Config, dtype: str, where: str) -> Fp8Layout:
     info = ckpt.tensors[key]
     scales = [key + s for s in SCALE_SUFFIXES if key + s in ckpt.tensors]
     if not scales:
@@ -120,7 +96,7 @@ def _layout(ckpt: Checkpoint, key: str, config: Fp8Config, where: str) -> Fp8Lay
             f"{', '.join(sorted(SCALE_DTYPES))} (format {FORMAT_NAME})"
         )
     block = infer_block(info.shape, sinfo.shape, config.candidates, swhere)
-    return Fp8Layout(key, sinfo.key, sinfo.dtype, info.shape, block, sinfo.shape)
+    return Fp8Layout(key, sinfo.key, sinfo.dtype, info.shape, block, sinfo.shape, dtype)
 
 
 def _modules_with_packed_weights(ckpt: Checkpoint) -> set[str]:

@@ -1,11 +1,12 @@
 """FP8 E4M3 encoder: float32 weights -> F8_E4M3 codes plus scales, and whole checkpoints.
 
-For tests, the demo (``flexq_encode``) and users who want an FP8 checkpoint
-from float weights. The element encoder is exact round-to-nearest-even with
-subnormals (the same bytes torch and ml_dtypes produce); :func:`quantize`
-clamps to +-448 first, as every producer does, so no NaN appears for finite
-inputs. :func:`save_fp8_checkpoint` writes the ``quantization_config`` the
-chosen producer would write, so the checkpoint looks like a published one.
+For tests, the demo (:func:`encode`, the format's ``flexq_encode``) and users
+who want an FP8 checkpoint from float weights. The element encoder is exact
+round-to-nearest-even with subnormals (the same bytes torch and ml_dtypes
+produce); :func:`quantize` clamps to +-448 first, as every producer does, so no
+NaN appears for finite inputs. :func:`save_fp8_checkpoint` writes the
+``quantization_config`` the chosen producer would write, so the checkpoint looks
+like a published one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from flexq.formatkit.rounding import bfloat16_bits_to_float32, float32_to_bfloat
 from flexq_fp8.layout import DEFAULT_BLOCK
 
 E4M3_MAX = 448.0
+#: Smallest logits cosine similarity promised for a model loaded from block-FP8
+#: weights (E4M3 keeps 3 mantissa bits: relative error <= 2^-4 per weight).
+MIN_LOGITS_COSINE = 0.99
 #: Smallest normal E4M3 magnitude; below it values are multiples of 2^-9.
 _MIN_NORMAL = np.float32(2.0**-6)
 
@@ -213,6 +217,17 @@ def save_fp8_checkpoint(
     return save_checkpoint(
         directory, tensors, config=config, shard_of=shard_of, max_shard_bytes=max_shard_bytes
     )
+
+
+def encode(
+    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+) -> float:
+    """The format's ``flexq_encode``: block-FP8 ``weights`` and ``others`` in ``directory``.
+
+    :return: :data:`MIN_LOGITS_COSINE`, the logits cosine the checkpoint promises.
+    """
+    save_fp8_checkpoint(directory, weights, layout="block", others=others)
+    return MIN_LOGITS_COSINE
 
 
 def quantization_config(

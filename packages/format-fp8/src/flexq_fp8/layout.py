@@ -38,6 +38,7 @@ class Fp8Layout:
     :ivar shape: shape of the weight and of the logical tensor.
     :ivar block: block edge per dimension (``ceil(shape / block)`` is the grid).
     :ivar scale_shape: the scale tensor's stored shape.
+    :ivar dtype: natural dtype of the logical weight (the model's ``torch_dtype``).
     """
 
     weight_key: str
@@ -46,6 +47,12 @@ class Fp8Layout:
     shape: tuple[int, ...]
     block: tuple[int, ...]
     scale_shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def sources(self) -> tuple[str, str]:
+        """The two physical tensors: the F8 weight, then its scale."""
+        return self.weight_key, self.scale_key
 
     @property
     def grid(self) -> tuple[int, ...]:

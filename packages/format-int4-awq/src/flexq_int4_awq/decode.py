@@ -1,6 +1,6 @@
 """The AWQ dequantization, written once for numpy arrays and Paddle tensors.
 
-:func:`dequantize` serves the plugin's ``flexq_apply``. For a box of the logical [out, in]
+:func:`dequantize` is the format's decode (``flexq_apply``). For a box of the logical [out, in]
 weight: W[o, i] = (q[o, i] - z[o, i // g]) * s[o, i // g], computed in float32.
 Every step is exact (4-bit codes and zeros are small integers, their
 difference times an F16/BF16 scale fits float32's mantissa), so the numpy and
@@ -30,19 +30,25 @@ from flexq.formatkit import (
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
 if TYPE_CHECKING:
-    from flexq import ReadPlan
+    from flexq import Checkpoint, ReadPlan
 
 #: bits per AWQ code.
 BITS = 4
 
 
 def dequantize(
-    linear: AwqLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
+    ckpt: Checkpoint,
+    linear: AwqLinear,
+    sources: Mapping[str, Any],
+    plan: ReadPlan,
+    out: Any = None,
 ) -> Any:
     """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
 
     ``out`` (a C-contiguous numpy float32 array of the box) is filled when the
-    box is exactly the planned words and whole groups, the usual case.
+    box is exactly the planned words and whole groups, the usual case. ``ckpt``
+    is the kit's decode signature (:class:`flexq.formatkit.Format`); the math
+    has nothing to refuse once :mod:`flexq_int4_awq.detect` has checked the shapes.
     """
     qw, qz, sc = sources[linear.qweight], sources[linear.qzeros], sources[linear.scales]
     ops = ops_for(qw)

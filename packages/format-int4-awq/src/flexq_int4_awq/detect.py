@@ -9,31 +9,17 @@ its ``X.qzeros`` and ``X.scales`` is one linear (:class:`AwqLinear`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import per_checkpoint
+from flexq.formatkit import Analysis, per_checkpoint
 from flexq_int4_awq.config import FORMAT_NAME, AwqConfig, read_config
 from flexq_int4_awq.layout import COMPONENTS, PACK, SCALE_DTYPES, AwqLinear, gemv_zeros_width
 
 
-@dataclass(frozen=True)
-class AwqAnalysis:
-    """Everything the hooks need about one AWQ checkpoint.
-
-    :ivar layouts: logical key (``X.weight``) -> its linear.
-    :ivar recognized: every physical key that is an AWQ component, used or not.
-    """
-
-    config: AwqConfig
-    layouts: Mapping[str, AwqLinear]
-    recognized: frozenset[str]
-
-
 @per_checkpoint
-def analyze(ckpt: Checkpoint) -> AwqAnalysis | None:
-    """The AWQ linears of ``ckpt``, or None when its config does not say ``quant_method: awq``.
+def analyze(ckpt: Checkpoint) -> Analysis[AwqLinear] | None:
+    """The AWQ linears of ``ckpt`` (logical key ``X.weight`` -> its linear, and every
+    physical key that is an AWQ component, used or not), or None when its config does
+    not say ``quant_method: awq``.
 
     :raises FormatError: on an unsupported config or a broken linear.
     """
@@ -56,21 +42,7 @@ def analyze(ckpt: Checkpoint) -> AwqAnalysis | None:
             f"but no tensor is an AWQ '<module>.qweight' (tensor dtypes: {dtypes}) "
             f"(format {FORMAT_NAME!r})"
         )
-    return AwqAnalysis(config, layouts, recognized)
-
-
-def layout_of(ckpt: Checkpoint, logical_key: str) -> AwqLinear:
-    """The linear of a logical key this format claimed.
-
-    :raises FormatError: for any other key.
-    """
-    found = analyze(ckpt)
-    linear = found.layouts.get(logical_key) if found else None
-    if linear is None:
-        raise FormatError(
-            f"{ckpt.path}: {logical_key!r} is not an AWQ weight (format {FORMAT_NAME!r})"
-        )
-    return linear
+    return Analysis(layouts, recognized)
 
 
 def _linear(ckpt: Checkpoint, config: AwqConfig, prefix: str) -> AwqLinear:

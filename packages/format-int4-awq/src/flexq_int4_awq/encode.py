@@ -1,6 +1,6 @@
 """Quantize float32 [out, in] weights into AutoAWQ's INT4 checkpoint tensors.
 
-For tests, the demo (``flexq_encode``, through :func:`save_awq_checkpoint`)
+For tests, the demo (:func:`encode`, the format's ``flexq_encode``)
 and ``flexq convert`` style tools: produces exactly the
 tensors AutoAWQ's ``WQLinear_GEMM`` / ``WQLinear_GEMV`` store, with the math of
 AutoAWQ's ``pseudo_quantize_tensor`` (zero-point mode), per group of
@@ -26,6 +26,12 @@ import numpy as np
 
 from flexq import RawTensor, save_checkpoint
 from flexq_int4_awq.layout import PACK, gemv_zeros_width, slots_for
+
+#: Smallest logits cosine similarity promised for a model loaded from INT4 AWQ
+#: weights with groups of 32 (16 levels per group: the coarsest of the formats).
+MIN_LOGITS_COSINE = 0.95
+#: The group size :func:`encode` writes.
+DEMO_GROUP_SIZE = 32
 
 
 def quantize(
@@ -140,3 +146,15 @@ def save_awq_checkpoint(
         tensors.update(quantize(w, group_size, version, prefix=key.removesuffix(".weight")))
     config = {"quantization_config": quantization_config(group_size, version)}
     return save_checkpoint(directory, tensors, config=config)
+
+
+def encode(
+    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+) -> float:
+    """The format's ``flexq_encode``: ``weights`` (GEMM, groups of :data:`DEMO_GROUP_SIZE`)
+    and ``others`` in ``directory``.
+
+    :return: :data:`MIN_LOGITS_COSINE`, the logits cosine the checkpoint promises.
+    """
+    save_awq_checkpoint(directory, weights, DEMO_GROUP_SIZE, others=others)
+    return MIN_LOGITS_COSINE

@@ -78,8 +78,14 @@ class AwqLinear:
         return f"{self.prefix}.{COMPONENTS[2]}"
 
     @property
-    def sources(self) -> list[str]:
-        return [self.qweight, self.qzeros, self.scales]
+    def dtype(self) -> str:
+        """The logical weight's natural dtype: the scales' (AutoAWQ keeps them in the
+        model's dtype)."""
+        return SCALE_DTYPES[self.scale_dtype]
+
+    @property
+    def sources(self) -> tuple[str, str, str]:
+        return self.qweight, self.qzeros, self.scales
 
     @property
     def n_groups(self) -> int:

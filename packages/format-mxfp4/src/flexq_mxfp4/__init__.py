@@ -1,6 +1,6 @@
 """OCP MXFP4 (E2M1 elements, E8M0 scale per 32) as gpt-oss and compressed-tensors store it.
 
-The ``mxfp4`` flexq format: the hooks in :mod:`flexq_mxfp4.plugin`, found through
+The ``mxfp4`` flexq format: :data:`flexq_mxfp4.plugin.plugin`, found through
 the ``flexq`` entry point group; :func:`quantize` and :func:`save_mxfp4_checkpoint`
 write MXFP4 tensors and checkpoints, :func:`dequantize` decodes rows of blocks.
 """

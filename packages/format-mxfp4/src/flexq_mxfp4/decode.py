@@ -5,7 +5,7 @@ and every E8M0 scale is a float32, and their product is rounded once by the
 float32 multiply (it is exact except where it overflows to infinity, for
 scales above 2^125, or for values below 2^-149, which cannot occur). Scale
 0xFF is NaN, so its whole block is NaN; scale 0x00 is 2^-127, a float32
-subnormal, kept as is. :func:`apply` serves the plugin's ``flexq_apply``
+subnormal, kept as is. :func:`apply` is the format's decode (``flexq_apply``)
 (including the transpose of gpt-oss experts to [E, in, out]);
 :func:`dequantize` decodes rows of blocks in storage orientation.
 """

@@ -25,10 +25,8 @@ memoized with :func:`flexq.formatkit.per_checkpoint`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
 from flexq_mxfp4.config import CT_FORMAT, FORMAT_NAME, MxConfig, read_config
 from flexq_mxfp4.layout import (
     BLOCK_BYTES,
@@ -43,34 +41,22 @@ GPT_OSS_BLOCKS, GPT_OSS_SCALES = SUFFIXES["gpt-oss"]
 CT_PACKED, CT_SCALE = SUFFIXES["compressed-tensors"]
 
 
-@dataclass(frozen=True)
-class MxAnalysis:
-    """What this format found in one checkpoint.
-
-    :ivar layouts: logical key -> its components.
-    :ivar recognized: every physical key of this format, used or not (for orphan reports).
-    :ivar dtype: natural dtype of the logical tensors (the model's dtype, else bfloat16).
-    """
-
-    layouts: dict[str, MxTensor]
-    recognized: frozenset[str]
-    dtype: str
-
-
 @per_checkpoint
-def analyze(ckpt: Checkpoint) -> MxAnalysis:
-    """The MXFP4 tensors of ``ckpt`` (computed once per checkpoint).
+def analyze(ckpt: Checkpoint) -> Analysis[MxTensor]:
+    """The MXFP4 tensors of ``ckpt`` (computed once per checkpoint): logical key -> its
+    components, and every physical key of this format, used or not (for orphan reports).
 
     :raises FormatError: on blocks without scales, mismatched pairs, or pairs the
         config says are not quantized.
     """
     config = read_config(ckpt)
+    dtype = natural_dtype(ckpt)
     layouts: dict[str, MxTensor] = {}
     recognized: set[str] = set()
     for key, info in ckpt.tensors.items():
         if key.endswith(GPT_OSS_SCALES) and info.dtype in SCALE_DTYPES:
             recognized.add(key)
-        found = _gpt_oss_pair(ckpt, key, info) or _ct_pair(ckpt, key, info, config)
+        found = _gpt_oss_pair(ckpt, key, info, dtype) or _ct_pair(ckpt, key, info, config, dtype)
         if found is None:
             continue
         hit = config.ignored.match(found.key)
@@ -82,23 +68,10 @@ def analyze(ckpt: Checkpoint) -> MxAnalysis:
             )
         layouts[found.key] = found
         recognized.update((found.packed_key, found.scale_key))
-    return MxAnalysis(layouts, frozenset(recognized), natural_dtype(ckpt))
+    return Analysis(layouts, frozenset(recognized))
 
 
-def layout_of(ckpt: Checkpoint, logical_key: str) -> MxTensor:
-    """The components of a logical key this format claimed.
-
-    :raises FormatError: for any other key.
-    """
-    try:
-        return analyze(ckpt).layouts[logical_key]
-    except KeyError:
-        raise FormatError(
-            f"{ckpt.path}: format {FORMAT_NAME!r} has no logical tensor {logical_key!r}"
-        ) from None
-
-
-def _gpt_oss_pair(ckpt: Checkpoint, key: str, info: TensorInfo) -> MxTensor | None:
+def _gpt_oss_pair(ckpt: Checkpoint, key: str, info: TensorInfo, dtype: str) -> MxTensor | None:
     if not key.endswith(GPT_OSS_BLOCKS) or info.dtype not in PACKED_DTYPES:
         return None
     base = key.removesuffix(GPT_OSS_BLOCKS)
@@ -118,10 +91,12 @@ def _gpt_oss_pair(ckpt: Checkpoint, key: str, info: TensorInfo) -> MxTensor | No
             f"shape {scale.shape}; expected [..., G, {block_dim}] and [..., G]"
         )
     stored = (*info.shape[:-2], info.shape[-2] * 2 * BLOCK_BYTES)
-    return MxTensor(base, "gpt-oss", key, scale.key, stored, info.dtype)
+    return MxTensor(base, "gpt-oss", key, scale.key, stored, info.dtype, dtype)
 
 
-def _ct_pair(ckpt: Checkpoint, key: str, info: TensorInfo, config: MxConfig) -> MxTensor | None:
+def _ct_pair(
+    ckpt: Checkpoint, key: str, info: TensorInfo, config: MxConfig, dtype: str
+) -> MxTensor | None:
     if not key.endswith(CT_PACKED) or info.dtype not in PACKED_DTYPES:
         return None
     declared = config.ct_formats
@@ -145,4 +120,6 @@ def _ct_pair(ckpt: Checkpoint, key: str, info: TensorInfo, config: MxConfig) -> 
             f"{scale.key!r} in {scale.file} has shape {scale.shape}; expected "
             f"{(*info.shape[:-1], n_blocks(n))}"
         )
-    return MxTensor(base, "compressed-tensors", key, scale.key, (*info.shape[:-1], n), info.dtype)
+    return MxTensor(
+        base, "compressed-tensors", key, scale.key, (*info.shape[:-1], n), info.dtype, dtype
+    )

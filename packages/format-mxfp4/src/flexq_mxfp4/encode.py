@@ -1,6 +1,6 @@
 """The MXFP4 encoder: float arrays -> MXFP4 checkpoint tensors (gpt-oss or compressed-tensors).
 
-For tests, demos (``flexq_encode``, through :func:`save_mxfp4_checkpoint`) and
+For tests, demos (:func:`encode`, the format's ``flexq_encode``) and
 ``flexq convert``-style tools that need MXFP4 checkpoints.
 The rule is the OCP MX / torchao / microxcaling one: per block of 32 elements
 along the last axis, ``shared_exp = floor(log2(amax)) - 2`` clamped to
@@ -137,6 +137,23 @@ CT_MXFP4_CONFIG: dict[str, Any] = {
 }
 #: What gpt-oss writes (its attention, router, embeddings and head stay bfloat16).
 GPT_OSS_CONFIG: dict[str, Any] = {"quant_method": "mxfp4", "modules_to_not_convert": []}
+
+
+#: Smallest logits cosine similarity promised for a model loaded from MXFP4
+#: weights (E2M1 keeps one mantissa bit per element, one power-of-two per 32).
+MIN_LOGITS_COSINE = 0.90
+
+
+def encode(
+    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+) -> float:
+    """The format's ``flexq_encode``: ``weights`` and ``others`` in ``directory``, in
+    llm-compressor's layout (it stores nn.Linear's [out, in] weights as they are).
+
+    :return: :data:`MIN_LOGITS_COSINE`, the logits cosine the checkpoint promises.
+    """
+    save_mxfp4_checkpoint(directory, weights, layout="compressed-tensors", others=others)
+    return MIN_LOGITS_COSINE
 
 
 def save_mxfp4_checkpoint(

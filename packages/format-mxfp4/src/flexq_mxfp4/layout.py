@@ -55,6 +55,7 @@ class MxTensor:
     :ivar stored: the decoded shape in storage orientation, ``[..., n]``: the
         scales' lead dims, then the elements of the blocked axis.
     :ivar packed_dtype: safetensors dtype of ``packed_key`` (``U8`` or ``F4``).
+    :ivar dtype: natural dtype of the logical tensor (the model's dtype, else bfloat16).
     """
 
     key: str
@@ -63,6 +64,12 @@ class MxTensor:
     scale_key: str
     stored: tuple[int, ...]
     packed_dtype: str
+    dtype: str
+
+    @property
+    def sources(self) -> tuple[str, str]:
+        """The two physical tensors: the packed codes, then their scales."""
+        return self.packed_key, self.scale_key
 
     @property
     def transposed(self) -> bool:

@@ -1,4 +1,4 @@
-"""The rich console the ``flexq`` command prints its tables on."""
+"""Where the ``flexq`` command prints its tables (a rich console)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import sys
 
 from rich.console import Console
 
+#: Wide enough that a table never cuts a tensor name when piped (people grep this output).
+PIPE_WIDTH = 10_000
+
 
 def console() -> Console:
-    """Terminal width on a TTY; when piped, wide enough never to cut tensor names
-    (people grep this output)."""
-    return Console() if sys.stdout.isatty() else Console(width=240)
+    """The terminal's width on a TTY (long cells fold); when piped, no width limit."""
+    return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from flexq.errors import FlexqError
 from flexq.io.writer import RawTensor, save_checkpoint
 from flexq.load.api import load_state_dict
 from flexq.plugin.manager import registry
@@ -155,20 +157,32 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def run(workdir: Path | None = None) -> list[DemoRow]:
+def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
     """Write, load and compare the model in every installed format that can encode: a
-    PaddleFormers Llama when PaddleFormers is installed, this module's own model otherwise."""
+    PaddleFormers Llama when PaddleFormers is installed, this module's own model
+    otherwise (and always with ``keep``).
+
+    :param keep: write this module's checkpoints into this new (or empty) directory,
+        one subdirectory per format plus ``unquantized``, and leave them there.
+    """
     import paddle
 
     from flexq.cli import demo_paddleformers
 
-    if demo_paddleformers.available():
+    if keep is None and demo_paddleformers.available():
         return demo_paddleformers.run(workdir)
-
+    if keep is not None:
+        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+            raise FlexqError(f"{keep}: --keep needs a new or empty directory")
+        keep.mkdir(parents=True, exist_ok=True)
     linear, other = hf_weights()
     others = {k: RawTensor.of(v) for k, v in other.items()}
     tokens = paddle.to_tensor(np.random.default_rng(1).integers(0, VOCAB, (2, SEQ)))
-    with tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir) as tmp:
+    with (
+        nullcontext(str(keep))
+        if keep is not None
+        else tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir)
+    ) as tmp:
         base = save_checkpoint(
             Path(tmp) / "unquantized", {**others, **{k: RawTensor.of(v) for k, v in linear.items()}}
         )

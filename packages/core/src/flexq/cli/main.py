@@ -1,93 +1,138 @@
 """The ``flexq`` command: list-formats, inspect, convert, demo.
 
-Errors on bad input print one line on stderr and exit with code 2; ``--debug``
-shows the traceback instead.
+Each mistake prints one ``flexq: error: ...`` line on stderr and exits with
+code 2; ``--debug`` (accepted before or after the subcommand) shows the
+traceback and Paddle's own logs instead. SIGINT and SIGTERM print one line and
+exit with 130 and 143.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import os
+import signal
 import sys
 import warnings
-from dataclasses import asdict
-from typing import TYPE_CHECKING, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from rich.markup import escape
 from rich.table import Table
 
+from flexq import __version__
 from flexq.cli.console import console
 from flexq.cli.convert import FLOATS, convert, parse_size
+from flexq.cli.documents import (
+    format_list,
+    inspect_document,
+    unclaimed,
+    unclaimed_methods,
+)
 from flexq.compose import ComposedTransform, compose
-from flexq.errors import FlexqError
-from flexq.plugin.manager import list_formats
+from flexq.errors import FlexqError, PluginError
+from flexq.io.checkpoint import Checkpoint
+from flexq.load.quiet import quiet_paddle
+from flexq.plugin.manager import list_formats, registry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from types import FrameType
 
 EXIT_BAD_INPUT = 2
+#: The shell's exit codes for a process ended by a signal: 128 + the signal number.
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+PADDLE_INSTALL = (
+    "pip install paddlepaddle (CPU), or paddlepaddle-gpu from Paddle's own index "
+    "(see docs/user-guide.md#install)"
+)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived (a BaseException, so every cleanup path runs)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
+    for sig in EXIT_SIGNAL:
+        signal.signal(sig, signal.SIG_IGN)  # one line, one cleanup: later signals wait
+    raise Interrupted(signum)
+
+
+def warn(message: str) -> None:
+    """One ``flexq: warning: ...`` line on stderr."""
+    print(f"flexq: warning: {message}", file=sys.stderr)
+
+
+def _check_registry(formats: list[str] | None = None) -> None:
+    """A warning line per format that failed to load (when every installed format is in
+    use: one named in ``--formats`` is an error of its own); FLEXQ_FORMATS naming none is
+    an error."""
+    if registry.allow_error is not None:
+        raise PluginError(registry.allow_error)
+    if formats is not None:
+        return
+    for info in registry.broken():
+        warn(f"{info.error} (the other formats work; `flexq list-formats` shows it)")
+
+
+def _warn_unclaimed(ct: ComposedTransform) -> None:
+    keys = unclaimed(ct)
+    claimed = {m for n in ct.formats for m in registry.quant_methods(n)}
+    methods = unclaimed_methods(ct, claimed)
+    if methods:
+        warn(
+            f"--allow-unclaimed: {ct.checkpoint.path}: quantization method(s) "
+            f"{', '.join(methods)}, which no format in use decodes, pass(es) through as stored"
+        )
+    if keys:
+        names = ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
+        warn(
+            f"--allow-unclaimed: {len(keys)} tensor(s) that look quantized pass through as "
+            f"stored, not as weights: {names}"
+        )
 
 
 def _list_formats(args: argparse.Namespace) -> int:
+    _check_registry()
     rows = list_formats()
     if args.json:
-        print(json.dumps([asdict(r) for r in rows], indent=2))
+        print(format_list(rows).model_dump_json(indent=2))
         return 0
-    table = Table("name", "version", "distribution", "source", "description")
+    table = Table("name", "version", "distribution", "claims", "description")
     for r in rows:
-        cells = (r.name, r.version, r.distribution, r.source, r.error or r.description)
+        cells = (r.name, r.version, r.distribution, "\n".join(r.methods), r.error or r.description)
         table.add_row(*map(escape, cells))
     console().print(table)
     return 0
 
 
-def inspect_report(ct: ComposedTransform) -> dict[str, object]:
-    """What ``flexq inspect --json`` prints for a composed checkpoint."""
-    ckpt = ct.checkpoint
-    tensors = []
-    for key, e in sorted(ct.entries.items()):
-        comps = [
-            {
-                "key": s,
-                "dtype": ckpt.info(s).dtype,
-                "shape": list(ckpt.info(s).shape),
-                "file": ckpt.info(s).file,
-            }
-            for s in e.sources
-        ]
-        tensors.append(
-            {
-                "key": key,
-                "format": e.owner,
-                "shape": list(e.shape),
-                "dtype": e.dtype,
-                "components": comps,
-            }
-        )
-    return {
-        "path": str(ckpt.path),
-        "formats": ct.formats,
-        "tensors": tensors,
-        "problems": ct.problems,
-        "total_bytes": sum(t.nbytes for t in ckpt.tensors.values()),
-    }
-
-
 def _inspect(args: argparse.Namespace) -> int:
-    ct = compose(args.path, args.formats, strict=False)
-    report = inspect_report(ct)
+    _check_registry(args.formats)
+    ct = compose(args.path, args.formats, strict=False, allow_unclaimed=args.allow_unclaimed)
+    document = inspect_document(ct)
+    if args.allow_unclaimed:
+        _warn_unclaimed(ct)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(document.model_dump_json(indent=2))
     else:
-        table = Table("logical tensor", "format", "shape", "dtype", "components")
-        for t in ct.entries.values():
-            comps = "\n".join(f"{s} {ct.checkpoint.info(s).dtype}" for s in t.sources)
-            cells = (t.key, t.owner, str(list(t.shape)), t.dtype, comps)
-            table.add_row(*map(escape, cells))
         out = console()
+        table = Table(
+            "logical tensor", "format", "shape", "dtype",
+            "component", "component shape", "component dtype", "file",
+        )  # fmt: skip
+        for column in table.columns:
+            column.overflow = "fold"
+        for t in document.tensors:
+            for i, c in enumerate(t.components):
+                first = (t.key, t.format, str(t.shape), t.dtype) if i == 0 else ("",) * 4
+                cells = (*first, c.key, str(c.shape), c.dtype, c.file)
+                table.add_row(*map(escape, cells), end_section=i == len(t.components) - 1)
         out.print(table)
-        out.print(f"total bytes: {report['total_bytes']:,}")
+        out.print(f"total bytes: {document.total_bytes:,}")
         for p in ct.problems:
             out.print(f"problem: {p}", style="red", markup=False)
     if ct.problems:
@@ -96,56 +141,82 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _convert(args: argparse.Namespace) -> int:
-    progress = None
-    if sys.stderr.isatty():
+class _Bar:
+    """convert's progress as a rich bar on stderr: bytes written, rate, time left."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             DownloadColumn,
-            MofNCompleteColumn,
             Progress,
+            TaskID,
+            TimeRemainingColumn,
             TransferSpeedColumn,
         )
 
-        ct_total = len(compose(args.src, args.formats).entries)
-        bar = Progress(
-            "{task.description}", BarColumn(), MofNCompleteColumn(), DownloadColumn(),
-            TransferSpeedColumn(), transient=True,
-        )  # fmt: skip
-        task = bar.add_task("converting", total=ct_total)
-        bar.start()
+        self._progress = Progress(
+            "{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
+        self._task: TaskID | None = None
 
-        def progress(key: str, nbytes: int) -> None:
-            bar.update(task, advance=1, description=key[-40:])
+    def start(self, total_bytes: int, tensors: int) -> None:
+        self._task = self._progress.add_task(f"{tensors} tensors", total=total_bytes)
+        self._progress.start()
 
+    def advance(self, key: str, nbytes: int) -> None:
+        assert self._task is not None
+        self._progress.advance(self._task, nbytes)
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+
+def _convert(args: argparse.Namespace) -> int:
+    _check_registry(args.formats)
+    src = Checkpoint(args.src)  # composed twice (warnings first), read once
+    if args.allow_unclaimed:
+        _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
+    bar = _Bar() if sys.stderr.isatty() else None
     try:
         report = convert(
-            args.src,
+            src,
             args.dst,
             dtype=args.dtype,
             formats=args.formats,
             max_shard_bytes=parse_size(args.max_shard_size),
             force=args.force,
-            progress=progress,
+            allow_unclaimed=args.allow_unclaimed,
+            progress=bar,
         )
     finally:
-        if progress is not None:
+        if bar is not None:
             bar.stop()
+    if report.skipped:
+        names = ", ".join(report.skipped)
+        print(f"flexq: not copied (not checkpoint companions): {names}", file=sys.stderr)
     shards = f"{report.shards} shard(s)"
     print(f"wrote {report.tensors} tensors ({report.bytes:,} bytes) in {shards} to {args.dst}")
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
+    try:
+        import paddle  # noqa: F401 - the demo's models are Paddle models
+    except ModuleNotFoundError:
+        raise FlexqError(f"flexq demo needs PaddlePaddle, which is not installed: "
+                         f"{PADDLE_INSTALL}") from None  # fmt: skip
     from flexq.cli.demo import print_table, run
 
-    if not args.debug:
-        # Paddle's loader logs every file it opens at INFO (its handler is set on import).
-        from paddle.distributed.fleet.utils.log_util import logger
-
-        logger.setLevel(logging.WARNING)
-    rows = run()
+    rows = run(keep=args.keep)
     print_table(rows)
+    if args.keep is not None:
+        print(f"checkpoints kept in {args.keep}/ (one directory per format)")
     if not rows:
         print("flexq: no installed format can encode; install a format package", file=sys.stderr)
         return 1
@@ -170,34 +241,119 @@ def _one_line_warning(
     the command line; ``--debug`` shows them.
     """
     if issubclass(category, FlexqError):
-        print(f"flexq: warning: {message}", file=sys.stderr)
+        warn(str(message))
 
 
 def _formats_arg(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, unless there is none worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
+_FORMATS_HELP = (
+    "comma-separated format names to use (default: every installed format; "
+    "'' uses none, so every tensor passes through)"
+)
+_UNCLAIMED_HELP = (
+    "pass through tensors that look quantized but no installed format claims, as they "
+    "are stored (packed integers, scales), with a warning; their values are NOT weights"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flexq", description=__doc__.splitlines()[0])
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("list-formats", help="list installed quantization formats")
-    p.add_argument("--json", action="store_true")
+    """The ``flexq`` argument parser (its help is snapshot-tested)."""
+    debug = "show tracebacks, other libraries' warnings and Paddle's logs"
+    # Subcommands accept --debug too; SUPPRESS keeps them from resetting the main one.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug)
+    parser = argparse.ArgumentParser(
+        prog="flexq",
+        description="Inspect, convert and try quantized safetensors checkpoints for PaddlePaddle.",
+        epilog="Errors print one line on stderr and exit with 2. Docs: docs/cli.md",
+        formatter_class=_Help,
+    )
+    parser.add_argument("--debug", action="store_true", help=debug)
+    parser.add_argument("--version", action="version", version=f"flexq {__version__}")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these (flexq COMMAND --help shows its options):",
+    )
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=summary, description=description, formatter_class=_Help, parents=[common]
+        )
+
+    p = command(
+        "list-formats",
+        "list installed quantization formats",
+        "Installed and registered formats: version, distribution, the quant_method values "
+        "each decodes, and why a format failed to load.",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (docs/schema/list-formats.json)")
     p.set_defaults(func=_list_formats)
-    p = sub.add_parser("inspect", help="show the logical tensors of a checkpoint")
-    p.add_argument("path")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--formats", type=_formats_arg, default=None, help="comma-separated names")
+
+    p = command(
+        "inspect",
+        "show the logical tensors of a checkpoint",
+        "Each logical tensor with its format, shape and dtype, and the physical components "
+        "(shape, dtype, file) it is decoded from; problems; exit 2 when there are any. "
+        "Reads headers and config.json only.",
+    )
+    p.add_argument("path", metavar="PATH", help="checkpoint directory")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/schema/inspect.json)")
+    p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
+    p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
     p.set_defaults(func=_inspect)
-    p = sub.add_parser("convert", help="dequantize a checkpoint into plain safetensors")
-    p.add_argument("src")
-    p.add_argument("dst")
-    p.add_argument("--dtype", choices=sorted(FLOATS), default="bfloat16")
-    p.add_argument("--formats", type=_formats_arg, default=None, help="comma-separated names")
-    p.add_argument("--max-shard-size", default="5GB")
-    p.add_argument("--force", action="store_true", help="replace an existing DST")
+
+    p = command(
+        "convert",
+        "dequantize a checkpoint into plain safetensors",
+        "Write SRC's dequantized tensors as a plain HF-style checkpoint at DST, with its "
+        "config (quantization section removed), tokenizer and generation config. DST is "
+        "complete or untouched; it may not be, hold or lie inside SRC.",
+    )
+    p.add_argument("src", metavar="SRC", help="quantized checkpoint directory")
+    p.add_argument("dst", metavar="DST", help="output directory (new, empty, or --force)")
+    p.add_argument(
+        "--dtype",
+        choices=sorted(FLOATS),
+        default=None,
+        help="dtype of every float tensor (default: each tensor's own dtype in SRC, "
+        "e.g. float16 for AWQ)",
+    )
+    p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
+    p.add_argument("--max-shard-size", default="5GB", metavar="SIZE", help="largest output shard")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a DST that an earlier flexq convert wrote",
+    )
+    p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
     p.set_defaults(func=_convert)
-    p = sub.add_parser("demo", help="quantize a tiny model in every format and load it back")
+
+    p = command(
+        "demo",
+        "quantize a tiny model in every format and load it back",
+        "Write a tiny Llama-style model in every installed format that can encode, load "
+        "each back into Paddle and compare logits with the unquantized model (needs Paddle).",
+    )
+    p.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the checkpoints into DIR/<format>/ and keep them (to try inspect and convert)",
+    )
     p.set_defaults(func=_demo)
     return parser
 
@@ -205,12 +361,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flexq`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # flexq's logger at DEBUG also lets Paddle's own logs through (flexq.load.quiet).
+    logging.getLogger("flexq").setLevel(logging.DEBUG if args.debug else logging.WARNING)
     if not args.debug:
-        logging.getLogger("flexq").setLevel(logging.WARNING)
         warnings.showwarning = _one_line_warning
+    previous = {sig: signal.signal(sig, _on_signal) for sig in EXIT_SIGNAL}
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        with quiet_paddle():
+            return func(args)
+    except BrokenPipeError:
+        # The reader went away (`flexq inspect ... | head`): stop quietly, as cat does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Interrupted as exc:
+        done = "; the partial output was removed" if args.command == "convert" else ""
+        print(f"flexq: interrupted by {exc}{done}", file=sys.stderr)
+        return EXIT_SIGNAL[signal.Signals(exc.signum)]
     except (FlexqError, OSError) as exc:
         if args.debug:
             raise
@@ -219,12 +386,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "paddle":
+            print(f"flexq: error: this needs PaddlePaddle: {PADDLE_INSTALL}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         print(
             f"flexq: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
             file=sys.stderr,
         )
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

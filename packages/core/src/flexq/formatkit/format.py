@@ -12,7 +12,8 @@ object::
         methods=("int8row",), analyze=analyze, plan=local_plan, decode=dequantize,
     )
 
-and its entry point names that object (``int8row = "flexq_int8row.plugin:plugin"``).
+and its entry point names that object (``fp8 = "flexq_fp8.plugin:plugin"``; the
+one-module example of docs/plugin-guide.md: ``int8row = "flexq_int8row:plugin"``).
 A format that can write checkpoints passes ``encode`` (see :class:`Format`).
 """
 

@@ -42,8 +42,19 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         return local
     match = REPO_ID.fullmatch(os.fspath(path))
     if match is None or local.exists():
-        raise CheckpointError(f"{local}: not a checkpoint directory")
+        raise CheckpointError(not_a_directory(local))
     return snapshot(match["repo"], match["revision"])
+
+
+def not_a_directory(path: Path) -> str:
+    """Why ``path`` is no checkpoint directory, and what to pass instead."""
+    if not path.exists():
+        return f"{path}: no such directory (the checkpoint path does not exist)"
+    if path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json"):
+        return (
+            f"{path}: is a file; pass the checkpoint directory that holds it ({path.parent or '.'})"
+        )
+    return f"{path}: not a directory (a checkpoint is a directory of *.safetensors files)"
 
 
 def snapshot(repo_id: str, revision: str | None = None) -> Path:

@@ -65,6 +65,14 @@ def save_file(
     }
     # `arrays` keeps every buffer alive until serialize_file returns.
     serialize_file(specs, os.fspath(path), metadata or {"format": "pt"})
+    # safetensors creates its files 0600; give them the umask's mode like any other file.
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _spec_name(name: str) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from flexq.errors import FlexqError
 from flexq.formatkit.arrays import host_to_numpy
 from flexq.io.dtypes import dtype
+from flexq.load.quiet import quiet_paddle
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -250,7 +251,7 @@ def fetch(
         )
         for key, (offset, shape) in boxes.items()
     }
-    with scratch_checkpoint(ckpt) as scratch, uint8_transport():
+    with scratch_checkpoint(ckpt) as scratch, uint8_transport(), quiet_paddle():
         lsd._metadata_manager.clear()
         try:
             lsd.load_state_dict_impl(

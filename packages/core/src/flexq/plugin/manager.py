@@ -77,6 +77,8 @@ class FormatRegistry:
     def __init__(self) -> None:
         self._pm: pluggy.PluginManager | None = None
         self._infos: dict[str, FormatInfo] = {}
+        #: the ALLOW_ENV error when it names formats no entry point provides.
+        self._allow_error: str | None = None
 
     # -- discovery --------------------------------------------------------------
     @property
@@ -94,7 +96,14 @@ class FormatRegistry:
 
     def _load_entry_points(self) -> None:
         allow, block = _env_names(ALLOW_ENV), _env_names(BLOCK_ENV) or set()
-        for ep in entry_points(group=spec.NAME):
+        found = entry_points(group=spec.NAME)
+        unknown = sorted((allow or set()) - set(found.names))
+        if unknown:
+            self._allow_error = (
+                f"{ALLOW_ENV}={os.environ[ALLOW_ENV]!r} names {', '.join(map(repr, unknown))}, "
+                f"which no installed format provides (installed: {sorted(found.names)})"
+            )
+        for ep in found:
             if ep.name in block or (allow is not None and ep.name not in allow):
                 continue
             dist = ep.dist.name if ep.dist else "?"
@@ -164,10 +173,18 @@ class FormatRegistry:
         """The formats that failed to load."""
         return [i for i in self.rows() if i.error is not None]
 
+    @property
+    def allow_error(self) -> str | None:
+        """Why ``FLEXQ_FORMATS`` cannot be honoured (it names no installed format), or None."""
+        self.manager  # noqa: B018 - discovery happens on first access
+        return self._allow_error
+
     def active(self, names: list[str] | None = None) -> list[str]:
         """Names of the working formats to use: all of them, or exactly ``names``."""
         working = [i.name for i in self.rows() if i.error is None]
         if names is None:
+            if self._allow_error is not None:
+                raise PluginError(self._allow_error)
             return working
         for n in names:
             info = self._infos.get(n)

@@ -6,8 +6,8 @@ list unquantized modules in ``modules_to_not_convert``.
 Logical tensor: ``X.weight`` [out, in] = weight_q * weight_qscale[:, None].
 
 A format this small keeps the template's roles in one module, in the
-template's order (detect, plan, decode, encode, then the hooks); a larger one
-gives each role its own module of the same name.
+template's order (layout, detect, plan, decode, encode, then the plugin
+object); a larger one gives each role its own module of the same name.
 """
 
 from __future__ import annotations
@@ -20,25 +20,31 @@ from typing import Any
 import numpy as np
 
 import flexq
-from flexq.formatkit import IgnoreList, natural_dtype, ops_for, per_checkpoint
+from flexq.formatkit import Analysis, Format, IgnoreList, natural_dtype, ops_for, per_checkpoint
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 METHOD, Q, S = "int8row", ".weight_q", ".weight_qscale"
 
 
-# detect: which tensors are ours, from headers and config alone, once per checkpoint
+# layout: one logical tensor, its shape, natural dtype and physical sources
 @dataclass(frozen=True)
-class Analysis:
-    logical: dict[str, flexq.LogicalTensor]
-    recognized: frozenset[str]
+class RowScaled:
+    base: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def sources(self) -> tuple[str, str]:
+        return self.base + Q, self.base + S
 
 
+# detect: which tensors are ours, from headers and config alone, once per checkpoint
 @per_checkpoint
-def analyze(checkpoint: flexq.Checkpoint) -> Analysis:
+def analyze(checkpoint: flexq.Checkpoint) -> Analysis[RowScaled]:
     where = f"{checkpoint.path / 'config.json'}: quantization_config"
     ignored = IgnoreList.from_config(checkpoint.quantization_config, where)
     dtype = natural_dtype(checkpoint, default="float32")
-    logical = {}
+    tensors = {}
     for key, info in checkpoint.tensors.items():
         if not key.endswith(Q) or info.dtype != "I8":
             continue
@@ -49,21 +55,27 @@ def analyze(checkpoint: flexq.Checkpoint) -> Analysis:
             )
         if (hit := ignored.match(base)) is not None:
             raise flexq.FormatError(f"{info.file}: {key!r} is int8, but {hit[0]} lists {hit[1]!r}")
-        logical[base + ".weight"] = flexq.LogicalTensor(info.shape, dtype)
-    return Analysis(logical, frozenset(k for k in checkpoint.tensors if k.endswith(S)))
+        tensors[base + ".weight"] = RowScaled(base, info.shape, dtype)
+    return Analysis(tensors, frozenset(k for k in checkpoint.tensors if k.endswith(S)))
 
 
 # plan: a box of rows and columns reads the same box of weight_q and its rows of the scale
-def local_plan(logical_key: str, target: flexq.TargetSlice) -> flexq.ReadPlan:
-    (row, col), (rows, cols) = target.box
-    base = logical_key.removesuffix(".weight")
-    slices = {base + Q: ((row, col), (rows, cols)), base + S: ((row,), (rows,))}
+def local_plan(tensor: RowScaled, target: flexq.TargetSlice) -> flexq.ReadPlan:
+    (row, _), (rows, _) = target.box
+    q, s = tensor.sources
     # Declared scales are checked for NaN / infinity by the core before anything is written.
-    return flexq.ReadPlan("local", slices, target, scales=(base + S,))
+    return flexq.ReadPlan("local", {q: target.box, s: ((row,), (rows,))}, target, scales=(s,))
 
 
 # decode: the math once, for numpy arrays and Paddle tensors alike, in float32
-def dequantize(q: Any, s: Any) -> Any:
+def dequantize(
+    checkpoint: flexq.Checkpoint,
+    tensor: RowScaled,
+    sources: Mapping[str, Any],
+    plan: flexq.ReadPlan,
+    out: Any,
+) -> Any:
+    q, s = (sources[k] for k in tensor.sources)
     ops = ops_for(q)
     return ops.float32(q, "I8") * ops.reshape(ops.float32(s, "F32"), (-1, 1))
 
@@ -75,41 +87,7 @@ def quantize(w: np.ndarray, base: str) -> dict[str, flexq.RawTensor]:
     return {base + Q: flexq.RawTensor.of(q), base + S: flexq.RawTensor.of(scale)}
 
 
-# the hooks: each one a call into the parts above
-@flexq.hookimpl
-def flexq_quant_methods() -> tuple[str, ...]:
-    return (METHOD,)
-
-
-@flexq.hookimpl
-def flexq_logical_metadata(checkpoint: flexq.Checkpoint) -> dict[str, flexq.LogicalTensor]:
-    return analyze(checkpoint).logical
-
-
-@flexq.hookimpl
-def flexq_recognized_keys(checkpoint: flexq.Checkpoint) -> frozenset[str]:
-    return analyze(checkpoint).recognized
-
-
-@flexq.hookimpl
-def flexq_source_keys(logical_key: str) -> list[str]:
-    base = logical_key.removesuffix(".weight")
-    return [base + Q, base + S]
-
-
-@flexq.hookimpl
-def flexq_read_plan(logical_key: str, target: flexq.TargetSlice) -> flexq.ReadPlan:
-    return local_plan(logical_key, target)
-
-
-@flexq.hookimpl
-def flexq_apply(logical_key: str, sources: Mapping[str, Any]) -> Any:
-    base = logical_key.removesuffix(".weight")
-    return dequantize(sources[base + Q], sources[base + S])
-
-
-@flexq.hookimpl
-def flexq_encode(
+def encode(
     directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, flexq.RawTensor]
 ) -> float:
     tensors = dict(others)
@@ -118,3 +96,15 @@ def flexq_encode(
     config = {"quantization_config": {"quant_method": METHOD}}
     flexq.save_checkpoint(directory, tensors, config=config)
     return 0.999  # int8 with one scale per row: the documented tolerance
+
+
+# the plugin: one Format object, the hooks written once over the parts above
+plugin = Format(
+    "int8row",
+    "int8 weights with one float32 scale per row (the plugin-author guide's example).",
+    methods=(METHOD,),
+    analyze=analyze,
+    plan=local_plan,
+    decode=dequantize,
+    encode=encode,
+)
