@@ -11,6 +11,7 @@ run in float32 (CPU Paddle has no bfloat16 matmul).
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import time
 from pathlib import Path
@@ -51,6 +52,11 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
     """Write, load and compare the Llama in every installed format that can encode."""
     import paddle
     from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
+    from paddleformers.utils.log import logger
+
+    # PaddleFormers logs every parameter it saves or loads at INFO (``--debug`` shows them).
+    if not logging.getLogger("flexq").isEnabledFor(logging.DEBUG):
+        logger.set_level("WARNING")
 
     tokens = paddle.to_tensor(np.random.default_rng(1).integers(0, CONFIG["vocab_size"], (2, SEQ)))
     with tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir) as tmp:
@@ -63,7 +69,7 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
         model.save_pretrained(str(base))
         for stray in base.glob("saved_signal_*"):
             stray.unlink()  # PaddleFormers' multi-rank save marker, not part of the checkpoint
-        reference = LlamaForCausalLM.from_pretrained(str(base), dtype="float32", **_cpu())
+        reference = LlamaForCausalLM.from_pretrained(str(base), dtype="float32")
         ref_logits = _logits(reference, tokens)
         ref_params = reference.state_dict()
         linear, others = _split(base)
@@ -95,13 +101,6 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
     return rows
 
 
-def _cpu() -> dict[str, Any]:
-    import paddle
-
-    # The fused RMSNorm kernel is GPU-only.
-    return {} if paddle.is_compiled_with_cuda() else {"fuse_rms_norm": False}
-
-
 class _default_dtype:
     def __init__(self, dtype: str) -> None:
         self._dtype = dtype
@@ -121,6 +120,8 @@ class _default_dtype:
 def _logits(model: Any, tokens: Any) -> np.ndarray:
     import paddle
 
+    if not paddle.is_compiled_with_cuda():
+        model.config.fuse_rms_norm = False  # the fused RMSNorm kernel is GPU-only
     model.eval()
     with paddle.no_grad():
         out = model(tokens)
