@@ -35,7 +35,11 @@ def same_bits(got: np.ndarray, want: np.ndarray) -> None:
 
 #: scale values of every class: tiny subnormal, normal, just under and at 2^8,
 #: huge, negative, zero, infinities, NaN.
-SPECIAL = [1e-45, 3e-39, 1.1754944e-38, 1e-30, 0.0123, 1.0, 255.99998, 256.0, 3e38, -0.5]
+# Exact float32 values: hypothesis refuses a float the array dtype cannot hold exactly.
+SPECIAL = [
+    float(np.float32(x))
+    for x in (1e-45, 3e-39, 1.1754944e-38, 1e-30, 0.0123, 1.0, 255.99998, 256.0, 3e38, -0.5)
+]
 SCALES = st.sampled_from([*SPECIAL, 0.0, -0.0, np.inf, -np.inf, np.nan]) | st.floats(
     width=32, allow_nan=True, allow_infinity=True
 )
