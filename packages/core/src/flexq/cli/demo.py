@@ -138,6 +138,8 @@ class DemoRow:
     max_weight_error: float
     logits_cosine: float
     tolerance: float
+    #: the model the row loaded into, for the table's title.
+    model: str = "a tiny Llama"
 
     @property
     def ok(self) -> bool:
@@ -226,7 +228,8 @@ def print_table(rows: list[DemoRow]) -> None:
         "logits cos",
         "min cos",
         "result",
-        title="flexq demo: tiny Llama in every installed format vs unquantized",
+        title=f"flexq demo: {rows[0].model if rows else 'a tiny Llama'} in every installed "
+        "format vs unquantized",
     )
     for r in rows:
         table.add_row(

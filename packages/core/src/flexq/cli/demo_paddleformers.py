@@ -96,6 +96,7 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
                     error,
                     cosine(_logits(loaded, tokens), ref_logits),
                     float(tolerance),
+                    "a PaddleFormers LlamaForCausalLM",
                 )
             )
     return rows
