@@ -1,0 +1,31 @@
+"""What ``import flexq`` costs a fresh process: the format kit's pydantic half is imported
+only when a format first asks for it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"import sys; {code}; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(out.split())
+
+
+def test_importing_flexq_does_not_import_pydantic() -> None:
+    assert "pydantic" not in _modules_after("import flexq, flexq.formatkit")
+
+
+def test_the_config_names_still_come_from_the_format_kit() -> None:
+    from flexq import formatkit
+    from flexq.formatkit import config
+
+    assert formatkit.QuantConfig is config.QuantConfig
+    assert formatkit.parse_quant_config is config.parse_quant_config
+    assert formatkit.natural_dtype is config.natural_dtype
+    assert "pydantic" in _modules_after("from flexq.formatkit import QuantConfig")
