@@ -27,10 +27,19 @@ def install_workspace(session: nox.Session, *groups: str) -> None:
     session.install(*editable, *extra)
 
 
+#: numpy versions the suite runs under: the newest, and 1.26.4, which
+#: ``pip install paddleformers`` gives (its DLPack arrays are read-only).
+NUMPY = ["latest", "1.26.4"]
+
+
 @nox.session
-def tests(session: nox.Session) -> None:
-    """The whole test suite (unit, property, plugin-install and multi-rank tests)."""
+@nox.parametrize("numpy", NUMPY)
+def tests(session: nox.Session, numpy: str) -> None:
+    """The whole test suite (unit, property, plugin-install and multi-rank tests),
+    under each numpy of ``NUMPY``."""
     install_workspace(session, "test")
+    if numpy != "latest":
+        session.install(f"numpy=={numpy}")
     session.run("pytest", *session.posargs)
 
 

@@ -123,8 +123,13 @@ def test_random_data_through_each_decoder(fmt: str, seed: int) -> None:
     files = dict(valid_files(fmt))
     blob = files["model.safetensors"]
     (n,) = struct.unpack("<Q", blob[:8])
-    data = np.random.default_rng(seed).bytes(len(blob) - 8 - n)
-    files["model.safetensors"] = blob[: 8 + n] + data
+    data = bytearray(np.random.default_rng(seed).bytes(len(blob) - 8 - n))
+    if fmt == "gptq":
+        # g_idx must name groups that exist (other values are refused, as they should
+        # be): keep the valid one and randomise everything else.
+        lo, hi = json.loads(blob[8 : 8 + n])[surgery.GPTQ_PREFIX + ".g_idx"]["data_offsets"]
+        data[lo:hi] = blob[8 + n + lo : 8 + n + hi]
+    files["model.safetensors"] = blob[: 8 + n] + bytes(data)
     with checkpoint(files) as path:
         result = load_everything(path)
     assert result is not None  # the headers are valid: nothing to refuse

@@ -191,6 +191,14 @@ def _config_says_awq(ckpt: Path) -> None:
     )
 
 
+def _config_says_hqq(ckpt: Path) -> None:
+    s.edit_json(ckpt / "config.json", quantization_config={"quant_method": "hqq", "nbits": 4})
+
+
+def _stray_packed_weight(ckpt: Path) -> None:
+    s.replace(ckpt, "model.q.qweight", "I32", np.zeros((8, 4), np.int32))
+
+
 # -- target damage -------------------------------------------------------------
 def _wrong_shape(targets: dict[str, Any]) -> None:
     targets[B] = paddle.zeros([64, 96], dtype="bfloat16")
@@ -282,6 +290,14 @@ CASES: list[Case] = [
          FormatError, (ONE, s.MX_KEY + "_blocks", "mxfp4"), _call(s.drop, s.MX_KEY + "_scales")),
     Case("config-names-other-format", FM, "config.json says awq, tensors are FP8", "fp8",
          FormatError, ("config.json", "awq", "F8_E4M3"), _config_says_awq),
+    Case("config-names-unclaimed-method", FM, "config.json names a method no format decodes",
+         "fp8", FormatError, ("config.json", "'hqq'", "no format"), _config_says_hqq),
+    Case("config-method-format-not-asked", FM, "config says awq; only fp8 asked (disabled)",
+         "fp8", FormatError, ("config.json", "'awq'", "int4-awq"), _config_says_awq,
+         formats=("fp8",)),
+    Case("tensor-looks-quantized-unclaimed", FM, "an I32 qweight no format claims", "fp8",
+         FormatError, ("model.q.qweight", "looks quantized", "allow_unclaimed"),
+         _stray_packed_weight),
     Case("fp8-scale-nan", FM, "FP8 block scale is NaN", "fp8",
          ScaleWarning, (ONE, B + "_scale_inv", "nan", "[2, 1]", "'fp8'"), _fp8_scale(float("nan")),
          stage="data", escalate=True),
@@ -333,6 +349,9 @@ CASES: list[Case] = [
     Case("aoa-unknown-key", T, "AOA statement names a key the checkpoint lacks", "fp8",
          TargetError, ("model.z.weight",), stage="target",
          aoa=("model.z.weight -> model.a.weight",)),
+    Case("aoa-macro-expands-to-nothing", T, "a misspelled $LAYER_ID statement", "fp8",
+         TargetError, ("model.layer.$LAYER_ID.weight", "expands to nothing"), stage="target",
+         aoa=("model.layer.$LAYER_ID.weight -> x.$LAYER_ID.weight",)),
 ]  # fmt: skip
 
 BY_ID = {c.id: c for c in CASES}

@@ -18,6 +18,8 @@ import flexq
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
 from flexq.io.writer import save_file
 from flexq_fp8.save import save_fp8_checkpoint
+from flexq_gptq import quantization_config as gptq_config
+from flexq_gptq import quantize as gptq_quantize
 from flexq_int4_awq.encoder import quantization_config
 from flexq_int4_awq.encoder import quantize as awq_quantize
 from flexq_mxfp4.encode import quantize as mx_quantize
@@ -26,6 +28,7 @@ NORM = "model.norm.weight"
 FP8_KEYS = ("model.a.weight", "model.b.weight")
 MX_KEY = "model.experts.gate_up_proj"
 AWQ_PREFIX = "model.q_proj"
+GPTQ_PREFIX = "model.k_proj"
 FAULTY_KEYS = ("model.x.weight", "model.y.weight")
 
 
@@ -75,6 +78,18 @@ def awq(path: Path) -> Path:
     )
 
 
+def gptq(path: Path) -> Path:
+    """One 4-bit GPTQ linear [64, 64], groups of 32 in act-order, v1 zeros, and a BF16 norm."""
+    rng = _rng()
+    w = rng.standard_normal((64, 64)).astype(np.float32) * 0.05
+    tensors = {
+        **gptq_quantize(w, 4, 32, perm=rng.permutation(64), prefix=GPTQ_PREFIX),
+        NORM: norm(),
+    }
+    config = {"quantization_config": gptq_config(4, 32, desc_act=True)}
+    return flexq.save_checkpoint(path, tensors, config=config)
+
+
 def faulty(path: Path) -> Path:
     """Two tensors of the faulty example format (``.fq`` int8 + ``.fs`` row scales)."""
     rng = _rng()
@@ -86,7 +101,7 @@ def faulty(path: Path) -> Path:
     return flexq.save_checkpoint(path, tensors)
 
 
-BUILDERS = {"fp8": fp8, "mxfp4": mxfp4, "int4-awq": awq}
+BUILDERS = {"fp8": fp8, "mxfp4": mxfp4, "int4-awq": awq, "gptq": gptq}
 
 
 # -- whole files ---------------------------------------------------------------

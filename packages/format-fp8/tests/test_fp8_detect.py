@@ -259,3 +259,23 @@ def test_logical_key_of_another_format_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(FormatError, match=r"'b\.weight' is not an FP8 weight"):
         plugin.flexq_source_keys(flexq.Checkpoint(tmp_path), "b.weight")
+
+
+def test_modelopt_fp8_checkpoint_is_claimed_per_tensor(tmp_path: Path) -> None:
+    # ModelOpt FP8 export: 0-d F32 weight_scale and input_scale; the config names
+    # quant_method "modelopt" (which nvfp4 claims too, for quant_algo NVFP4).
+    qc = {"quant_method": "modelopt", "quant_algo": "FP8", "ignore": ["lm_head"]}
+    tensors = {"m.weight": f8(), "m.weight_scale": f32(value=0.25), "m.input_scale": f32()}
+    ct = flexq.compose(save(tmp_path, tensors, qc))
+    assert ct.entries["m.weight"].owner == "fp8"
+    assert ct.entries["m.input_scale"].is_passthrough
+    codes = (np.arange(16 * 8) % 120).astype(np.uint8).reshape(16, 8)
+    want = e4m3_values(codes) * np.float32(0.25)
+    np.testing.assert_array_equal(ct.load("m.weight", "float32"), want)
+
+
+def e4m3_values(codes: np.ndarray) -> np.ndarray:
+    """E4M3FN codes below 0x78 as float32: (1 + m/8) * 2^(e-7), subnormals m * 2^-9."""
+    e, m = (codes >> 3).astype(np.int64), (codes & 7).astype(np.float64)
+    value = np.where(e == 0, m * 2.0**-9, (1 + m / 8) * np.exp2(e - 7.0))
+    return value.astype(np.float32)

@@ -326,20 +326,26 @@ def _unclaimed_methods(
 ) -> list[str]:
     """Problems for config methods no asked format claims, or whose format found nothing."""
     where = f"{ckpt.path / 'config.json'}: quantization_config"
-    claimers = {m: n for n in names for m in reg.quant_methods(n)}
+    # Several formats may claim one method (auto-round writes GPTQ-style integers and
+    # NVFP4 under the same quant_method): it is matched when any of them found tensors.
+    claimers: dict[str, list[str]] = {}
+    for n in names:
+        for m in reg.quant_methods(n):
+            claimers.setdefault(m, []).append(n)
     found = {e.owner for e in entries.values()}
     problems = []
     for method in sorted(config_methods(ckpt.quantization_config)):
-        owner = claimers.get(method)
-        if owner is None and not allow_unclaimed:
+        owners = claimers.get(method, [])
+        if not owners and not allow_unclaimed:
             problems.append(
                 f"{where} names quantization method {method!r}, which no format in {names} "
                 f"decodes; {_remedy(method, reg)} (or pass allow_unclaimed=True / "
                 f"--allow-unclaimed to load its packed tensors as they are)"
             )
-        elif owner is not None and owner not in found:
+        elif owners and found.isdisjoint(owners):
+            who = " or ".join(repr(o) for o in owners)
             problems.append(
-                f"{where} names quantization method {method!r}, but format {owner!r} found "
+                f"{where} names quantization method {method!r}, but format {who} found "
                 f"none of its tensors in {ckpt.path} (the config does not match the tensors)"
             )
     return problems

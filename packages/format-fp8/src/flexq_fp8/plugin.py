@@ -26,7 +26,7 @@ FORMAT_NAME = "fp8"
 
 @flexq.hookimpl
 def flexq_quant_methods() -> tuple[str, ...]:
-    return ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized")
+    return ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt")
 
 
 @flexq.hookimpl

@@ -1,0 +1,14 @@
+"""bitsandbytes NF4/FP4 (double quantization included) and LLM.int8 weights for flexq.
+
+The ``bitsandbytes`` flexq format: the hooks in :mod:`flexq_bitsandbytes.plugin`,
+found through the ``flexq`` entry point group, and :func:`quantize` to write
+the tensors bitsandbytes and transformers' ``save_pretrained`` write.
+"""
+
+from __future__ import annotations
+
+from flexq_bitsandbytes.encode import quantization_config, quantize
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "quantization_config", "quantize"]

@@ -1,0 +1,164 @@
+"""The bitsandbytes dequantization math, written once for numpy and Paddle arrays.
+
+Exactly bitsandbytes 0.50.2's float32 operations, in its order:
+
+- 4-bit: ``W[i] = book[code_i] * absmax[i // blocksize]`` over the flattened
+  tensor (one float32 product; bnb's kernels then round to the quant state's
+  dtype, which the core does here, once).
+- double quantization first rebuilds the absmax values as bnb's
+  ``dequantize_blockwise`` + ``absmax += offset`` do:
+  ``absmax[j] = nested_quant_map[q_j] * nested_absmax[j // nested_blocksize]``
+  (float32 product) ``+ float32(nested_offset)`` (float32 sum).
+- LLM.int8: ``W = (float32(CB) * SCB[row]) * float32(7.874015718698502e-3)``,
+  bnb's ``int8_vectorwise_dequant`` (``A * stats.view(-1, 1) * (1/127)``: two
+  float32 products, the reciprocal rounded to float32; not ``/ 127``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexq.formatkit import for_bands
+from flexq_bitsandbytes.arrayops import BnbOps, bnb_ops_for
+from flexq_bitsandbytes.codebook import CODE_BOOKS, pair_table
+from flexq_bitsandbytes.layout import INV_127, FourBit
+from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range
+
+if TYPE_CHECKING:
+    from flexq import TargetSlice
+
+#: quant type -> byte -> its two decoded codes (high nibble first).
+PAIR_TABLES = {name: pair_table(book) for name, book in CODE_BOOKS.items()}
+#: The same pairs as one 8-byte item each, for the banded numpy path.
+_PAIR_ITEMS = {
+    name: np.ascontiguousarray(t).view(np.uint64).reshape(256) for name, t in PAIR_TABLES.items()
+}
+
+
+def absmax_values(t: FourBit, absmax: Any, nested_absmax: Any, nested_map: Any, first: int) -> Any:
+    """The float32 absmax of blocks ``[first, first + len(absmax))``.
+
+    :param absmax: F32 values, or with double quantization U8 codes.
+    :param nested_absmax: with double quantization, the entries of the groups
+        those blocks fall in (from ``first // nested_blocksize``); else None.
+    :param nested_map: with double quantization, the 256-entry nested code book.
+    """
+    ops = bnb_ops_for(absmax)
+    if t.nested is None:
+        return ops.float32(absmax, "F32")
+    size = t.nested.blocksize
+    count = int(absmax.shape[0])
+    lead = first - (first // size) * size
+    group = ops.repeat(ops.float32(nested_absmax, "F32"), size, axis=0)[lead : lead + count]
+    table = ops.host(nested_map).astype(np.float32)
+    values = ops.lut(table, absmax) * group
+    return values + ops.const(values, t.nested.offset)
+
+
+def dequantize_four_bit(
+    t: FourBit, packed: Any, scale: Any, target: TargetSlice, out: Any = None
+) -> Any:
+    """Decode the ``target`` box of ``t``.
+
+    :param packed: the codes box :func:`flexq_bitsandbytes.plan.four_bit_boxes`
+        names for ``target`` (the covering blocks' bytes, ``[k, 1]``).
+    :param scale: float32 absmax of those blocks (:func:`absmax_values`).
+    :param out: None, or a C-contiguous numpy float32 array of the target's shape.
+    :return: float32 of ``target.local_shape``, numpy or Paddle like ``packed``.
+    """
+    ops = bnb_ops_for(packed)
+    if 0 in target.local_shape:
+        return ops.reshape(ops.pairs(PAIR_TABLES[t.quant_type], packed)[:0], target.local_shape)
+    first, end = covering_blocks(t, target)
+    e0, e1 = block_elements(t, first, end)
+    lo, hi = flat_range(t, target)
+    count, blocks, bs = e1 - e0, end - first, t.blocksize
+    rows_shape = (target.local_shape[0], *t.shape[1:])
+    whole_rows = tuple(target.local_shape[1:]) == tuple(t.shape[1:])
+    if isinstance(packed, np.ndarray) and bs % 2 == 0 and count == blocks * bs and count:
+        direct = out is not None and whole_rows and lo == e0 and hi == e1
+        flat = _banded(t.quant_type, packed, scale, blocks, bs, out if direct else None)
+    else:
+        flat = _general(ops, t.quant_type, packed, scale, e0, count, blocks, bs)
+    values = ops.reshape(flat[lo - e0 : hi - e0], rows_shape)
+    if whole_rows:
+        return values
+    box = tuple(
+        slice(o, o + n)
+        for o, n in zip(target.global_offset[1:], target.local_shape[1:], strict=True)
+    )
+    return values[(slice(None), *box)]
+
+
+def _general(
+    ops: BnbOps,
+    quant_type: str,
+    packed: Any,
+    scale: Any,
+    e0: int,
+    count: int,
+    blocks: int,
+    bs: int,
+) -> Any:
+    """Any blocksize, partial last block, numpy or Paddle: pairs, trim, broadcast multiply."""
+    skip = e0 % 2  # an odd blocksize can start a block in the low nibble
+    values = ops.pairs(PAIR_TABLES[quant_type], packed)[skip : skip + count]
+    if count == blocks * bs:
+        blocked = ops.reshape(values, (blocks, bs)) * ops.reshape(scale, (blocks, 1))
+        return ops.reshape(blocked, (count,))
+    return values * ops.repeat(scale, bs, axis=0)[:count]
+
+
+def _banded(
+    quant_type: str,
+    packed: np.ndarray,
+    scale: np.ndarray,
+    blocks: int,
+    bs: int,
+    out: np.ndarray | None,
+) -> np.ndarray:
+    """Whole blocks of an even blocksize on the numpy worker threads, band by band.
+
+    Codes are viewed as ``[blocks, bs/2]`` bytes and the result as 8-byte pairs of
+    the same shape, so each block's absmax lines up with its bytes; a band is
+    looked up and scaled while it is still in cache.
+    """
+    codes = np.ascontiguousarray(packed).reshape(blocks, bs // 2)
+    result = np.empty(blocks * bs, np.float32) if out is None else out.reshape(-1)
+    items = result.reshape(blocks, bs).view(np.uint64)
+    side = np.ascontiguousarray(scale, dtype=np.float32).reshape(blocks, 1)
+    table = _PAIR_ITEMS[quant_type]
+
+    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
+        np.take(table, c, out=o, mode="clip")
+        values = o.view(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values *= s
+
+    for_bands(work, codes, items, side)
+    return result
+
+
+def dequantize_int8(codes: Any, scb: Any, out: Any = None) -> Any:
+    """``(float32(CB) * SCB[:, None]) * float32(1/127)`` for a box of rows (numpy or Paddle).
+
+    :param out: None, or a C-contiguous numpy float32 array of the box's shape.
+    """
+    ops = bnb_ops_for(codes)
+    scale = ops.reshape(ops.float32(scb, "F32"), (-1, 1))
+    if not isinstance(codes, np.ndarray):
+        rows = ops.float32(codes, "I8") * scale
+        return rows * ops.const(rows, INV_127)
+    result = np.empty(codes.shape, np.float32) if out is None else out
+    inv = np.float32(INV_127)
+
+    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
+        np.copyto(o, c, casting="unsafe")  # int8 -> float32 is exact
+        with np.errstate(over="ignore", invalid="ignore"):
+            o *= s
+            o *= inv
+
+    for_bands(work, np.ascontiguousarray(codes), result, np.ascontiguousarray(scale))
+    return result

@@ -1,0 +1,115 @@
+"""Local read plans: the source boxes one rank's box of a bitsandbytes tensor needs.
+
+**4-bit (NF4/FP4).** The codes and absmax blocks run over the FLATTENED tensor,
+so a box is planned as the flat range of the dim-0 indices it spans: rows
+``[r0, r0+nr)`` are the flat elements ``[r0*L, (r0+nr)*L)`` (L elements per
+row). The plan reads the blocks covering that range: the packed bytes of those
+blocks, their absmax entries, with double quantization the nested absmax
+entries of those blocks' groups, and the two code books whole (64 + 1024
+bytes). A row range whose flat ends fall on block boundaries (L a multiple of
+``blocksize`` and any rows, or a range aligned by chance) reads exactly its own
+blocks; otherwise one partial block at each end, so a rank reads at most
+``nr*L/2 + blocksize`` bytes of codes. Where it CANNOT be local: along every
+other axis. A column slice ``[:, c0:c0+nc]`` touches every row, and blocks are
+rows of the flattened tensor, so the plan reads the whole rows of the box (the
+same bytes a row range of the box's rows would) and apply cuts the columns: a
+2-way column split reads all the codes on each rank. The quant-state blob,
+already parsed at detection time, is planned whole too (a few hundred bytes):
+Paddle's own loader reports a source that no plan reads as an unexpected key.
+
+**LLM.int8.** Codes ``[out, in]`` map one to one: the box itself, ``SCB`` for
+its rows, and the ``weight_format`` scalar.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flexq import ReadPlan, TargetSlice
+from flexq_bitsandbytes.layout import FourBit, Int8
+
+if TYPE_CHECKING:
+    from flexq.plan import Box
+
+
+def flat_range(t: FourBit, target: TargetSlice) -> tuple[int, int]:
+    """Flat elements ``[lo, hi)`` of the dim-0 indices the target spans."""
+    r0, nr = target.global_offset[0], target.local_shape[0]
+    if 0 in target.local_shape:
+        return r0 * t.row_len, r0 * t.row_len
+    return r0 * t.row_len, (r0 + nr) * t.row_len
+
+
+def covering_blocks(t: FourBit, target: TargetSlice) -> tuple[int, int]:
+    """Blocks ``[first, end)`` covering the target's flat range (empty for an empty box)."""
+    lo, hi = flat_range(t, target)
+    if hi <= lo:
+        return lo // t.blocksize, lo // t.blocksize
+    return lo // t.blocksize, -(-hi // t.blocksize)
+
+
+def block_elements(t: FourBit, first: int, end: int) -> tuple[int, int]:
+    """Flat elements ``[e0, e1)`` held by blocks ``[first, end)`` (the last may be partial)."""
+    return first * t.blocksize, min(end * t.blocksize, t.n)
+
+
+def four_bit_boxes(t: FourBit, target: TargetSlice) -> dict[str, Box]:
+    """Every source box a 4-bit ``target`` needs (the plan's, and what apply checks)."""
+    first, end = covering_blocks(t, target)
+    e0, e1 = block_elements(t, first, end)
+    b0, b1 = e0 // 2, -(-e1 // 2) if e1 > e0 else e0 // 2
+    boxes: dict[str, Box] = {
+        t.key: ((b0, 0), (b1 - b0, 1)),
+        t.absmax_key: ((first,), (end - first,)),
+        t.quant_map_key: ((0,), (16,)),
+        t.state_key: ((0,), (t.state_bytes,)),
+    }
+    if t.nested is not None:
+        g0, g1 = nested_groups(t, first, end)
+        boxes[t.nested.absmax_key] = ((g0,), (g1 - g0,))
+        boxes[t.nested.quant_map_key] = ((0,), (256,))
+    return boxes
+
+
+def nested_groups(t: FourBit, first: int, end: int) -> tuple[int, int]:
+    """Nested absmax entries ``[g0, g1)`` of blocks ``[first, end)``."""
+    assert t.nested is not None
+    size = t.nested.blocksize
+    if end <= first:
+        return first // size, first // size
+    return first // size, -(-end // size)
+
+
+def int8_boxes(t: Int8, target: TargetSlice, format_shape: tuple[int, ...]) -> dict[str, Box]:
+    """The codes box itself, ``SCB`` of its rows, the whole ``weight_format`` (header
+    shape ``format_shape``: ``()`` or ``(1,)``)."""
+    (r0, _), (nr, _) = target.global_offset, target.local_shape
+    boxes: dict[str, Box] = {t.key: target.box, t.scb_key: ((r0,), (nr,))}
+    if t.format_key is not None:
+        boxes[t.format_key] = ((0,) * len(format_shape), format_shape)
+    return boxes
+
+
+def scale_keys(t: FourBit | Int8) -> tuple[str, ...]:
+    """The float32 sources a NaN or infinity in which makes the tensor non-finite.
+
+    The core checks them before anything is written. With double quantization
+    the absmax codes are U8 indexes, not scales: the nested absmax and the
+    nested code book are checked instead (the offset is checked at detection).
+    """
+    if isinstance(t, Int8):
+        return (t.scb_key,)
+    if t.nested is not None:
+        return (t.nested.absmax_key, t.nested.quant_map_key)
+    return (t.absmax_key,)
+
+
+def local_plan(
+    t: FourBit | Int8, target: TargetSlice, format_shape: tuple[int, ...] = ()
+) -> ReadPlan:
+    """The plan reading only what ``target`` needs (see the module doc for the 4-bit limits)."""
+    if isinstance(t, FourBit):
+        boxes = four_bit_boxes(t, target)
+    else:
+        boxes = int8_boxes(t, target, format_shape)
+    return ReadPlan("local", boxes, target, scales=scale_keys(t))

@@ -1,0 +1,24 @@
+"""compressed-tensors integer weights (pack-quantized W4A16/W8A16, int-quantized W8A8) for flexq.
+
+Installing this package registers the ``ct-int`` format through the ``flexq``
+entry-point group (:mod:`flexq_ct_int.plugin`). For producing test
+checkpoints it exports :func:`quantize` (one weight -> its compressed-tensors
+tensors), :func:`quantization_config` and :func:`save_ct_int_checkpoint`.
+"""
+
+from __future__ import annotations
+
+from flexq_ct_int.encode import quantization_config, quantize, save_ct_int_checkpoint
+from flexq_ct_int.packing import Packing, pack_cols, pack_rows
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Packing",
+    "__version__",
+    "pack_cols",
+    "pack_rows",
+    "quantization_config",
+    "quantize",
+    "save_ct_int_checkpoint",
+]

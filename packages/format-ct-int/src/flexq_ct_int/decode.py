@@ -1,0 +1,276 @@
+"""The one definition of the dequantization: ``W = (q - zp) * s`` in float32.
+
+For :func:`flexq_ct_int.plugin.flexq_apply`. ``q`` is the signed code
+(pack-quantized stores ``q + 2^(bits-1)``, so with the stored code ``c``
+and stored zero point ``zc`` -- offset alike -- ``W = (c - zc) * s``;
+int-quantized stores ``q`` itself in I8). Every step is exact: codes and zero
+points are small integers, their difference has at most 9 significant bits,
+and its product with an F16/BF16 scale fits float32's 24; an F32 scale rounds
+the product once, identically on both paths. The core then rounds once to the
+output dtype, which is what compressed-tensors' own ``dequantize`` gives (it
+computes ``(q - zp) * s`` in the scale's dtype: one rounding of the same exact
+product).
+
+Two paths compute the same bits: numpy decodes bands of output rows on the
+worker threads (byte-table unpacking into the output, then the affine step in
+cache); Paddle tensors go through :class:`flexq.formatkit.ArrayOps` and
+:mod:`flexq_ct_int.arrayops` on their device. Source boxes may be larger than
+the target (covering words, groups, or whole tensors for a global plan):
+positions inside them come from the plan's box offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexq import FormatError, ReadPlan, block_cover
+from flexq.formatkit import (
+    RUNS_PER_TASK,
+    ArrayOps,
+    is_paddle,
+    lookup_into,
+    ops_for,
+    row_runs,
+    run_parts,
+)
+from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for, unpack_into
+from flexq_ct_int.config import FORMAT_NAME
+
+if TYPE_CHECKING:
+    from flexq_ct_int.layout import CtLinear
+
+_NUMPY_CT = NumpyCtOps()
+#: I8 byte (as uint8) -> its signed value as float32.
+_SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class _Affine:
+    """Per-row scales and zero points of a target box, and how columns map to groups.
+
+    :ivar scale: ``[no or 1, G]`` float32, one column per group covering the box.
+    :ivar zero: the same shape, or a number (no zero point: the code offset).
+    :ivar mode: ``"one"`` (a single group column), ``"groups"`` (the box is whole
+        groups of ``width``), ``"spread"`` (groups of ``width``, the box starting
+        ``start`` columns into the first), ``"index"`` (act-order: ``index``).
+    """
+
+    scale: Any
+    zero: Any
+    mode: str
+    width: int
+    start: int
+    index: Any
+
+
+def dequantize(
+    linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
+) -> Any:
+    """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
+
+    :param out: None, or a C-contiguous float32 numpy array of the box to fill.
+    """
+    weight = sources[linear.weight_key]
+    ops, ct = ops_for(weight), ct_ops_for(weight)
+    (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
+    (wr0, wc0), _ = plan.source_slices[linear.weight_key]
+    ri, ci = o0 - wr0, i0 - wc0 * linear.per_word
+    if no == 0 or ni == 0:
+        return ct.zeros((no, ni), weight)
+    affine = _affine(linear, sources, plan, ops, ct)
+    # Widths that do not divide 8: each box column's code found by its bit position.
+    bitpos = None
+    if linear.packed and not linear.packing.aligned:
+        bitpos = linear.packing.bit_of(np.arange(i0, i0 + ni)) - 32 * wc0
+    if isinstance(weight, np.ndarray):
+        if out is None or not (out.flags.c_contiguous and out.dtype == np.float32):
+            out = np.empty((no, ni), np.float32)
+        return _banded(linear, np.ascontiguousarray(weight), ri, ci, bitpos, affine, out)
+    if bitpos is not None:
+        codes = ct.gather(weight, bitpos, linear.bits)[ri : ri + no]
+    else:
+        codes = ct.unpack(weight, linear.bits) if linear.packed else ops.float32(weight, "I8")
+        codes = codes[ri : ri + no, ci : ci + ni]
+    scale, zero = _spread(affine, ops, ct, ni)
+    return (codes - zero) * scale
+
+
+def _affine(
+    linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, ops: ArrayOps, ct: CtOps
+) -> _Affine:
+    (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
+    b0, b1 = linear.block
+    scale = ops.float32(sources[linear.scale_key], linear.scale_dtype)
+    if len(linear.scale_shape) == 2:
+        sr0, sc0 = plan.source_slices[linear.scale_key][0]
+    else:
+        sr0, sc0 = 0, 0
+        scale = ops.reshape(scale, (1, 1))
+    s_rows = _rows(ops, scale, sr0, o0, no, b0)
+    zero: Any = float(linear.code_offset)
+    zc0 = sc0
+    if linear.zero == "packed":
+        assert linear.zero_key is not None
+        zr0, zc0 = plan.source_slices[linear.zero_key][0]
+        # Packed along out: one zero row per weight row (group and channel strategies).
+        words = sources[linear.zero_key]
+        if linear.packing.aligned:
+            start = o0 - zr0 * linear.per_word
+            zero = ct.unpack_along_rows(words, linear.bits)[start : start + no]
+        else:
+            rows = linear.packing.bit_of(np.arange(o0, o0 + no)) - 32 * zr0
+            zero = ct.transpose(ct.gather(ct.transpose(words), rows, linear.bits))
+    elif linear.zero == "raw":
+        assert linear.zero_key is not None
+        assert linear.zero_dtype is not None
+        z = ops.float32(sources[linear.zero_key], linear.zero_dtype)
+        z = ops.reshape(z, tuple(int(d) for d in scale.shape)) + float(linear.code_offset)
+        zero = _rows(ops, z, sr0, o0, no, b0)
+    index = _group_index(linear, sources, plan, ct)
+    if index is not None:
+        if sc0 or zc0:
+            raise FormatError(
+                f"act-order plan for {linear.key!r} must read every group (format {FORMAT_NAME!r})"
+            )
+        return _Affine(s_rows, zero, "index", b1, 0, index)
+    first = i0 // b1
+    ng = block_cover(i0, ni, b1, linear.in_features)[1]
+    s_rows = s_rows[:, first - sc0 : first - sc0 + ng]
+    if not isinstance(zero, float):
+        zero = zero[:, first - zc0 : first - zc0 + ng]
+    start = i0 - first * b1
+    if ng == 1:
+        mode = "one"
+    elif start == 0 and ni == ng * b1:
+        mode = "groups"
+    else:
+        mode = "spread"
+    return _Affine(s_rows, zero, mode, b1, start, None)
+
+
+def _rows(ops: ArrayOps, x: Any, r0: int, o0: int, no: int, b0: int) -> Any:
+    """Rows ``o0..o0+no`` of the weight's per-row values from grid rows starting at ``r0``."""
+    if int(x.shape[0]) == 1:
+        return x  # one row block: broadcasts over every row
+    if b0 == 1:
+        return x[o0 - r0 : o0 - r0 + no]
+    start = o0 - r0 * b0
+    return ops.repeat(x, b0, 0)[start : start + no]
+
+
+def _group_index(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, ct: CtOps) -> Any:
+    """Act-order: the group of each target column, checked; None for column order."""
+    if linear.gidx_key is None:
+        return None
+    raw = sources[linear.gidx_key]
+    values = np.asarray(raw.numpy() if is_paddle(raw) else raw).astype(np.int64)
+    if values.size and (values == -1).all():
+        return None  # compressed-tensors: an uninitialised g_idx (-1) means column order
+    groups = linear.scale_grid[1]
+    bad = (values < 0) | (values >= groups)
+    if bad.any():
+        at = int(np.argmax(bad)) + plan.source_slices[linear.gidx_key][0][0]
+        raise FormatError(
+            f"tensor {linear.gidx_key!r}: entry {at} is {int(values[bad][0])}, "
+            f"not a group index in 0..{groups - 1} (format {FORMAT_NAME!r})"
+        )
+    return values if isinstance(raw, np.ndarray) else ct.as_index(raw)
+
+
+def _spread(affine: _Affine, ops: ArrayOps, ct: CtOps, ni: int) -> tuple[Any, Any]:
+    """Scale and zero point spread over the box's columns (or broadcastable to them)."""
+    s, z = affine.scale, affine.zero
+    if affine.mode == "one":
+        return s, z
+    if affine.mode == "index":
+        s = ct.take_columns(s, affine.index)
+        return s, z if isinstance(z, float) else ct.take_columns(z, affine.index)
+    a, w = affine.start, affine.width
+    s = ops.repeat(s, w, 1)[:, a : a + ni]
+    return s, z if isinstance(z, float) else ops.repeat(z, w, 1)[:, a : a + ni]
+
+
+def _banded(
+    linear: CtLinear,
+    weight: np.ndarray,
+    ri: int,
+    ci: int,
+    bitpos: np.ndarray | None,
+    affine: _Affine,
+    out: np.ndarray,
+) -> np.ndarray:
+    """The numpy path: bands of output rows decoded and scaled while in cache, on the
+    worker threads; codes are unpacked straight into ``out`` when the box is whole words
+    (or found by ``bitpos``, their bit positions, for widths that do not divide 8)."""
+    no, ni = out.shape
+    per_row = int(weight.shape[1]) * linear.per_word
+    aligned = bitpos is not None or (ci == 0 and ni == per_row)
+    scale = np.asarray(affine.scale, dtype=np.float32)
+    index = None if affine.index is None else np.asarray(affine.index)
+    # Without a zero point the code offset goes into the lookup table: one pass less.
+    minus, zero = 0.0, None
+    if isinstance(affine.zero, float):
+        minus = affine.zero
+    else:
+        zero = np.asarray(affine.zero, np.float32)
+    signed = _SIGNED_VALUES - np.float32(minus)
+
+    def decode(rows: slice, dst: np.ndarray) -> None:
+        src = weight[ri + rows.start : ri + rows.stop]
+        if bitpos is not None:
+            np.subtract(_NUMPY_CT.gather(src, bitpos, linear.bits), np.float32(minus), out=dst)
+        elif linear.packed:
+            unpack_into(src, linear.bits, dst, minus)
+        else:
+            lookup_into(signed, src.view(np.uint8), dst)
+
+    def part(x: Any, rows: slice) -> Any:
+        if x is None or x.shape[0] == 1:
+            return x
+        return x[rows]
+
+    def work(runs: Sequence[range]) -> None:
+        for run in runs:
+            rows = slice(run.start, run.stop)
+            dst = out[rows]
+            if aligned:
+                decode(rows, dst)
+            else:
+                full = np.empty((len(run), per_row), np.float32)
+                decode(rows, full)
+                dst[...] = full[:, ci : ci + ni]
+            s, z = part(scale, rows), part(zero, rows)
+            with np.errstate(invalid="ignore", over="ignore"):
+                _apply(dst, s, z, affine, index)
+
+    run_parts(work, row_runs(no, ni), RUNS_PER_TASK)
+    return out
+
+
+def _apply(dst: np.ndarray, s: Any, z: Any, affine: _Affine, index: np.ndarray | None) -> None:
+    """``dst = (dst - z) * s`` in place (no ``z``: ``dst *= s``), per group of the mode."""
+    if affine.mode == "one":
+        if z is not None:
+            dst -= z
+        dst *= s
+        return
+    if affine.mode == "groups":
+        groups = dst.reshape(dst.shape[0], -1, affine.width)
+        if z is not None:
+            groups -= z[:, :, None]
+        groups *= s[:, :, None]
+        return
+    if affine.mode == "index":
+        assert index is not None
+        if z is not None:
+            dst -= z[:, index]
+        dst *= s[:, index]
+        return
+    a, w, n = affine.start, affine.width, dst.shape[1]
+    if z is not None:
+        dst -= np.repeat(z, w, axis=1)[:, a : a + n]
+    dst *= np.repeat(s, w, axis=1)[:, a : a + n]

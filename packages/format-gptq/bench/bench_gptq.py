@@ -1,0 +1,108 @@
+"""Dequantize throughput of the gptq format next to a numpy memcpy of the same output bytes.
+
+Run ``python bench_gptq.py`` (or ``nox -s bench``). Builds 4096 x 4096 linears
+(4 bits with groups of 128 in order and in act-order, 8 bits, 3 bits) in a
+temporary checkpoint, reads their components once, then times the CPU
+dequantize to float32 and ``np.copyto`` of an equally large float32 array,
+both into outputs written before, alternating, median of 5.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from flexq import ComposedTransform, RawTensor, ReadPlan, TargetSlice, compose, save_checkpoint
+from flexq_gptq import quantization_config
+
+OUT_FEATURES = 4096
+IN_FEATURES = 4096
+GROUP_SIZE = 128
+ROUNDS = 5
+#: name -> (bits, act-order)
+CASES = {
+    "gptq4": (4, False),
+    "gptq4_act_order": (4, True),
+    "gptq8": (8, False),
+    "gptq3": (3, False),
+}
+
+
+def _tensors(bits: int, act_order: bool, rng: np.random.Generator) -> dict[str, RawTensor]:
+    """Random words and scales in the layout's shapes (decode cost does not depend on values)."""
+    ng = IN_FEATURES // GROUP_SIZE
+
+    def words(*shape: int) -> np.ndarray:
+        return rng.integers(-(2**31), 2**31, size=shape, dtype=np.int64).astype(np.int32)
+
+    g_idx = np.arange(IN_FEATURES) // GROUP_SIZE
+    if act_order:
+        g_idx = g_idx[rng.permutation(IN_FEATURES)]
+    return {
+        "fc.qweight": RawTensor.of(words(IN_FEATURES * bits // 32, OUT_FEATURES)),
+        "fc.qzeros": RawTensor.of(words(ng, OUT_FEATURES * bits // 32)),
+        "fc.scales": RawTensor.of(
+            (rng.standard_normal((ng, OUT_FEATURES)) * 0.01).astype(np.float16)
+        ),
+        "fc.g_idx": RawTensor.of(g_idx.astype(np.int32)),
+    }
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure() -> dict[str, float]:
+    """GB/s of float32 output: dequantize (each case) and np.copyto of the same bytes."""
+    rng = np.random.default_rng(0)
+    out_bytes = OUT_FEATURES * IN_FEATURES * 4
+    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
+    dst = np.ones_like(src)
+    runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
+    times: dict[str, list[float]] = {name: [] for name in [*CASES, "memcpy"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (bits, act_order) in CASES.items():
+            config = quantization_config(bits, GROUP_SIZE, desc_act=act_order)
+            path = save_checkpoint(
+                f"{tmp}/{name}",
+                _tensors(bits, act_order, rng),
+                config={"quantization_config": config},
+            )
+            ct = compose(path, ["gptq"])
+            plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
+            runs[name] = _dequantizer(ct, plan, ct.read_sources(plan))
+        for fn in runs.values():  # warm-up: page faults and allocator growth
+            fn()
+        for _ in range(ROUNDS):
+            for name, fn in runs.items():
+                times[name].append(_seconds(fn))
+    return {f"{name}_gbps": out_bytes / statistics.median(t) / 1e9 for name, t in times.items()}
+
+
+def _dequantizer(
+    ct: ComposedTransform, plan: ReadPlan, sources: dict[str, np.ndarray]
+) -> Callable[[], object]:
+    # Into an output written before, as a model's parameters are (and as memcpy's).
+    into = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
+    return lambda: ct.dequantize("fc.weight", sources, plan, "float32", out=into)
+
+
+def main() -> None:
+    """Print the figures of :func:`measure`."""
+    figures = measure()
+    print(
+        f"gptq dequantize {OUT_FEATURES}x{IN_FEATURES} g={GROUP_SIZE} -> float32 "
+        f"(median of {ROUNDS}):"
+    )
+    for name, value in figures.items():
+        print(f"  {name:24s} {value:7.2f} GB/s")
+
+
+if __name__ == "__main__":
+    main()

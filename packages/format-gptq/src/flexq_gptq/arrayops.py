@@ -1,0 +1,129 @@
+"""The array operations the GPTQ decoder needs beyond :class:`flexq.formatkit.ArrayOps`.
+
+Unpacking ``bits``-bit codes from int32 words along either axis (with the GPTQ
+v1 zero offset undone on the words or on the fields), taking rows by a group
+index, and a 2-D transpose, for numpy arrays and Paddle tensors. All are exact
+integer or data-movement operations, so both give identical bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from flexq.formatkit import is_paddle
+from flexq_gptq.packing import Packing
+
+
+class GptqOps(Protocol):
+    """Operations the GPTQ decoder needs beyond :class:`flexq.formatkit.ArrayOps`."""
+
+    def unpack(
+        self, words: Any, bits: int, axis: int, word_add: Sequence[int], field_add: int
+    ) -> Any:
+        """Float32 codes of int32 ``words`` (2-D, packed along ``axis``, whole units).
+
+        Each word of a unit first gets ``word_add[w]`` added modulo 2**32 (carries
+        cross fields, as a whole-word addition does); each code then gets
+        ``field_add`` added modulo ``2**bits``.
+        """
+
+    def take_rows(self, x: Any, index: np.ndarray) -> Any:
+        """``x[index]`` along axis 0 (``index`` is a host int64 array)."""
+
+    def transpose(self, x: Any) -> Any:
+        """A 2-D array with its axes swapped (contiguous)."""
+
+
+class NumpyGptqOps:
+    """:class:`GptqOps` on numpy arrays."""
+
+    def unpack(
+        self, words: Any, bits: int, axis: int, word_add: Sequence[int], field_add: int
+    ) -> Any:
+        p = Packing(bits)
+        w = np.moveaxis(np.asarray(words).view(np.uint32), axis, 0)
+        n, rest = w.shape[0], w.shape[1:]
+        units = w.reshape(n // p.unit_words, p.unit_words, *rest)
+        if any(word_add):
+            add = np.asarray(word_add, np.uint32).reshape(1, p.unit_words, *([1] * len(rest)))
+            units = units + add  # uint32 arithmetic wraps modulo 2**32
+        codes = np.empty((units.shape[0], p.unit_codes, *rest), np.uint32)
+        mask = np.uint32(p.mask)
+        for k, (word, shift, low) in enumerate(p.fields()):
+            c = units[:, word] >> np.uint32(shift)
+            if low < bits:
+                c = c | (units[:, word + 1] << np.uint32(low))
+            if field_add:
+                c = c + np.uint32(field_add)
+            codes[:, k] = c & mask
+        flat = codes.reshape(n // p.unit_words * p.unit_codes, *rest).astype(np.float32)
+        return np.ascontiguousarray(np.moveaxis(flat, 0, axis))
+
+    def take_rows(self, x: Any, index: np.ndarray) -> Any:
+        return np.take(np.asarray(x), index, axis=0)
+
+    def transpose(self, x: Any) -> Any:
+        return np.ascontiguousarray(np.asarray(x).T)
+
+
+class PaddleGptqOps:
+    """:class:`GptqOps` on Paddle tensors, on the tensors' own device."""
+
+    def __init__(self) -> None:
+        import paddle
+
+        self._paddle = paddle
+
+    def _const(self, value: int, place: Any) -> Any:
+        return self._paddle.to_tensor(value, dtype="int64", place=place)
+
+    def unpack(
+        self, words: Any, bits: int, axis: int, word_add: Sequence[int], field_add: int
+    ) -> Any:
+        pd = self._paddle
+        p = Packing(bits)
+        place = words.place
+        # int64 holds every int32 bit pattern as a non-negative number once the
+        # sign extension is masked off, so shifts are logical.
+        full = self._const(0xFFFFFFFF, place)
+        w = pd.bitwise_and(words.astype("int64"), full)
+        if axis == 1:
+            w = pd.transpose(w, [1, 0])
+        n, cols = w.shape
+        units = w.reshape([n // p.unit_words, p.unit_words, cols])
+        if any(word_add):
+            add = pd.to_tensor(list(word_add), dtype="int64", place=place).reshape([1, -1, 1])
+            units = pd.bitwise_and(units + add, full)
+        mask = self._const(p.mask, place)
+        codes = []
+        for word, shift, low in p.fields():
+            c = pd.bitwise_right_shift(
+                units[:, word], self._const(shift, place), is_arithmetic=False
+            )
+            if low < bits:
+                c = pd.bitwise_or(
+                    c, pd.bitwise_left_shift(units[:, word + 1], self._const(low, place))
+                )
+            if field_add:
+                c = c + self._const(field_add, place)
+            codes.append(pd.bitwise_and(c, mask))
+        flat = pd.stack(codes, axis=1).reshape([-1, cols]).astype("float32")
+        return pd.transpose(flat, [1, 0]) if axis == 1 else flat
+
+    def take_rows(self, x: Any, index: np.ndarray) -> Any:
+        pd = self._paddle
+        return pd.index_select(x, pd.to_tensor(index, dtype="int64", place=x.place), axis=0)
+
+    def transpose(self, x: Any) -> Any:
+        return self._paddle.transpose(x, [1, 0])
+
+
+_NUMPY = NumpyGptqOps()
+
+
+def gptq_ops_for(x: object) -> GptqOps:
+    """The :class:`GptqOps` for ``x``'s kind of array."""
+    return PaddleGptqOps() if is_paddle(x) else _NUMPY

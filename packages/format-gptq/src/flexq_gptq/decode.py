@@ -1,0 +1,224 @@
+"""The GPTQ dequantization, written once for numpy arrays and Paddle tensors.
+
+Used by the plugin's ``flexq_apply``. For a box of the logical [out, in] weight:
+``W[o, i] = s[g(i), o] * (q[i, o] - z[g(i), o])`` in float32, with ``g(i)`` the
+column's ``g_idx`` entry (``i // g`` without one). Every step is exact: codes
+and zeros are small integers, and their difference times an F16/BF16 scale
+fits float32's mantissa, so the numpy and Paddle paths give identical bits and
+the caller's single rounding is the only one.
+
+GPTQ v1 zeros (``zeros_minus_one``) are stored as z - 1 by a whole-word
+subtraction: AutoGPTQ's and GPTQModel's ``convert_gptq_v2_to_v1_format`` and
+auto-round's packer (which sums the shifted ``z - 1`` fields) all borrow from
+the next field when z is 0. So for 2, 4 and 8 bits the decoder adds the same
+per-field ones back to the whole word modulo 2**32 before unpacking, as
+GPTQModel's ``convert_gptq_v1_to_v2_format`` does on load; every z then comes
+back exactly, z = 0 included. For 3 bits GPTQModel's loader undoes the offset
+field by field (z = (stored + 1) mod 8, codes straddle words), and so does this
+decoder.
+
+The boxes in ``plan.source_slices`` may be larger than the target (whole units
+of words, the group rows it names); positions inside them are found from the
+boxes' offsets, so one routine serves local and global plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexq import Checkpoint, FormatError, ReadPlan
+from flexq.formatkit import RUNS_PER_TASK, is_paddle, lookup_into, ops_for, row_runs, run_parts
+from flexq_gptq.arrayops import gptq_ops_for
+from flexq_gptq.config import FORMAT_NAME
+from flexq_gptq.packing import Packing
+
+if TYPE_CHECKING:
+    from flexq_gptq.layout import GptqLinear
+
+
+def zero_offsets(linear: GptqLinear) -> tuple[tuple[int, ...], int]:
+    """(per-word additions, per-field addition) that turn stored zeros into z."""
+    p = linear.packing
+    if not linear.zeros_minus_one:
+        return (0,) * p.unit_words, 0
+    if linear.bits == 3:
+        return (0,) * p.unit_words, 1
+    return p.v1_word_offsets(), 0
+
+
+def check_groups(ckpt: Checkpoint, linear: GptqLinear, values: np.ndarray, offset: int) -> None:
+    """Raise :class:`FormatError` unless every g_idx value names one of the linear's groups."""
+    bad = (values < 0) | (values >= linear.n_groups)
+    if bad.any():
+        at = int(np.argmax(bad))
+        info = ckpt.info(linear.g_idx)
+        raise FormatError(
+            f"{info.file}: tensor {linear.g_idx!r} holds group {int(values[at])} at "
+            f"[{offset + at}], outside 0..{linear.n_groups - 1} (format {FORMAT_NAME!r})"
+        )
+
+
+def group_index(
+    ckpt: Checkpoint, linear: GptqLinear, sources: Mapping[str, Any], plan: ReadPlan
+) -> np.ndarray:
+    """For each input column of the target, its row in the planned scales box (host int64).
+
+    :raises FormatError: when a g_idx value is outside the groups (or outside
+        the rows the plan read).
+    """
+    (_, i0), (_, ni) = plan.target.global_offset, plan.target.local_shape
+    (g0, _), (ng, _) = plan.source_slices[linear.scales]
+    if linear.has_g_idx:
+        raw = sources[linear.g_idx]
+        host = raw.numpy() if is_paddle(raw) else np.asarray(raw)
+        (start,), _ = plan.source_slices[linear.g_idx]
+        values = host[i0 - start : i0 - start + ni].astype(np.int64)
+        check_groups(ckpt, linear, values, i0)
+    else:
+        values = np.arange(i0, i0 + ni, dtype=np.int64) // linear.group_size
+    rows = values - g0
+    if rows.size and (rows.min() < 0 or rows.max() >= ng):
+        # Only a g_idx that is not i // g under desc_act: false gets here.
+        info = ckpt.info(linear.g_idx)
+        raise FormatError(
+            f"{info.file}: tensor {info.key!r}: columns {i0}..{i0 + ni - 1} of "
+            f"{linear.logical_key!r} use groups {int(values.min())}..{int(values.max())}, "
+            f"not the i // group_size groups {g0}..{g0 + ng - 1} that desc_act: false "
+            f"promises (format {FORMAT_NAME!r})"
+        )
+    return rows
+
+
+def dequantize(
+    ckpt: Checkpoint,
+    linear: GptqLinear,
+    sources: Mapping[str, Any],
+    plan: ReadPlan,
+    out: Any = None,
+) -> Any:
+    """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
+
+    ``out`` (a C-contiguous numpy float32 array of the box) is filled when the
+    box is whole units of qweight words, the usual case.
+    """
+    qw, qz, sc = sources[linear.qweight], sources[linear.qzeros], sources[linear.scales]
+    ops, gops = ops_for(qw), gptq_ops_for(qw)
+    p = linear.packing
+    (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
+    (r0, _), (nr, _) = plan.source_slices[linear.qweight]
+    (_, zc0), _ = plan.source_slices[linear.qzeros]
+    rows = group_index(ckpt, linear, sources, plan)
+    word_add, field_add = zero_offsets(linear)
+    first = i0 - r0 // p.unit_words * p.unit_codes  # target's first column in the q box
+    zfirst = o0 - zc0 // p.unit_words * p.unit_codes
+    scales = ops.float32(sc, linear.scale_dtype)
+    z = gops.unpack(qz, linear.bits, 1, word_add, field_add)[:, zfirst : zfirst + no]
+    # inf * 0 is NaN by definition; a non-finite scale is reported once, by the
+    # plugin's ScaleWarning, not by numpy.
+    with np.errstate(invalid="ignore", over="ignore"):
+        if (
+            isinstance(qw, np.ndarray)
+            and first == 0
+            and nr // p.unit_words * p.unit_codes == ni
+            and np.little_endian
+            and (out is None or out.flags.c_contiguous)
+        ):
+            return _banded(qw, np.asarray(z), np.asarray(scales), rows, linear.bits, out)
+        q = gops.unpack(qw, linear.bits, 0, (0,) * p.unit_words, 0)[first : first + ni]
+        if ni == 0 or no == 0:
+            return gops.transpose(q[:, :no])
+        wt = q - gops.take_rows(z, rows)
+        wt = wt * gops.take_rows(scales, rows)
+        return gops.transpose(wt)
+
+
+def _byte_table(bits: int) -> np.ndarray:
+    """For each byte value, the float32 codes it holds in stream order, as one item of
+    ``4 * 8 / bits`` bytes (float32, uint64 or complex128), so one ``np.take`` per
+    byte copies them all (a copy of bits, no arithmetic)."""
+    per = 8 // bits
+    b = np.arange(256)
+    codes = np.stack([(b >> (bits * j)) & ((1 << bits) - 1) for j in range(per)], axis=-1)
+    item = {1: np.float32, 2: np.uint64, 4: np.complex128}[per]
+    return np.ascontiguousarray(codes.astype(np.float32)).view(item).reshape(256)
+
+
+_BYTE_TABLES = {bits: _byte_table(bits) for bits in (2, 4, 8)}
+_THREE_BIT_FIELDS = Packing(3).fields()
+
+
+def _unpack_rows_into(words_t: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Codes of transposed qweight words [rows, W] (uint32) into ``out`` [rows, W*32/bits]."""
+    if bits == 3:
+        units = words_t.reshape(words_t.shape[0], -1, 3)
+        fields = out.reshape(units.shape[0], units.shape[1], 32)
+        code = np.empty(units.shape[:2], np.uint32)
+        for k, (word, shift, low) in enumerate(_THREE_BIT_FIELDS):
+            np.right_shift(units[:, :, word], np.uint32(shift), out=code)
+            if low < 3:
+                code |= units[:, :, word + 1] << np.uint32(low)
+            code &= np.uint32(7)
+            fields[:, :, k] = code
+        return
+    codes = words_t.view(np.uint8)  # little-endian: stream order, byte by byte
+    if bits == 8:
+        lookup_into(_BYTE_TABLES[8], codes, out)
+        return
+    table = _BYTE_TABLES[bits]
+    np.take(table, codes, out=out.view(table.dtype).reshape(codes.shape), mode="clip")
+
+
+def _banded(
+    words: np.ndarray,
+    z: np.ndarray,
+    s: np.ndarray,
+    rows: np.ndarray,
+    bits: int,
+    out: np.ndarray | None,
+) -> np.ndarray:
+    """``s[g] * (q - z[g])`` for a box that is exactly whole units of words, with
+    every step of a band of output rows done while it is still in cache, bands on
+    the worker threads.
+
+    A band's words are transposed first (``bits/32`` of its output), so output
+    row o is transposed word row o: little-endian bytes hold its codes in order,
+    which one table lookup per byte expands. Columns whose groups are contiguous and
+    whole broadcast one zero and scale per group; others (act-order, partial
+    groups) gather them per band.
+    """
+    ni = rows.size
+    no = z.shape[1]
+    result = np.empty((no, ni), np.float32) if out is None else out
+    src = words.view(np.uint32)
+    zt, st = np.ascontiguousarray(z.T), np.ascontiguousarray(s.T)
+    ng = zt.shape[1]
+    g = ni // ng if ng and ni % ng == 0 else 0
+    grouped = g > 0 and np.array_equal(rows, np.arange(ni) // g)
+
+    def work(runs: Sequence[range]) -> None:
+        for run in runs:
+            band = slice(run.start, run.stop)
+            values = result[band]
+            # Each band transposes its own words: small, in cache, on its thread.
+            _unpack_rows_into(np.ascontiguousarray(src[:, band].T), bits, values)
+            if grouped:
+                v3 = values.reshape(len(run), ng, g)
+                v3 -= zt[band, :, None]
+                v3 *= st[band, :, None]
+            else:
+                side = np.empty_like(values)
+                np.take(zt[band], rows, axis=1, out=side)
+                values -= side
+                np.take(st[band], rows, axis=1, out=side)
+                values *= side
+
+    def guarded(runs: Sequence[range]) -> None:
+        # numpy's error state is per thread: each worker sets its own.
+        with np.errstate(invalid="ignore", over="ignore"):
+            work(runs)
+
+    run_parts(guarded, row_runs(no, ni), RUNS_PER_TASK)
+    return result

@@ -1,0 +1,187 @@
+"""Local read plans: any box equals the same slice of the whole weight and reads only
+its units of words, the group rows its columns use, and its g_idx slice."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexq import ComposedTransform, TargetSlice, compose
+
+# (bits, out, in, group_size, g_idx kind, v1); boxes of every alignment are drawn over these.
+CASES = [
+    (4, 24, 64, 16, "trivial", True),
+    (4, 32, 96, 32, "permuted", True),
+    (4, 16, 40, -1, "none", False),
+    (2, 32, 64, 16, "permuted", False),
+    (3, 64, 96, 32, "permuted", True),
+    (3, 32, 64, 24, "trivial", False),
+    (8, 12, 48, 8, "random", True),
+    (8, 8, 20, 3, "none", True),
+]
+
+
+class Built:
+    """One checkpoint per case: its composed transform, whole result and tensors."""
+
+    def __init__(self, oracle: Any, stack: Any) -> None:
+        rng = np.random.default_rng(7)
+        self.items: list[tuple[ComposedTransform, np.ndarray, Any]] = []
+        for bits, out_f, in_f, group, kind, v1 in CASES:
+            lin = oracle.random_gptq(rng, bits, out_f, in_f, group, v1=v1, g_idx=kind)
+            act_order = kind in ("permuted", "random")
+            config = oracle.gptq_config(bits, group, v1=v1, desc_act=act_order)
+            ckpt = stack.enter_context(oracle.written({"fc": lin}, config))
+            ct = compose(ckpt.path, ["gptq"])
+            self.items.append((ct, ct.load("fc.weight", "float32"), lin))
+
+
+@pytest.fixture(scope="module")
+def built(oracle: Any) -> Iterator[Built]:
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        yield Built(oracle, stack)
+
+
+def expected_bytes(lin: Any, o0: int, no: int, i0: int, ni: int) -> int:
+    """Bytes a local plan reads: covering units of words, the covering groups (every
+    group under act-order), exact scale columns, the g_idx slice."""
+    bits = lin.bits
+    unit = 32 if bits == 3 else 32 // bits
+    words = 3 if bits == 3 else 1
+    in_f = lin.shape[1]
+
+    def cover(start: int, size: int, block: int) -> int:
+        return (start + size - 1) // block - start // block + 1
+
+    g = in_f if lin.group_size == -1 else lin.group_size
+    act_order = lin.g_idx is not None and not np.array_equal(lin.g_idx, np.arange(in_f) // g)
+    ng = -(-in_f // g) if act_order else cover(i0, ni, g)
+    g_idx = 4 * ni if lin.g_idx is not None else 0
+    qweight = 4 * words * cover(i0, ni, unit) * no
+    qzeros = 4 * words * cover(o0, no, unit) * ng
+    return qweight + qzeros + 2 * ng * no + g_idx
+
+
+@st.composite
+def boxes(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
+    case = draw(st.integers(0, len(CASES) - 1))
+    _, out_f, in_f, *_ = CASES[case]
+    o0 = draw(st.integers(0, out_f - 1))
+    no = draw(st.integers(1, out_f - o0))
+    i0 = draw(st.integers(0, in_f - 1))
+    ni = draw(st.integers(1, in_f - i0))
+    return case, o0, no, i0, ni
+
+
+@settings(max_examples=120, deadline=None)
+@given(box=boxes(), dtype=st.sampled_from(["float32", "bfloat16"]))
+def test_local_plan_equals_slice_of_global_and_reads_within_the_bound(
+    built: Built, oracle: Any, box: tuple[int, int, int, int, int], dtype: str
+) -> None:
+    case, o0, no, i0, ni = box
+    ct, whole, lin = built.items[case]
+    out_f, in_f = lin.shape
+    target = TargetSlice((out_f, in_f), (no, ni), (o0, i0), dtype)
+    before = ct.checkpoint.bytes_read
+    plan = ct.plan("fc.weight", target)
+    assert ct.checkpoint.bytes_read == before  # plans come from headers and config only
+    assert plan.mode == "local"
+    assert plan.target == target
+    before = ct.checkpoint.bytes_read
+    sources = ct.read_sources(plan)
+    assert ct.checkpoint.bytes_read - before == expected_bytes(lin, o0, no, i0, ni)
+    got = ct.dequantize("fc.weight", sources, plan, dtype)
+    oracle.same_bits(got, oracle.round_to(whole[o0 : o0 + no, i0 : i0 + ni], dtype))
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_whole_weight_equals_the_oracle(built: Built, oracle: Any, case: int) -> None:
+    _, whole, lin = built.items[case]
+    oracle.same_bits(whole, lin.reference())
+
+
+def test_act_order_plan_reads_every_group_row_of_its_columns(built: Built) -> None:
+    ct, whole, _ = built.items[1]  # 4 bits, out 32, in 96, g 32, permuted
+    plan = ct.plan("fc.weight", TargetSlice((32, 96), (10, 1), (8, 50), "float32"))
+    assert dict(plan.source_slices) == {
+        "fc.qweight": ((6, 8), (1, 10)),
+        "fc.qzeros": ((0, 1), (3, 2)),
+        "fc.scales": ((0, 8), (3, 10)),
+        "fc.g_idx": ((50,), (1,)),
+    }
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    np.testing.assert_array_equal(got, whole[8:18, 50:51])
+
+
+def test_trivial_g_idx_plan_reads_only_the_covering_groups(built: Built) -> None:
+    ct, whole, _ = built.items[0]  # 4 bits, out 24, in 64, g 16, g_idx = i // 16
+    plan = ct.plan("fc.weight", TargetSlice((24, 64), (24, 10), (0, 30), "float32"))
+    assert dict(plan.source_slices) == {
+        "fc.qweight": ((3, 0), (2, 24)),
+        "fc.qzeros": ((1, 0), (2, 3)),
+        "fc.scales": ((1, 0), (2, 24)),
+        "fc.g_idx": ((30,), (10,)),
+    }
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    np.testing.assert_array_equal(got, whole[:, 30:40])
+
+
+def test_three_bit_row_slice_reads_whole_three_word_units(built: Built) -> None:
+    ct, whole, _ = built.items[4]  # 3 bits, out 64, in 96, g 32
+    plan = ct.plan("fc.weight", TargetSlice((64, 96), (20, 96), (30, 0), "float32"))
+    qz_offset, qz_shape = plan.source_slices["fc.qzeros"]
+    assert (qz_offset[1], qz_shape[1]) == (0, 6)  # out 30..49 -> units 0 and 1 -> words 0..5
+    assert plan.source_slices["fc.qweight"] == ((0, 30), (9, 20))
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    np.testing.assert_array_equal(got, whole[30:50])
+
+
+def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Built) -> None:
+    ct, whole, _ = built.items[1]
+    target = TargetSlice((32, 96), (5, 7), (3, 9), "float32")
+    plan = ct.plan("fc.weight", target, force_global=True)
+    assert plan.mode == "global"
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
+
+
+def test_empty_box_gives_an_empty_result(built: Built) -> None:
+    ct, _, _ = built.items[1]
+    plan = ct.plan("fc.weight", TargetSlice((32, 96), (0, 5), (32, 3), "float32"))
+    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    assert got.shape == (0, 5)
+
+
+@pytest.mark.parametrize("band", [1, 100, 1 << 18])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_whole_units_decode_band_by_band_into_a_given_output(
+    built: Built, oracle: Any, case: int, band: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Boxes that are whole units of words take the banded path: bands of one output row
+    up to the whole weight, over the worker threads, into a fresh array or the one offered."""
+    import flexq.formatkit.bands as core_bands
+
+    monkeypatch.setattr(core_bands, "_BAND_CODES", band)
+    ct, _, lin = built.items[case]
+    shape = lin.shape
+    want = lin.reference()
+    targets = [
+        TargetSlice.whole(shape, "float32"),
+        TargetSlice(shape, (shape[0] - 3, shape[1]), (3, 0), "float32"),
+    ]
+    for target in targets:
+        plan = ct.plan("fc.weight", target)
+        sources = ct.read_sources(plan)
+        (o0, i0), (no, ni) = target.global_offset, target.local_shape
+        oracle.same_bits(ct.dequantize("fc.weight", sources, plan, "float32"), want[o0 : o0 + no])
+        into = np.full(target.local_shape, 5.0, np.float32)
+        got = ct.dequantize("fc.weight", sources, plan, "float32", out=into)
+        assert np.shares_memory(got, into)
+        oracle.same_bits(into, want[o0 : o0 + no, i0 : i0 + ni])

@@ -1,0 +1,216 @@
+"""What a checkpoint's config says about NVFP4 weights, in both producers' dialects.
+
+- compressed-tensors (``config.json`` ``quantization_config``, ``quant_method:
+  "compressed-tensors"``): the declared formats (``format`` and each config
+  group's ``format``), the NVFP4 groups' ``weights.group_size`` (16), and
+  ``ignore`` (module names, or ``re:<regex>`` matched from the start).
+- NVIDIA ModelOpt: ``config.json`` ``quantization_config`` with ``quant_method:
+  "modelopt"``, ``quant_algo`` and ``ignore`` (what newer ModelOpt exports write), or
+  only ``hf_quant_config.json`` ``{"quantization": {"quant_algo", "group_size",
+  "exclude_modules"}}`` (older exports; newer ones write both). ``exclude_modules``
+  / ``ignore`` entries are fnmatch wildcards. ``MIXED_PRECISION`` names each
+  quantized module's algorithm in ``quantized_layers``.
+- auto-round's own format (``quant_method: "auto-round"``, ``data_type: "nv_fp"``,
+  ``packing_format: "auto_round:llm_compressor"``): compressed-tensors' tensor names,
+  auto-round's dequantization order; ``group_size`` 16.
+
+Used by :mod:`flexq_nvfp4.detect`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from flexq import Checkpoint, FormatError
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
+
+FORMAT = "nvfp4"
+CT_FORMAT = "nvfp4-pack-quantized"
+HF_QUANT_CONFIG = "hf_quant_config.json"
+#: ModelOpt algorithms whose weights are plain NVFP4 (the activation side differs).
+MODELOPT_ALGOS = frozenset({"NVFP4", "W4A16_NVFP4"})
+MIXED = "MIXED_PRECISION"
+GROUP_SIZE = 16
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class CtWeights(QuantConfig):
+    """A compressed-tensors config group's ``weights``."""
+
+    group_size: int | None = None
+
+
+class CtGroup(QuantConfig):
+    """One compressed-tensors config group."""
+
+    format: str | None = None
+    weights: CtWeights | None = None
+
+
+class CtConfig(QuantConfig):
+    """compressed-tensors' ``quantization_config`` (the fields this format reads)."""
+
+    format: str | None = None
+    config_groups: dict[str, CtGroup] | None = None
+    ignore: list[str] | None = None
+
+
+class ModeloptLayer(QuantConfig):
+    """One module of a ModelOpt ``MIXED_PRECISION`` ``quantized_layers``."""
+
+    quant_algo: str
+    group_size: int | None = None
+
+
+class ModeloptSettings(QuantConfig):
+    """ModelOpt's settings: config.json's ``quantization_config`` (``ignore``) or
+    ``hf_quant_config.json``'s ``quantization`` (``exclude_modules``)."""
+
+    quant_algo: str
+    group_size: int | None = None
+    exclude_modules: list[str] | None = None
+    ignore: list[str] | None = None
+    quantized_layers: dict[str, ModeloptLayer] | None = None
+
+
+class HfQuantConfig(QuantConfig):
+    """ModelOpt's ``hf_quant_config.json``."""
+
+    quantization: ModeloptSettings
+
+
+class AutoRoundConfig(QuantConfig):
+    """auto-round's own ``quantization_config`` (the fields this format reads)."""
+
+    data_type: str | None = None
+    group_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Nvfp4Config:
+    """The NVFP4-relevant part of a checkpoint's config.
+
+    :ivar where: the file and field the settings come from, for messages.
+    :ivar ct_formats: formats a compressed-tensors config declares (empty otherwise).
+    :ivar modelopt_algo: ModelOpt's ``quant_algo`` (upper case), None without a ModelOpt config.
+    :ivar layers: for ModelOpt ``MIXED_PRECISION``, module -> its ``quant_algo``.
+    :ivar ignored: the modules the config lists as unquantized (the kit's one rule).
+    :ivar auto_round: the checkpoint is auto-round's own format (its dequantization order).
+    """
+
+    where: str
+    ct_formats: frozenset[str] = frozenset()
+    modelopt_algo: str | None = None
+    layers: Mapping[str, str] = field(default_factory=dict)
+    ignored: IgnoreList = field(default_factory=IgnoreList)
+    auto_round: bool = False
+
+    @property
+    def declares_ct_nvfp4(self) -> bool:
+        return CT_FORMAT in self.ct_formats
+
+    def modelopt_algo_of(self, module: str) -> str | None:
+        """The ModelOpt algorithm that quantized ``module`` (None: the config does not say)."""
+        if self.modelopt_algo == MIXED:
+            return self.layers.get(module)
+        return self.modelopt_algo
+
+
+def read_config(ckpt: Checkpoint) -> Nvfp4Config:
+    """Interpret the checkpoint's quantization settings.
+
+    :raises FormatError: on a malformed field this format relies on, naming file and field.
+    """
+    qc = ckpt.quantization_config
+    where = f"{ckpt.path / 'config.json'}: quantization_config"
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "compressed-tensors":
+        return _compressed_tensors(parse_quant_config(CtConfig, ckpt, FORMAT), where)
+    if method == "auto-round":
+        ar = parse_quant_config(AutoRoundConfig, ckpt, FORMAT)
+        if (ar.data_type or "").startswith("nv_fp"):
+            _check_group_size(ar.group_size, where)
+        return Nvfp4Config(where, auto_round=True)
+    if method.startswith("modelopt"):
+        if isinstance(qc.get("quantization"), Mapping):
+            nested = _validate(HfQuantConfig, qc, ckpt.path / "config.json", "quantization_config.")
+            return _modelopt(nested.quantization, f"{where}.quantization")
+        return _modelopt(parse_quant_config(ModeloptSettings, ckpt, FORMAT), where)
+    if not method:
+        path = ckpt.path / HF_QUANT_CONFIG
+        doc = _hf_quant_config(ckpt, path)
+        if doc is not None:
+            hf = _validate(HfQuantConfig, doc, path, "")
+            return _modelopt(hf.quantization, f"{path}: quantization")
+    return Nvfp4Config(where)
+
+
+def _compressed_tensors(qc: CtConfig, where: str) -> Nvfp4Config:
+    formats = {qc.format} if qc.format else set()
+    for name, group in (qc.config_groups or {}).items():
+        fmt = group.format or qc.format
+        if fmt:
+            formats.add(fmt)
+        if fmt == CT_FORMAT and group.weights is not None:
+            _check_group_size(group.weights.group_size, f"{where}.config_groups.{name}.weights")
+    # "mixed-precision" only says the groups carry the formats.
+    formats.discard("mixed-precision")
+    ignored = IgnoreList(tuple(("ignore", e) for e in qc.ignore or ()))
+    return Nvfp4Config(where, ct_formats=frozenset(formats), ignored=ignored)
+
+
+def _modelopt(body: ModeloptSettings, where: str) -> Nvfp4Config:
+    algo = body.quant_algo.upper()
+    if algo in MODELOPT_ALGOS:
+        _check_group_size(body.group_size, where)
+    layers: dict[str, str] = {}
+    if algo == MIXED:
+        for module, spec in (body.quantized_layers or {}).items():
+            layers[module] = spec.quant_algo.upper()
+            if layers[module] in MODELOPT_ALGOS:
+                _check_group_size(spec.group_size, f"{where}.quantized_layers.{module}")
+    entries = [("exclude_modules", e) for e in body.exclude_modules or ()]
+    entries += [("ignore", e) for e in body.ignore or ()]
+    return Nvfp4Config(where, modelopt_algo=algo, layers=layers, ignored=IgnoreList(tuple(entries)))
+
+
+def _check_group_size(value: int | None, where: str) -> None:
+    if value is not None and value != GROUP_SIZE:
+        raise FormatError(
+            f"{where}.group_size is {value!r}; NVFP4 blocks are {GROUP_SIZE} elements "
+            f"(format {FORMAT!r})"
+        )
+
+
+def _validate(model: type[M], doc: Mapping[str, Any], path: Path, prefix: str) -> M:
+    """``doc`` validated as ``model``; errors name ``path`` and the field (as the kit's do)."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise FormatError(
+            f"{path}: {prefix}{name}: {err['msg']} (got {err.get('input')!r}; format {FORMAT!r})"
+        ) from None
+
+
+def _hf_quant_config(ckpt: Checkpoint, path: Path) -> dict[str, Any] | None:
+    """ModelOpt's ``hf_quant_config.json`` when it is there."""
+    if not path.is_file():
+        return None
+    if not path.resolve().is_relative_to(ckpt.path.resolve()):
+        raise FormatError(f"{path}: points outside the checkpoint (format {FORMAT!r})")
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{path}: not valid JSON ({exc}) (format {FORMAT!r})") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{path}: not a JSON object (format {FORMAT!r})")
+    return doc
