@@ -1,5 +1,6 @@
-"""What ``import flexq`` costs a fresh process: the format kit's pydantic half is imported
-only when a format first asks for it."""
+"""What ``import flexq`` and entry-point discovery cost a fresh process: the format kit's
+pydantic half is imported only when a format first asks for it, and config models are
+built only when first used."""
 
 from __future__ import annotations
 
@@ -29,3 +30,16 @@ def test_the_config_names_still_come_from_the_format_kit() -> None:
     assert formatkit.parse_quant_config is config.parse_quant_config
     assert formatkit.natural_dtype is config.natural_dtype
     assert "pydantic" in _modules_after("from flexq.formatkit import QuantConfig")
+
+
+def test_a_format_config_model_is_built_on_first_validation_not_at_import() -> None:
+    from flexq.formatkit import QuantConfig
+
+    class Bits(QuantConfig):
+        bits: int
+
+    # Every installed format's models are defined when discovery imports its plugin;
+    # only those of the formats a checkpoint uses are ever built.
+    assert not Bits.__pydantic_complete__
+    assert Bits.model_validate({"bits": 4, "extra": 1}).bits == 4
+    assert Bits.__pydantic_complete__
