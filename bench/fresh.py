@@ -13,7 +13,8 @@ mark (``/proc/self/clear_refs``), then times one call and reports:
 - ``peak_extra_anon``: the highest RssAnon above its pre-call value, sampled
   every 5 ms (memory the call allocated itself).
 
-Kinds: ``flexq`` (the defaults), ``dcp`` (torch DCP's quantized reader into
+Kinds: ``flexq`` (the defaults), ``flexq-fp8-only`` (the same with only the fp8
+format discovered), ``dcp`` (torch DCP's quantized reader into
 torch tensors), ``memcpy`` (the finished values' bytes copied into Paddle
 targets of the same kind: the machine's limit for the job) and ``coldstart``
 (what a fresh process pays before the first byte, step by step, then a load).
@@ -32,7 +33,11 @@ from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("flexq", "dcp", "memcpy", "coldstart")
+KINDS = ("flexq", "flexq-fp8-only", "dcp", "memcpy", "coldstart")
+#: Environment of each kind beyond the parent's: ``flexq-fp8-only`` is the default
+#: load with only the fp8 format discovered (``FLEXQ_FORMATS=fp8``), so the other
+#: installed formats' import cost shows as the difference.
+ENV = {"flexq-fp8-only": {"FLEXQ_FORMATS": "fp8"}}
 
 
 def _status() -> dict[str, int]:
@@ -166,12 +171,6 @@ def child_coldstart(ckpt: str, n: int, side: int) -> dict[str, Any]:
     mark = time.perf_counter()
     run_parts(lambda part: None, list(range(8)), 1)
     steps["worker thread pool start"] = time.perf_counter() - mark
-    mark = time.perf_counter()
-    from paddle.distributed.flex_checkpoint.dcp import utils  # noqa: F401
-
-    steps["Paddle's FlexCheckpoint modules (imported by the first load)"] = (
-        time.perf_counter() - mark
-    )
     del paddle
     with Measured() as m:
         flexq.load_state_dict(state, ckpt)
@@ -180,6 +179,7 @@ def child_coldstart(ckpt: str, n: int, side: int) -> dict[str, Any]:
 
 CHILDREN = {
     "flexq": child_flexq,
+    "flexq-fp8-only": child_flexq,
     "dcp": child_dcp,
     "memcpy": child_memcpy,
     "coldstart": child_coldstart,
@@ -188,7 +188,7 @@ CHILDREN = {
 
 def run_child(kind: str, ckpt: Path, n: int, side: int) -> dict[str, Any]:
     """Run one child in a fresh interpreter and return its figures."""
-    env = {**os.environ, "GLOG_minloglevel": "2"}
+    env = {**os.environ, "GLOG_minloglevel": "2", **ENV.get(kind, {})}
     proc = subprocess.run(
         [sys.executable, "-m", "bench.fresh", kind, str(ckpt), str(n), str(side)],
         cwd=ROOT,

@@ -44,9 +44,14 @@ def write_chart(results: dict[str, Any], out: Path) -> Path:
     cases = results.get("fresh", {}).get("cases", {})
     ax = axes[0][1]
     labels, meds, lows, highs, colors = [], [], [], [], []
-    palette = {"flexq": "tab:blue", "dcp": "tab:orange", "memcpy": "tab:gray"}
+    palette = {
+        "flexq": "tab:blue",
+        "flexq-fp8-only": "tab:cyan",
+        "dcp": "tab:orange",
+        "memcpy": "tab:gray",
+    }
     for name in ("x1", "1gib"):
-        for kind in ("flexq", "dcp", "memcpy"):
+        for kind in palette:
             k = cases.get(name, {}).get("kinds", {}).get(kind)
             if not k:
                 continue
@@ -101,7 +106,8 @@ def _size(nbytes: int) -> str:
 
 def _range(f: dict[str, float], scale: float = 1.0, unit: str = "ms") -> str:
     """``median (min-max)`` of one figure, scaled."""
-    return f"{f['median'] * scale:.0f} {unit} ({f['min'] * scale:.0f}-{f['max'] * scale:.0f})"
+    unit = f" {unit}" if unit else ""
+    return f"{f['median'] * scale:.0f}{unit} ({f['min'] * scale:.0f}-{f['max'] * scale:.0f})"
 
 
 def _median_rows(medians: dict[str, float], ratios: dict[str, float]) -> list[str]:
