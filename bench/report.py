@@ -63,8 +63,8 @@ def write_chart(results: dict[str, Any], out: Path) -> Path:
             colors.append(palette[kind])
     ax.barh(labels, meds, xerr=[lows, highs], color=colors)
     ax.set_xscale("log")
-    ax.set_xlabel("seconds per load, one fresh process each (median, bars: range)")
-    ax.set_title("Defaults vs torch DCP vs memcpy, block-FP8 -> float32")
+    ax.set_xlabel("seconds per load, fresh process each (median; bars: range)")
+    ax.set_title("Defaults vs torch DCP vs memcpy (block-FP8 -> f32)")
     ax.invert_yaxis()
 
     ax = axes[1][0]
@@ -91,7 +91,7 @@ def write_chart(results: dict[str, Any], out: Path) -> Path:
     ours = {k: v["median"] * 1000 for k, v in steps.items() if "caller" not in k}
     ax.barh(list(ours), list(ours.values()), color="tab:green")
     ax.set_xlabel("milliseconds (median over fresh processes)")
-    ax.set_title("Cold start: what a fresh process pays before the first byte")
+    ax.set_title("Cold start before the first byte")
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
@@ -304,3 +304,13 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
     out = ROOT / "docs" / "performance.md"
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+if __name__ == "__main__":
+    # ``python -m bench.report bench/results/<date>.json``: the chart and the page again
+    # from a run's figures (after a change to this module; the figures stay the run's).
+    import sys
+
+    source = Path(sys.argv[1]).resolve()
+    figures = json.loads(source.read_text())
+    write_markdown(figures, source, write_chart(figures, ROOT / "docs" / "performance.png"))

@@ -84,6 +84,10 @@ def _goals(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         f, d = c["kinds"]["flexq"]["seconds"], c["kinds"]["dcp"]["seconds"]
         ratio = f["median"] / d["median"]
+        rounds = [
+            a["seconds"] / b["seconds"]
+            for a, b in zip(c["kinds"]["flexq"]["runs"], c["kinds"]["dcp"]["runs"], strict=True)
+        ]
         alone = c["kinds"].get("flexq-fp8-only", {}).get("seconds")
         only = (
             f"; with only fp8 discovered (FLEXQ_FORMATS=fp8) {alone['median'] / d['median']:.2f}x"
@@ -94,7 +98,8 @@ def _goals(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "goal": f"default load time / torch DCP time, {label} of targets, fresh processes",
             "target": "<= 0.33x",
             "measured": f"{ratio:.2f}x ({_ms(f['median'])} / {_ms(d['median'])}; flexq "
-            f"{_ms(f['min'])}-{_ms(f['max'])}, DCP {_ms(d['min'])}-{_ms(d['max'])}){only}",
+            f"{_ms(f['min'])}-{_ms(f['max'])}, DCP {_ms(d['min'])}-{_ms(d['max'])}; ratio "
+            f"within each round {min(rounds):.2f}-{max(rounds):.2f}x){only}",
             "met": ratio <= 0.33,
         }
     for name, label in (("1gib", "1 GiB"), ("4gib", "4 GiB")):
@@ -132,11 +137,13 @@ def _goals(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
         per_gib = [_median(c, "flexq", "seconds") / g for c, g in zip(series, gib, strict=True)]
         rss = [_median(c, "flexq", "peak_extra_rss") for c in series]
         largest = series[0]["largest_tensor_bytes"]
-        linear = max(per_gib[1:]) <= 1.3 * min(per_gib[1:])
+        # Linear: the cost per GiB does not grow with size (fixed costs make the smaller
+        # loads dearer per GiB, never cheaper).
+        linear = per_gib[2] <= 1.3 * per_gib[1]
         flat = max(rss) <= 1.25 * largest
         goals["scale"] = {
             "goal": "scale series x1, x4, x16 of the 200 MB checkpoint: seconds per GiB of "
-            "targets (x4 and x16 within 30%: linear) and peak RSS above targets (flat)",
+            "targets (linear: x16's at most 1.3x x4's) and peak RSS above targets (flat)",
             "target": "linear, and every peak <= 1.25x the largest tensor",
             "measured": "s/GiB "
             + " / ".join(f"{v:.2f}" for v in per_gib)
