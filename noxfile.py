@@ -1,4 +1,5 @@
-"""Sessions for the flexq workspace: tests, lint, typecheck, demo, bench, fuzz.
+"""Sessions for the flexq workspace: tests, paddleformers, interop, lint, typecheck, demo,
+bench, fuzz.
 
 Every session builds its own virtualenv and installs the workspace members
 from packages/ (editable) plus the dependency group it needs from the root
@@ -44,6 +45,24 @@ def tests(session: nox.Session, numpy: str) -> None:
 
 
 @nox.session
+def paddleformers(session: nox.Session) -> None:
+    """flexq.paddleformers against PaddleFormers' own loads, under the numpy it pins.
+
+    Installs ``paddleformers==1.2.0`` beside the workspace (its dependency
+    fast_dataindex pins numpy 1.26.4, whose DLPack imports are read-only) and
+    runs tests/paddleformers: tiny models of every supported class, their FP8 /
+    AWQ / MXFP4 twins, bf16 and float32. (``tests-1.26.4`` runs the rest of the
+    suite under that numpy.)
+    """
+    install_workspace(session, "test")
+    session.install("paddleformers==1.2.0")
+    session.run(
+        "python", "-c", "import numpy; assert numpy.__version__ == '1.26.4', numpy.__version__"
+    )
+    session.run("pytest", "tests/paddleformers", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole tree."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
@@ -61,6 +80,7 @@ def typecheck(session: nox.Session) -> None:
         dirs = [str(Path(member) / d) for d in ("src", "tests") if (Path(member) / d).is_dir()]
         session.run("mypy", *dirs)
     session.run("mypy", "tests", "bench", "noxfile.py")
+    session.run("mypy", "interop")
 
 
 @nox.session
@@ -102,4 +122,39 @@ def fuzz(session: nox.Session) -> None:
         "tests/test_reliability_fuzz.py",
         *session.posargs,
         env={"FLEXQ_FUZZ_EXAMPLES": examples},
+    )
+
+
+#: The producer libraries the interop session checks flexq against: versions that
+#: install together with torch 2.13.0 (CPU) and keep it.
+PRODUCERS = [
+    "llmcompressor==0.14.0.1",
+    "compressed-tensors==0.19.0",
+    "transformers==5.17.0",
+    "auto-round==0.15.1",
+]
+#: Their own pins would downgrade torch / transformers, and nothing they add is needed.
+PRODUCERS_NO_DEPS = ["autoawq==0.2.9", "bitsandbytes==0.50.2"]
+
+
+@nox.session
+def interop(session: nox.Session) -> None:
+    """Real producers (llm-compressor, AutoAWQ, auto-round, bitsandbytes) build tiny
+    checkpoints on CPU; flexq must match their own dequantizers bit for bit (interop/)."""
+    install_workspace(session, "test")
+    pip = ("python", "-m", "pip", "install")
+    # torch first and pinned: the CPU wheel; every producer then resolves against it.
+    session.run(*pip, "torch==2.13.0")
+    session.run(*pip, "torch==2.13.0", *PRODUCERS)
+    session.run(*pip, "--no-deps", *PRODUCERS_NO_DEPS)
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "interop/",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        env=offline,
     )

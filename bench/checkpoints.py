@@ -8,7 +8,8 @@ for its key names and must not have flexq imported before they time it.
   needs ``model.safetensors.index.json``);
 - its bfloat16 twin: the same weights dequantized by flexq and rounded once;
 - MXFP4 gpt-oss experts: U8 ``*_blocks`` [E, out, G, 16] and ``*_scales``
-  [E, out, G] of one layer's ``gate_up_proj`` and ``down_proj``.
+  [E, out, G] of one layer's ``gate_up_proj`` and ``down_proj`` (logical
+  [E, in, out], in = G*32).
 
 Codes are random (dequantize cost does not depend on values), so writing is
 fast; NaN codes 0x7F/0xFF are left out so every comparison can use equality.
@@ -48,7 +49,7 @@ def fp8_keys(n: int) -> list[str]:
 def write_fp8_block(directory: Path, n: int, seed: int = 0, side: int = SIDE) -> Path:
     """A block-FP8 checkpoint of ``n`` linears of ``side`` x ``side`` (reuses one random set)."""
     import flexq
-    from flexq_fp8.save import quantization_config
+    from flexq_fp8.encode import quantization_config
 
     rng = np.random.default_rng(seed)
     grid = (side // BLOCK, side // BLOCK)
@@ -80,7 +81,8 @@ def write_bf16_twin(fp8_dir: Path, directory: Path) -> Path:
 
 
 def mxfp4_keys() -> dict[str, tuple[int, int, int]]:
-    """Logical key -> logical shape [E, out, in] of the gpt-oss expert weights."""
+    """Logical key -> stored shape [E, out, in] of the gpt-oss expert weights (blocks
+    decoded, before the transpose to the logical [E, in, out])."""
     h, e = GPT_OSS_HIDDEN, GPT_OSS_EXPERTS
     return {MXFP4_PREFIX + "gate_up_proj": (e, 2 * h, h), MXFP4_PREFIX + "down_proj": (e, h, h)}
 

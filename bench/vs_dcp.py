@@ -61,14 +61,15 @@ def _compose_load(path: Path, keys: list[str]) -> dict[str, np.ndarray]:
 
 def mxfp4_experts(path: Path, rounds: int) -> dict[str, Any]:
     """Is DCP's gpt-oss MXFP4 result right (vs flexq's bit-exact one)? Then both timed."""
-    logical = mxfp4_keys()
-    dcp_shapes = {k + "_blocks": s for k, s in logical.items()}
+    stored = mxfp4_keys()  # [E, out, in], as DCP decodes the blocks
+    dcp_shapes = {k + "_blocks": s for k, s in stored.items()}
     # Targets start as NaN (no E2M1 x E8M0 value is NaN here): what DCP never wrote stays NaN.
     got = _dcp_load(path, dcp_shapes, fill=float("nan"))()
-    want = _compose_load(path, list(logical))
+    want = _compose_load(path, list(stored))
     checks: dict[str, Any] = {}
-    for key in logical:
-        a, b = got[key + "_blocks"].numpy(), want[key]
+    for key in stored:
+        # DCP decodes the blocks as stored, [E, out, in]; flexq gives the logical [E, in, out].
+        a, b = got[key + "_blocks"].numpy(), want[key].transpose(0, 2, 1)
         written = ~np.isnan(a)
         bad = np.argwhere(a != b)
         cols = np.flatnonzero(written.any(axis=(0, 1)))
@@ -90,14 +91,16 @@ def mxfp4_experts(path: Path, rounds: int) -> dict[str, Any]:
     times = alternate(
         {
             "torch_dcp": lambda: _dcp_load(path, dcp_shapes),
-            "flexq_compose_numpy": lambda: lambda: _compose_load(path, list(logical)),
+            "flexq_compose_numpy": lambda: lambda: _compose_load(path, list(stored)),
         },
         rounds,
     )
     medians = {k: median(v) for k, v in times.items()}
     return {
-        "experts": next(iter(logical.values()))[0],
-        "logical_shapes": {k.removeprefix(MXFP4_PREFIX): list(s) for k, s in logical.items()},
+        "experts": next(iter(stored.values()))[0],
+        "logical_shapes": {
+            k.removeprefix(MXFP4_PREFIX): [e, i, o] for k, (e, o, i) in stored.items()
+        },
         "rounds": rounds,
         "checks": checks,
         "dcp_correct": all(c["mismatches"] == 0 for c in checks.values()),

@@ -68,7 +68,14 @@ def test_a_format_drifting_past_its_tolerance_fails_the_demo(
         module.flexq_encode(directory, weights, others)
         return 1.5  # no quantized model reaches this cosine
 
-    hooks = ("logical_metadata", "recognized_keys", "source_keys", "read_plan", "apply")
+    hooks = (
+        "quant_methods",
+        "logical_metadata",
+        "recognized_keys",
+        "source_keys",
+        "read_plan",
+        "apply",
+    )
     overpromising = ModuleType("overpromising", "int8row with an impossible tolerance.")
     overpromising.flexq_encode = flexq_encode  # type: ignore[attr-defined]
     for h in hooks:

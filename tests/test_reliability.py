@@ -282,7 +282,7 @@ def test_zero_and_negative_scales_decode_exactly_without_a_warning(tmp_path: Pat
         w = flexq.compose(ckpt).load(surgery.FP8_KEYS[1], "float32")
     assert not w[:32, :32].any()
     codes = flexq.Checkpoint(ckpt).read(surgery.FP8_KEYS[1], (32, 32), (32, 32))
-    from flexq_fp8.dequant import E4M3_TO_FLOAT32
+    from flexq.formatkit import E4M3_TO_FLOAT32
 
     np.testing.assert_array_equal(w[32:64, 32:64], E4M3_TO_FLOAT32[codes] * np.float32(-0.5))
 

@@ -28,6 +28,7 @@ def register_example() -> None:
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it runs
     spec.loader.exec_module(module)
     flexq.register_format(module, name="int8row")
 

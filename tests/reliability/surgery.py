@@ -17,11 +17,11 @@ import numpy as np
 import flexq
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
 from flexq.io.writer import save_file
-from flexq_fp8.save import save_fp8_checkpoint
+from flexq_fp8.encode import save_fp8_checkpoint
 from flexq_gptq import quantization_config as gptq_config
 from flexq_gptq import quantize as gptq_quantize
-from flexq_int4_awq.encoder import quantization_config
-from flexq_int4_awq.encoder import quantize as awq_quantize
+from flexq_int4_awq.encode import quantization_config
+from flexq_int4_awq.encode import quantize as awq_quantize
 from flexq_mxfp4.encode import quantize as mx_quantize
 
 NORM = "model.norm.weight"
@@ -64,8 +64,8 @@ def fp8(path: Path, *, sharded: bool = False) -> Path:
 
 
 def mxfp4(path: Path) -> Path:
-    """One gpt-oss MXFP4 expert tensor [2, 8, 64] and a BF16 norm."""
-    w = _rng().standard_normal((2, 8, 64)).astype(np.float32)
+    """One gpt-oss MXFP4 expert tensor [E=2, in=64, out=8] and a BF16 norm."""
+    w = _rng().standard_normal((2, 64, 8)).astype(np.float32)
     return flexq.save_checkpoint(path, {**mx_quantize({MX_KEY: w}), NORM: norm()})
 
 

@@ -198,3 +198,10 @@ def test_host_tensors_reach_numpy_without_a_copy(dtype: str) -> None:
     assert got.view(np.uint8).tobytes() == t.numpy().view(np.uint8).tobytes()
     empty = to_numpy(paddle.zeros([0, 4], dtype=dtype))
     assert empty.shape == (0, 4)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (2, 3)])
+def test_bfloat16_bits_widen_in_every_rank(shape: tuple[int, ...]) -> None:
+    """A per-tensor BF16 scale is 0-d; numpy 1.26 widens it too (no int64 promotion)."""
+    bits = np.full(shape, 0x3FC0, dtype=np.uint16)
+    np.testing.assert_array_equal(bfloat16_bits_to_float32(bits), np.full(shape, 1.5, np.float32))

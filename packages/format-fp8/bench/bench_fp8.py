@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flexq_fp8.dequant import dequantize
+from flexq_fp8.decode import dequantize
 from flexq_fp8.layout import Fp8Layout
 
 #: A DeepSeek-V3 MLA-sized projection: [out, in] with 128x128 F32 block scales.

@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 import flexq.formatkit.bands as core_ops
 from flexq.formatkit import NumpyOps
-from flexq_fp8.dequant import decode_scaled
+from flexq_fp8.decode import decode_scaled
 
 
 def expected(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:

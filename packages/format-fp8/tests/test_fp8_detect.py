@@ -10,7 +10,7 @@ import pytest
 
 import flexq
 from flexq import FormatError, RawTensor
-from flexq_fp8.detect import analyse
+from flexq_fp8.detect import analyze
 
 F8 = "F8_E4M3"
 
@@ -99,7 +99,7 @@ def test_per_tensor_scale_is_accepted_under_a_block_config(tmp_path: Path) -> No
         {"a.weight": f8(300, 260), "a.weight_scale": f32(value=2.0)},
         {"quant_method": "fp8", "weight_block_size": [128, 128]},
     )
-    assert analyse(flexq.Checkpoint(tmp_path)).layouts["a.weight"].block == (300, 260)
+    assert analyze(flexq.Checkpoint(tmp_path)).layouts["a.weight"].block == (300, 260)
 
 
 @pytest.mark.parametrize(
@@ -209,7 +209,7 @@ def test_nvfp4_style_f8_scale_is_not_taken_for_a_weight(tmp_path: Path) -> None:
     }
     save(tmp_path, tensors)
     ckpt = flexq.Checkpoint(tmp_path)
-    found = analyse(ckpt)
+    found = analyze(ckpt)
     assert found.layouts == {}
     assert found.recognized == frozenset()
     problems = flexq.compose(ckpt, formats=["fp8"], strict=False).problems
@@ -225,14 +225,14 @@ def test_packed_mxfp4_scale_is_left_to_its_format(tmp_path: Path) -> None:
         "a.weight_scale": RawTensor("U8", np.zeros((16, 1), np.uint8)),
     }
     save(tmp_path, tensors)
-    assert analyse(flexq.Checkpoint(tmp_path)).recognized == frozenset()
+    assert analyze(flexq.Checkpoint(tmp_path)).recognized == frozenset()
 
 
 def test_analysis_runs_once_per_checkpoint(tmp_path: Path) -> None:
     save(tmp_path, {"a.weight": f8(), "a.weight_scale": f32()})
     ckpt = flexq.Checkpoint(tmp_path)
-    assert analyse(ckpt) is analyse(ckpt)
-    assert analyse(flexq.Checkpoint(tmp_path)) is not analyse(ckpt)
+    assert analyze(ckpt) is analyze(ckpt)
+    assert analyze(flexq.Checkpoint(tmp_path)) is not analyze(ckpt)
 
 
 def test_apply_rejects_sources_of_the_wrong_shape(tmp_path: Path) -> None:

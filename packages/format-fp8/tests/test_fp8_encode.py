@@ -12,7 +12,8 @@ import pytest
 
 import flexq
 from flexq import RawTensor
-from flexq_fp8 import E4M3_TO_FLOAT32, E8M0_TO_FLOAT32, encode_e4m3, quantize, save_fp8_checkpoint
+from flexq.formatkit import E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
+from flexq_fp8 import encode_e4m3, quantize, save_fp8_checkpoint
 
 
 def ml_encode(x: np.ndarray) -> np.ndarray:

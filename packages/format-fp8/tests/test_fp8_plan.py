@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import flexq
 from flexq import RawTensor, TargetSlice
 from flexq.plan import block_cover
-from flexq_fp8.dequant import dequantize
+from flexq_fp8.decode import dequantize
 from flexq_fp8.layout import Fp8Layout
 
 ITEMSIZE = {"F32": 4, "BF16": 2, "F16": 2, "U8": 1, "F8_E8M0": 1}

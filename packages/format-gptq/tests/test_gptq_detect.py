@@ -388,7 +388,6 @@ def test_another_method_is_not_claimed(oracle: Any, tmp_path: Any) -> None:
             "packing_format",
             "'auto_round:auto_awq' is not a GPTQ layout",
         ),
-        ({"quant_method": "auto-round", "data_type": "mx_fp"}, "data_type", "'mx_fp'"),
         ({"quant_method": "auto-round", "act_bits": 8}, "act_bits", "8-bit activations"),
         (
             {"quant_method": "auto-round", "extra_config": {"fc": {"data_type": "mx_fp"}}},
@@ -413,6 +412,21 @@ def test_config_errors_name_the_file_and_field(
     assert str(ckpt.path / "config.json") in text
     assert f"quantization_config.{field}" in text or field in text
     assert message in text
+
+
+@pytest.mark.parametrize("data_type", ["fp", "nv_fp", "mx_fp"])
+def test_auto_round_float_exports_are_left_to_the_float_formats(
+    oracle: Any, data_type: str
+) -> None:
+    # auto-round names FP8 / NVFP4 / MXFP4 exports with the same quant_method: gptq
+    # claims none of them, and the core says no claimer of 'auto-round' found tensors.
+    config = oracle.gptq_config(4, 32)
+    config["quantization_config"].update(
+        {"quant_method": "auto-round", "data_type": data_type, "group_size": 0}
+    )
+    with oracle.written({"fc": one(oracle)}, config) as ckpt, pytest.raises(FormatError) as err:
+        compose(ckpt.path, ["gptq"])
+    assert "'auto-round', but format 'gptq' found none of its tensors" in str(err.value)
 
 
 def test_a_nan_scale_warns_naming_the_tensor_and_decodes_as_nan(oracle: Any) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
 
 from flexq import Checkpoint, FormatError, RawTensor, compose
-from flexq_int4_awq.layout import gemv_zeros_width, parse_config
+from flexq_int4_awq.config import read_config
+from flexq_int4_awq.layout import gemv_zeros_width
 
 
 @pytest.fixture
@@ -32,10 +34,13 @@ def test_version_defaults_to_gemm_and_modules_to_not_convert_is_read(
     write_checkpoint: Any, gemm: Any
 ) -> None:
     cfg = _qc(bits=4, group_size=16, modules_to_not_convert=["lm_head", "vision"])
-    config = parse_config(Checkpoint(write_checkpoint(gemm.raw("fc"), cfg)))
+    config = read_config(Checkpoint(write_checkpoint(gemm.raw("fc"), cfg)))
     assert config is not None
     assert (config.version, config.group_size, config.zero_point) == ("gemm", 16, True)
-    assert config.modules_to_not_convert == ("lm_head", "vision")
+    assert config.ignored.entries == (
+        ("modules_to_not_convert", "lm_head"),
+        ("modules_to_not_convert", "vision"),
+    )
 
 
 def test_checkpoint_without_awq_config_is_not_claimed(write_checkpoint: Any, gemm: Any) -> None:
@@ -56,12 +61,14 @@ def test_checkpoint_without_awq_config_is_not_claimed(write_checkpoint: Any, gem
         ({"group_size": 16}, "needs 'bits'"),
         ({"bits": 4}, "needs 'group_size'"),
         ({"bits": 4, "w_bit": 8, "group_size": 16}, "disagree"),
-        ({"bits": "4", "group_size": 16}, "must be an integer"),
+        ({"bits": "4", "group_size": 16}, "bits: Input should be a valid integer"),
         ({"bits": 4, "group_size": 0}, "group_size must be -1 or positive"),
-        ({"bits": 4, "group_size": 16, "zero_point": False}, "zero_point: false is not supported"),
         ({"bits": 4, "group_size": 16, "version": "marlin"}, "version 'marlin' is not supported"),
         ({"bits": 4, "group_size": 16, "version": "gemv_fast"}, "'gemv_fast' is not supported"),
-        ({"bits": 4, "group_size": 16, "modules_to_not_convert": "lm_head"}, "list of names"),
+        (
+            {"bits": 4, "group_size": 16, "modules_to_not_convert": "lm_head"},
+            "list of module names",
+        ),
     ],
 )
 def test_unsupported_config_is_a_format_error_naming_config_and_format(
@@ -72,6 +79,34 @@ def test_unsupported_config_is_a_format_error_naming_config_and_format(
         compose(path, ["int4-awq"])
     assert str(path / "config.json") in str(err.value)
     assert "'int4-awq'" in str(err.value)
+
+
+def test_auto_round_export_with_zero_point_false_decodes_with_its_stored_zeros(
+    write_checkpoint: Any, gemm: Any, oracle: Any
+) -> None:
+    # auto-round's auto_awq export: the GEMM layout, zero_point false, every qzeros word 8s.
+    gemm.qzeros = np.full_like(gemm.qzeros, np.uint32(0x88888888).view(np.int32))
+    cfg = _qc(bits=4, group_size=16, zero_point=False, version="gemm")
+    ct = compose(write_checkpoint(gemm.raw("fc"), cfg), ["int4-awq"])
+    got = ct.load("fc.weight", "float32")
+    oracle.same_bits(got, gemm.reference())
+    # the reference subtracts the stored 8s: (q - 8) * s, element by element
+    q = oracle.nibble(gemm.qweight[:, 0], 0).astype(np.float32)
+    s = gemm.scales[np.arange(64) // 16, 0].astype(np.float32)
+    np.testing.assert_array_equal(got[0], (q - 8) * s)
+
+
+def test_zero_point_false_without_qzeros_is_an_error_naming_tensor_and_config(
+    write_checkpoint: Any, gemm: Any
+) -> None:
+    tensors = gemm.raw("fc")
+    del tensors["fc.qzeros"]
+    path = write_checkpoint(tensors, _qc(bits=4, group_size=16, zero_point=False))
+    with pytest.raises(
+        FormatError, match=r"'fc\.qweight'.*no fc\.qzeros.*zero_point is false.*'int4-awq'"
+    ) as err:
+        compose(path, ["int4-awq"])
+    assert "model.safetensors" in str(err.value)
 
 
 def test_missing_qzeros_is_an_error_naming_the_tensor(
@@ -104,6 +139,25 @@ def test_quantized_module_listed_in_modules_to_not_convert_is_an_error(
     cfg = oracle.awq_config("gemm", 16, modules_to_not_convert=["mlp.gate"])
     with pytest.raises(FormatError, match=r"'layers.0.mlp.gate.qweight'.*modules_to_not_convert"):
         compose(write_checkpoint(gemm.raw("layers.0.mlp.gate"), cfg), ["int4-awq"])
+
+
+@pytest.mark.parametrize(
+    ("entry", "covered"),
+    [("gate", False), ("mlp.gate_proj", True), ("layers.*.mlp", True), ("re:.*gate_p", True)],
+)
+def test_modules_to_not_convert_follows_the_one_ignore_rule(
+    entry: str, covered: bool, write_checkpoint: Any, gemm: Any, oracle: Any
+) -> None:
+    # Whole components, globs and re: regexes, as every format matches them (the kit's
+    # IgnoreList); AutoAWQ's substring test would also let "gate" cover "gate_proj".
+    cfg = oracle.awq_config("gemm", 16, modules_to_not_convert=[entry])
+    path = write_checkpoint(gemm.raw("layers.0.mlp.gate_proj"), cfg)
+    if covered:
+        with pytest.raises(FormatError, match=rf"gate_proj.qweight'.*{re.escape(repr(entry))}"):
+            compose(path, ["int4-awq"])
+    else:
+        ct = compose(path, ["int4-awq"])
+        assert ct.entries["layers.0.mlp.gate_proj.weight"].owner == "int4-awq"
 
 
 def test_unquantized_module_in_modules_to_not_convert_passes_through(

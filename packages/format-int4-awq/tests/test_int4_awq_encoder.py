@@ -9,7 +9,7 @@ import pytest
 
 from flexq import compose, save_checkpoint
 from flexq_int4_awq import quantization_config, quantize
-from flexq_int4_awq.encoder import quantize_codes
+from flexq_int4_awq.encode import quantize_codes
 
 
 def autoawq_reference(w: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from flexq import TargetSlice
+from flexq.formatkit import NumpyOps, PaddleOps
 from flexq_int4_awq import AWQ_ORDER, pack_int4
-from flexq_int4_awq.arrayops import NumpyInt4Ops, PaddleInt4Ops
-from flexq_int4_awq.packing import AWQ_REVERSE, SEQUENTIAL, slots_for
+from flexq_int4_awq.layout import AWQ_REVERSE, SEQUENTIAL, slots_for
 
 
 def test_logical_zero_to_seven_packs_to_0x75316420() -> None:
@@ -24,7 +24,7 @@ def test_fifteen_in_logical_column_7_packs_to_negative_int32_and_unpacks_to_15()
     codes[0, 7] = 15
     words = pack_int4(codes, slots_for("gemm"))
     assert int(words[0, 0]) == -268435456
-    unpacked = NumpyInt4Ops().unpack_int4(words, AWQ_REVERSE, transposed=False)
+    unpacked = NumpyOps().unpack(words, 4, AWQ_REVERSE, transposed=False)
     np.testing.assert_array_equal(unpacked, [[0, 0, 0, 0, 0, 0, 0, 15]])
 
 
@@ -45,7 +45,7 @@ def test_unpack_inverts_pack_on_every_code(version: str, transposed: bool) -> No
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 16, size=(5, 24))
     words = pack_int4(codes, slots_for(version))
-    got = NumpyInt4Ops().unpack_int4(words, slots_for(version), transposed=transposed)
+    got = NumpyOps().unpack(words, 4, slots_for(version), transposed=transposed)
     np.testing.assert_array_equal(got, codes.T if transposed else codes)
     assert got.dtype == np.float32
 
@@ -57,8 +57,8 @@ def test_paddle_unpack_matches_numpy_with_sign_bit_set(transposed: bool) -> None
     rng = np.random.default_rng(4)
     words = rng.integers(-(2**31), 2**31, size=(6, 3), dtype=np.int64).astype(np.int32)
     words[0, 0] = -268435456
-    want = NumpyInt4Ops().unpack_int4(words, AWQ_REVERSE, transposed)
-    got = PaddleInt4Ops().unpack_int4(paddle.to_tensor(words), AWQ_REVERSE, transposed)
+    want = NumpyOps().unpack(words, 4, AWQ_REVERSE, transposed)
+    got = PaddleOps().unpack(paddle.to_tensor(words), 4, AWQ_REVERSE, transposed)
     np.testing.assert_array_equal(got.numpy(), want)
     assert want.max() == 15
 

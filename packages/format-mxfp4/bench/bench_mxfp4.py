@@ -2,7 +2,8 @@
 
 Run ``python bench/bench_mxfp4.py``; ``nox -s bench`` calls :func:`measure`.
 The tensor is gpt-oss-20b sized: 8 experts of a [2880, 2880] down projection
-(265 MB of float32 output), decoded through the composed transform from
+(265 MB of float32 output; the logical [E, in, out] is the stored rows
+transposed, as transformers decodes gpt-oss), decoded through the composed transform from
 sources already in memory (no file I/O in the timed part) into outputs written
 before, as memcpy's destination is.
 """
@@ -51,7 +52,7 @@ def measure(
     dst = np.ones_like(src)
     # Outputs written before, as a model's parameters are; bfloat16 goes through
     # a float32 working buffer, as load_state_dict does for bfloat16 targets.
-    shape = (experts, rows, cols)
+    shape = ct.entries[KEY].shape  # [E, in, out]: the stored rows become the last axis
     into, work = np.ones(shape, np.float32), np.ones(shape, np.float32)
     into16 = np.ones(shape, np.uint16)
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flexq
-from flexq_mxfp4.decode import E8M0_VALUES, PAIR_TABLE, dequantize
+from flexq.formatkit import E2M1_PAIRS, E8M0_TO_FLOAT32
+from flexq_mxfp4.decode import dequantize
 
 FORMATS = ["mxfp4"]
 RefDecode = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
@@ -42,11 +43,11 @@ def test_worked_example_from_the_spec_notes(tmp_path: Path, build: Build) -> Non
 def test_tables_match_ml_dtypes_for_every_byte() -> None:
     codes = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float32)
     b = np.arange(256)
-    np.testing.assert_array_equal(bits(PAIR_TABLE[:, 0]), bits(codes[b & 15]))
-    np.testing.assert_array_equal(bits(PAIR_TABLE[:, 1]), bits(codes[b >> 4]))
+    np.testing.assert_array_equal(bits(E2M1_PAIRS[:, 0]), bits(codes[b & 15]))
+    np.testing.assert_array_equal(bits(E2M1_PAIRS[:, 1]), bits(codes[b >> 4]))
     e8m0 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
-    np.testing.assert_array_equal(bits(E8M0_VALUES), bits(e8m0))
-    assert E8M0_VALUES[0] == np.float32(2.0**-127)
+    np.testing.assert_array_equal(bits(E8M0_TO_FLOAT32), bits(e8m0))
+    assert E8M0_TO_FLOAT32[0] == np.float32(2.0**-127)
 
 
 @pytest.mark.parametrize(("packed_dtype", "scale_dtype"), [("U8", "U8"), ("F4", "F8_E8M0")])
@@ -74,10 +75,11 @@ def test_gpt_oss_experts_are_bit_exact(
         gpt_oss_config,
     )
     ct = flexq.compose(path, formats=FORMATS)
-    assert ct.entries[key].shape == (e, out_f, g * 32)
+    # the unquantized twin's [E, in, out] (transformers' convert_moe_packed_tensors)
+    assert ct.entries[key].shape == (e, g * 32, out_f)
     assert ct.entries[key].owner == "mxfp4"
     assert ct.entries[key + "_bias"].is_passthrough
-    want = ref_decode(packed, scales, g * 32)
+    want = ref_decode(packed, scales, g * 32).transpose(0, 2, 1)
     assert np.isnan(want).any()
     assert np.isinf(want).any()
     np.testing.assert_array_equal(bits(ct.load(key, "float32")), bits(want))

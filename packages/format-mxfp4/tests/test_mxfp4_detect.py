@@ -199,5 +199,5 @@ def test_components_in_different_shards_are_paired(
     path = build(tmp_path / "c", experts(), gpt_oss_config, shard_of={EXPERTS + "_scales": 1})
     assert (path / "model.safetensors.index.json").exists()
     ct = flexq.compose(path, formats=FORMATS)
-    assert ct.entries[EXPERTS].shape == (2, 4, 96)
-    assert ct.load(EXPERTS, "float32").shape == (2, 4, 96)
+    assert ct.entries[EXPERTS].shape == (2, 96, 4)  # [E, in, out]
+    assert ct.load(EXPERTS, "float32").shape == (2, 96, 4)

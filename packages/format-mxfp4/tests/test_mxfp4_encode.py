@@ -61,14 +61,17 @@ def test_scale_rule_clamps_and_marks_non_finite_blocks() -> None:
 def test_gpt_oss_encoder_output_loads_back(
     tmp_path: Path, build: Build, ref_decode: RefDecode, packed_dtype: str, scale_dtype: str
 ) -> None:
-    x = np.random.default_rng(0).normal(size=(2, 3, 64)).astype(np.float32)
+    # the logical [E, in, out] = [2, 64, 3] is stored as [E, out, in/32, 16] blocks
+    x = np.random.default_rng(0).normal(size=(2, 64, 3)).astype(np.float32)
     tensors = quantize({"experts.down_proj": x}, packed_dtype=packed_dtype, scale_dtype=scale_dtype)
     blocks, scales = tensors["experts.down_proj_blocks"], tensors["experts.down_proj_scales"]
     assert (blocks.dtype, blocks.data.shape) == (packed_dtype, (2, 3, 2, 16))
     assert (scales.dtype, scales.data.shape) == (scale_dtype, (2, 3, 2))
     ct = flexq.compose(build(tmp_path / "c", tensors), formats=["mxfp4"])
     out = ct.load("experts.down_proj", "float32")
-    np.testing.assert_array_equal(out, ref_decode(blocks.data.reshape(2, 3, 32), scales.data, 64))
+    want = ref_decode(blocks.data.reshape(2, 3, 32), scales.data, 64).transpose(0, 2, 1)
+    np.testing.assert_array_equal(out, want)
+    assert np.abs(out - x).max() <= np.abs(x).max() / 2  # the encoder's input, quantized
 
 
 def test_compressed_tensors_encoder_handles_a_partial_last_block(

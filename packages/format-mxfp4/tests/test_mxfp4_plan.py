@@ -71,10 +71,13 @@ def test_unaligned_last_axis_reads_only_the_covering_blocks(
 def test_gpt_oss_expert_box_maps_to_block_boxes(
     tmp_path: Path, build: Build, random_mx_data: RandomMx
 ) -> None:
+    # blocks [E=3, out=6, G=4, 16]: the logical tensor is [E, in, out] = [3, 128, 6]
     ct, key = write_case(
         tmp_path / "c", build, random_mx_data, "gpt-oss", (3, 6), 128, ("F4", "F8_E8M0"), 0
     )
-    target = TargetSlice((3, 6, 128), (1, 2, 57), (1, 3, 33), "bfloat16")
+    assert ct.entries[key].shape == (3, 128, 6)
+    # experts 1, in 33..90 (blocks 1 and 2), out 3..5 (rows 3 and 4 of the blocks)
+    target = TargetSlice((3, 128, 6), (1, 57, 2), (1, 33, 3), "bfloat16")
     plan = ct.plan(key, target)
     assert dict(plan.source_slices) == {
         "w_blocks": ((1, 3, 1, 0), (1, 2, 2, 32)),  # F4 headers count elements
@@ -84,7 +87,41 @@ def test_gpt_oss_expert_box_maps_to_block_boxes(
     local = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
     assert ct.checkpoint.bytes_read - before == 2 * (2 * 16 + 2)
     whole = ct.load(key, "float32")
-    np.testing.assert_array_equal(bits(local), bits(whole[1:2, 3:5, 33:90]))
+    np.testing.assert_array_equal(bits(local), bits(whole[1:2, 33:90, 3:5]))
+
+
+def test_gpt_oss_experts_transpose_stored_rows_into_the_last_axis(
+    tmp_path: Path,
+    build: Build,
+    random_mx_data: RandomMx,
+    ref_decode: Callable[[np.ndarray, np.ndarray, int], np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fast whole-block path (bands of a few rows, on the threads) and the general
+    path give the reference decode with its last two axes swapped, into ``out`` too."""
+    import flexq.formatkit.bands as bands
+
+    monkeypatch.setattr(bands, "_BAND_CODES", 3 * 96)  # bands of 3 rows
+    packed, scales = random_mx_data(np.random.default_rng(5), (2, 7), 96)
+    want = ref_decode(packed, scales, 96).transpose(0, 2, 1)  # [E, in, out]
+    ct, key = write_case(
+        tmp_path / "c", build, random_mx_data, "gpt-oss", (2, 7), 96, ("U8", "U8"), 5
+    )
+    whole = TargetSlice.whole((2, 96, 7), "float32")
+    plan = ct.plan(key, whole)
+    sources = ct.read_sources(plan)
+    into = np.full(whole.local_shape, 3.0, np.float32)
+    for got in (ct.load(key, "float32"), ct.dequantize(key, sources, plan, "float32", into)):
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(bits(got)[~nan], bits(want)[~nan])
+    for empty in ((0, 96, 7), (2, 0, 7), (2, 96, 0)):
+        plan = ct.plan(key, TargetSlice((2, 96, 7), empty, (0, 0, 0), "float32"))
+        assert ct.dequantize(key, ct.read_sources(plan), plan, "float32").shape == empty
+    part = TargetSlice((2, 96, 7), (2, 50, 7), (0, 40, 0), "float32")  # starts inside a block
+    plan = ct.plan(key, part)
+    got = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
+    np.testing.assert_array_equal(bits(got), bits(ct.load(key, "float32")[:, 40:90]))
 
 
 def test_force_global_gives_the_whole_tensor(
@@ -93,9 +130,10 @@ def test_force_global_gives_the_whole_tensor(
     ct, key = write_case(
         tmp_path / "c", build, random_mx_data, "gpt-oss", (4,), 64, ("U8", "U8"), 0
     )
-    plan = ct.plan(key, TargetSlice((4, 64), (2, 10), (2, 40), "float32"), force_global=True)
+    assert ct.entries[key].shape == (64, 4)  # [in, out]
+    plan = ct.plan(key, TargetSlice((64, 4), (10, 2), (40, 2), "float32"), force_global=True)
     assert plan.mode == "global"
-    assert plan.target.local_shape == (4, 64)
+    assert plan.target.local_shape == (64, 4)
     out = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(bits(out), bits(ct.load(key, "float32")))
 
@@ -105,7 +143,9 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     layout = draw(st.sampled_from(["gpt-oss", "compressed-tensors"]))
     lead = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=2)))
     n = draw(st.integers(1, 4)) * 32 if layout == "gpt-oss" else draw(st.integers(1, 72)) * 2
-    shape = (*lead, n)
+    # gpt-oss experts are [..., in, out] = the stored [..., out, n] with its last two axes swapped
+    blocked = -2 if layout == "gpt-oss" and lead else -1
+    shape = (*lead[:-1], n, lead[-1]) if blocked == -2 else (*lead, n)
     offset, local = [], []
     for d in shape:
         o = draw(st.integers(0, d - 1))
@@ -115,6 +155,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "layout": layout,
         "lead": lead,
         "n": n,
+        "blocked": blocked,
         "dtypes": draw(st.sampled_from([("U8", "U8"), ("F4", "F8_E8M0")])),
         "offset": tuple(offset),
         "local": tuple(local),
@@ -138,7 +179,7 @@ def test_local_plan_equals_the_slice_of_the_global_result(
             case["dtypes"],
             case["seed"],
         )
-        shape = (*case["lead"], case["n"])
+        shape = ct.entries[key].shape
         whole = ct.load(key, "float32")
         target = TargetSlice(shape, case["local"], case["offset"], "float32")
         plan = ct.plan(key, target)
@@ -150,8 +191,9 @@ def test_local_plan_equals_the_slice_of_the_global_result(
         box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
         np.testing.assert_array_equal(bits(local), bits(whole[box]))
         # Per row: at most the covering blocks, i.e. ceil(size/32) + 1 blocks of 16 + 1 bytes.
-        rows = int(np.prod(case["local"][:-1]))
-        assert read <= rows * (case["local"][-1] // 32 + 2) * 17
+        blocked = case["blocked"]
+        rows = int(np.prod(case["local"])) // case["local"][blocked]
+        assert read <= rows * (case["local"][blocked] // 32 + 2) * 17
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
         from_paddle = ct.dequantize(key, on_device, plan, "float32")
         np.testing.assert_array_equal(bits(from_paddle.numpy()), bits(local))
@@ -165,7 +207,10 @@ def test_paddle_sources_through_the_load_transform_protocol_are_bit_identical(
     n = 96 if layout == "gpt-oss" else 84  # 84: a partial last block
     ct, key = write_case(tmp_path / "c", build, random_mx_data, layout, (2, 5), n, ("U8", "U8"), 7)
     # Every block is touched, so the NaN (0xFF) and 2^-127 (0x00) scales are in the box.
-    target = TargetSlice((2, 5, n), (2, 5, n - 13), (0, 0, 7), "bfloat16")
+    if layout == "gpt-oss":  # [E, in, out]
+        target = TargetSlice((2, n, 5), (2, n - 13, 5), (0, 7, 0), "bfloat16")
+    else:
+        target = TargetSlice((2, 5, n), (2, 5, n - 13), (0, 0, 7), "bfloat16")
     plan = ct.read_plan(key, target)
     sources = ct.read_sources(plan)
     want32 = ct.dequantize(key, sources, plan, "float32")

@@ -24,7 +24,7 @@ from flexq.formatkit.ops import ops_for
 from flexq.formatkit.rounding import round_numpy, round_paddle, to_paddle
 from flexq.formatkit.scales import check_scales, scale_to_float32
 from flexq.io.checkpoint import Checkpoint
-from flexq.io.dtypes import paddle_dtype_name
+from flexq.io.dtypes import FLOAT_DTYPES, paddle_dtype_name
 from flexq.plan import ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough
 from flexq.plugin.known import PUBLISHED, config_methods
@@ -73,17 +73,24 @@ class ComposedTransform:
         self.formats = formats
         self._registry = registry
         self._plans: dict[str, ReadPlan] = {}
+        #: logical keys whose last plan Paddle's loader asked for (with its metadata).
+        self._for_paddle: set[str] = set()
+        #: logical key -> dtype logical_metadata() declares instead of the natural one.
+        self._declared: dict[str, str] = {}
+        #: the logical key of the last read_plan() / apply() call (for error messages).
+        self.current: str | None = None
 
     # -- the upstream protocol ------------------------------------------------
     def logical_metadata(self) -> dict[str, Any]:
-        """Logical key -> Paddle ``LocalTensorMetadata`` of the whole logical tensor."""
+        """Logical key -> Paddle ``LocalTensorMetadata`` of the whole logical tensor
+        (in its natural dtype, or the one :meth:`declaring` set)."""
         from paddle.distributed.flex_checkpoint.dcp.metadata import LocalTensorMetadata
 
         return {
             k: LocalTensorMetadata(
                 global_offset=(0,) * len(e.shape),
                 local_shape=e.shape,
-                dtype=e.dtype,
+                dtype=self._declared.get(k, e.dtype),
                 global_shape=e.shape,
             )
             for k, e in self.entries.items()
@@ -96,25 +103,68 @@ class ComposedTransform:
     def read_plan(
         self, logical_key: str, target_metadata: Any, force_global: bool = False
     ) -> ReadPlan:
-        """Plan the reads for one target shard (remembered for the next :meth:`apply`)."""
+        """Plan the reads for one target shard (remembered for the next :meth:`apply`).
+
+        With ``force_global`` the plan is global for every entry: the loader hands
+        apply() whole sources and slices each target's box out of the whole result.
+        """
+        self.current = logical_key
         entry = self.entry(logical_key)
         target = _target_slice(target_metadata, entry)
         plan = self.plan(logical_key, target, force_global=force_global)
         self._plans[logical_key] = plan
+        if isinstance(target_metadata, TargetSlice):
+            self._for_paddle.discard(logical_key)
+        else:
+            self._for_paddle.add(logical_key)
         return plan
 
+    def read_plan_for(self, logical_key: str) -> ReadPlan | None:
+        """The plan :meth:`read_plan` last made for ``logical_key`` (None if none): what
+        Paddle's loader at PR #79712's first revision asks before apply() to learn whether
+        the result is the local box or the whole tensor."""
+        return self._plans.get(logical_key)
+
     def apply(self, logical_key: str, source_tensors: Mapping[str, Any], output_dtype: Any) -> Any:
-        """Build the planned box of ``logical_key`` as a Paddle tensor of ``output_dtype``."""
+        """Build the planned box of ``logical_key`` as a Paddle tensor of ``output_dtype``.
+
+        Paddle's loader passes the logical dtype of :meth:`logical_metadata` and then
+        ``paddle.assign``s the result, which silently turns a target of another dtype
+        into the logical one. So when Paddle asked for the plan (read_plan with its
+        ``LocalTensorMetadata``) and ``output_dtype`` is the logical dtype, the result
+        has the dtype of the target the plan was made for instead (if that is a float
+        dtype, or the entry a passthrough), rounded once.
+        """
+        self.current = logical_key
         entry = self.entry(logical_key)
-        plan = self._plans.get(logical_key) or self.plan(
+        planned = self._plans.get(logical_key)
+        plan = planned or self.plan(
             logical_key, TargetSlice.whole(entry.shape, entry.dtype), force_global=True
         )
         out = paddle_dtype_name(output_dtype)
+        if (
+            planned is not None
+            and logical_key in self._for_paddle
+            and out == self._declared.get(logical_key, entry.dtype)
+            and (entry.is_passthrough or plan.target.dtype in FLOAT_DTYPES)
+        ):
+            out = plan.target.dtype
         sources = host_to_numpy(source_tensors)
         self.check_scales(logical_key, plan, sources)
         return to_paddle(self.dequantize(logical_key, sources, plan, out), out)
 
     # -- flexq's own API ------------------------------------------------------
+    def declaring(self, dtypes: Mapping[str, str]) -> ComposedTransform:
+        """This composition with ``logical_metadata()`` declaring ``dtypes`` (logical key ->
+        Paddle dtype name) for those keys: how ``engine="native"`` makes Paddle's AOA,
+        which refuses a logical dtype that differs from the target's, accept the dtypes
+        of the caller's targets without casts (each value still rounded once)."""
+        view = ComposedTransform(
+            self.checkpoint, self.entries, self.problems, self.formats, self._registry
+        )
+        view._declared = {**self._declared, **dtypes}
+        return view
+
     def entry(self, logical_key: str) -> LogicalEntry:
         try:
             return self.entries[logical_key]
@@ -136,7 +186,7 @@ class ComposedTransform:
             )
         reg, ckpt = self._registry, self.checkpoint
         plan = reg.read_plan(entry.owner, ckpt, logical_key, target, force_global, entry.sources)
-        if plan is None or plan.mode != "local" or (force_global and not target.is_whole):
+        if plan is None or plan.mode != "local" or force_global:
             whole = TargetSlice.whole(entry.shape, target.dtype)
             if plan is None and force_global:
                 # The owner plans whole sources itself; its whole-tensor plan says which are scales.
@@ -356,16 +406,19 @@ def _remedy(method: str, reg: FormatRegistry) -> str:
     published = PUBLISHED.get(method)
     if published is None:
         return "flexq has no format for it (a format plugin can add one)"
-    name, dist = published
-    info = reg.info(name)
-    if info is None:
-        return f"install {dist} (format {name!r})"
-    if info.error is not None:
-        return f"format {name!r} ({dist}) is installed but failed to load: {info.error}"
-    return (
-        f"format {name!r} ({dist}) is installed but not in use (formats=..., "
-        f"{ALLOW_ENV} or {BLOCK_ENV})"
-    )
+    ways = []
+    for name, dist in published:
+        info = reg.info(name)
+        if info is None:
+            ways.append(f"install {dist} (format {name!r})")
+        elif info.error is not None:
+            ways.append(f"format {name!r} ({dist}) is installed but failed to load: {info.error}")
+        else:
+            ways.append(
+                f"format {name!r} ({dist}) is installed but not in use (formats=..., "
+                f"{ALLOW_ENV} or {BLOCK_ENV})"
+            )
+    return "; or ".join(ways)
 
 
 def _looks_quantized_problem(

@@ -10,22 +10,22 @@ Rules (each pinned by a test):
 - an F8_E4M3 weight without a scale is an error, never a raw cast;
 - an F8_E4M3 tensor whose name says it is a scale (NVFP4's ``weight_scale``)
   is not a weight: another format decodes it;
-- a scale-named tensor with no F8 weight is *recognised* so the core reports
+- a scale-named tensor with no F8 weight is *recognized* so the core reports
   it as an orphan instead of passing it through (the "weights 200x off" bug),
   unless another format's packed weight sits beside it;
-- modules in ``ignored_layers`` / ``modules_to_not_convert`` / ``ignore`` are
-  left alone; an F8 weight in one of them is an error;
+- modules the config's ignore lists name (:class:`flexq.formatkit.IgnoreList`)
+  are left alone; an F8 weight in one of them is an error;
 - ``input_scale``, ``k_scale``, ``v_scale`` are activation / cache scales:
   passed through untouched.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from flexq import Checkpoint, FormatError
-from flexq_fp8.config import Fp8Config, read_config
+from flexq.formatkit import natural_dtype, per_checkpoint
+from flexq_fp8.config import FORMAT_NAME, Fp8Config, read_config
 from flexq_fp8.layout import Fp8Layout, infer_block
 
 WEIGHT_DTYPE = "F8_E4M3"
@@ -51,28 +51,40 @@ class Fp8Analysis:
     dtype: str
 
 
-_CACHE: weakref.WeakKeyDictionary[Checkpoint, Fp8Analysis] = weakref.WeakKeyDictionary()
-
-
-def analyse(ckpt: Checkpoint) -> Fp8Analysis:
+@per_checkpoint
+def analyze(ckpt: Checkpoint) -> Fp8Analysis:
     """The FP8 weights of ``ckpt`` (memoized per checkpoint object).
 
     :raises FormatError: on an F8 weight without a usable scale.
     """
-    found = _CACHE.get(ckpt)
-    if found is None:
-        found = _analyse(ckpt)
-        _CACHE[ckpt] = found
-    return found
+    config = read_config(ckpt)
+    layouts: dict[str, Fp8Layout] = {}
+    for key, info in ckpt.tensors.items():
+        if info.dtype != WEIGHT_DTYPE or is_scale_name(key):
+            continue
+        where = f"{info.file}: tensor {key!r}"
+        hit = config.ignored.match(key)
+        if hit is not None:
+            raise FormatError(
+                f"{where} is {WEIGHT_DTYPE}, but quantization_config.{hit[0]} lists "
+                f"{hit[1]!r} as unquantized (format {FORMAT_NAME})"
+            )
+        layouts[key] = _layout(ckpt, key, config, where)
+    used = {lay.scale_key for lay in layouts.values()}
+    packed = _modules_with_packed_weights(ckpt)
+    orphans = {
+        k for k in ckpt.tensors if k not in used and _is_orphan_scale(ckpt, k, config, packed)
+    }
+    return Fp8Analysis(layouts, frozenset(used | orphans), natural_dtype(ckpt))
 
 
 def layout_of(ckpt: Checkpoint, logical_key: str) -> Fp8Layout:
     """The layout of a logical key this format claimed."""
     try:
-        return analyse(ckpt).layouts[logical_key]
+        return analyze(ckpt).layouts[logical_key]
     except KeyError:
         raise FormatError(
-            f"{ckpt.path}: {logical_key!r} is not an FP8 weight (format fp8)"
+            f"{ckpt.path}: {logical_key!r} is not an FP8 weight (format {FORMAT_NAME})"
         ) from None
 
 
@@ -81,50 +93,31 @@ def is_scale_name(key: str) -> bool:
     return "scale" in key.rsplit(".", 1)[-1]
 
 
-def _analyse(ckpt: Checkpoint) -> Fp8Analysis:
-    config = read_config(ckpt)
-    layouts: dict[str, Fp8Layout] = {}
-    for key, info in ckpt.tensors.items():
-        if info.dtype != WEIGHT_DTYPE or is_scale_name(key):
-            continue
-        where = f"{info.file}: tensor {key!r}"
-        hit = config.ignored_by(key)
-        if hit is not None:
-            raise FormatError(
-                f"{where} is {WEIGHT_DTYPE}, but quantization_config.{hit[0]} lists "
-                f"{hit[1]!r} as unquantized (format fp8)"
-            )
-        layouts[key] = _layout(ckpt, key, config, where)
-    used = {lay.scale_key for lay in layouts.values()}
-    packed = _modules_with_packed_weights(ckpt)
-    orphans = {
-        k for k in ckpt.tensors if k not in used and _is_orphan_scale(ckpt, k, config, packed)
-    }
-    return Fp8Analysis(layouts, frozenset(used | orphans), _natural_dtype(ckpt))
-
-
 def _layout(ckpt: Checkpoint, key: str, config: Fp8Config, where: str) -> Fp8Layout:
     info = ckpt.tensors[key]
     scales = [key + s for s in SCALE_SUFFIXES if key + s in ckpt.tensors]
     if not scales:
         raise FormatError(
             f"{where} is {WEIGHT_DTYPE} but has no scale ({key}_scale_inv or {key}_scale); "
-            f"raw FP8 is never cast (format fp8)"
+            f"raw FP8 is never cast (format {FORMAT_NAME})"
         )
     if len(scales) > 1:
-        raise FormatError(f"{where} has two scales, {scales[0]!r} and {scales[1]!r} (format fp8)")
+        raise FormatError(
+            f"{where} has two scales, {scales[0]!r} and {scales[1]!r} (format {FORMAT_NAME})"
+        )
     zero_point = key + "_zero_point"
     if zero_point in ckpt.tensors:
         raise FormatError(
             f"{ckpt.tensors[zero_point].file}: tensor {zero_point!r}: asymmetric FP8 "
-            f"(a zero point beside {key!r}) is not a layout any producer publishes (format fp8)"
+            f"(a zero point beside {key!r}) is not a layout any producer publishes "
+            f"(format {FORMAT_NAME})"
         )
     sinfo = ckpt.tensors[scales[0]]
     swhere = f"{sinfo.file}: tensor {sinfo.key!r}"
     if sinfo.dtype not in SCALE_DTYPES:
         raise FormatError(
             f"{swhere}: scale of {key!r} has dtype {sinfo.dtype}; FP8 scales are "
-            f"{', '.join(sorted(SCALE_DTYPES))} (format fp8)"
+            f"{', '.join(sorted(SCALE_DTYPES))} (format {FORMAT_NAME})"
         )
     block = infer_block(info.shape, sinfo.shape, config.candidates, swhere)
     return Fp8Layout(key, sinfo.key, sinfo.dtype, info.shape, block, sinfo.shape)
@@ -143,7 +136,7 @@ def _modules_with_packed_weights(ckpt: Checkpoint) -> set[str]:
 def _is_orphan_scale(ckpt: Checkpoint, key: str, config: Fp8Config, packed: set[str]) -> bool:
     """A scale-named tensor that no FP8 weight uses and no other format's weight explains."""
     base = _weight_of(key)
-    if base is None or config.ignored_by(base) is not None:
+    if base is None or config.ignored.match(base) is not None:
         return False
     sibling = ckpt.tensors.get(base)
     if sibling is not None:
@@ -162,11 +155,3 @@ def _weight_of(scale_key: str) -> str | None:
     if scale_key.endswith(".weight_scale"):
         return scale_key.removesuffix("_scale")
     return None
-
-
-def _natural_dtype(ckpt: Checkpoint) -> str:
-    for name in ("torch_dtype", "dtype"):
-        value = ckpt.config.get(name)
-        if value in ("bfloat16", "float16", "float32"):
-            return str(value)
-    return "bfloat16"

@@ -9,7 +9,7 @@ dimensions dropped or added (a 0-d per-tensor scale, ``(out,)`` per-channel
 scales); :class:`Fp8Layout` maps grid boxes onto the stored tensor.
 
 Used by :mod:`flexq_fp8.detect` (which builds layouts), :mod:`flexq_fp8.plan`
-and :mod:`flexq_fp8.dequant`.
+and :mod:`flexq_fp8.decode`.
 """
 
 from __future__ import annotations
@@ -18,17 +18,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flexq import FormatError, block_cover
+from flexq import FormatError
+from flexq.formatkit import block_cover, ceil_div
 
 #: The block edge producers use when nothing else says (DeepSeek-V3, Qwen3-FP8).
 DEFAULT_BLOCK = 128
 
 #: One candidate block size over the last two dims; None means "the whole dimension".
 BlockCandidate = tuple[int | None, int | None]
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)

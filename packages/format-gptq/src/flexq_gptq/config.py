@@ -239,6 +239,10 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
     if method is None:
         return None
     qc, where = quant_config_of(ckpt)
+    data_type = qc.get("data_type")
+    floats = isinstance(data_type, str) and data_type.lower() not in INTEGER_DATA_TYPES
+    if method not in GPTQ_METHODS and floats:
+        return None  # auto-round's float exports (FP8, NVFP4) belong to other formats
     if qc is ckpt.quantization_config:
         raw = parse_quant_config(GptqQuantConfig, ckpt, FORMAT_NAME)
     else:
@@ -270,8 +274,6 @@ def parse_config(ckpt: Checkpoint) -> GptqConfig | None:
             )
         minus_one = GPTQ_CHECKPOINT_FORMATS[fmt]
     else:
-        if raw.data_type is not None and raw.data_type.lower() not in INTEGER_DATA_TYPES:
-            raise fail("data_type", f"{raw.data_type!r} is not an integer GPTQ layout")
         if raw.act_bits is not None and raw.act_bits < 16:
             raise fail("act_bits", f"{raw.act_bits}-bit activations use another layout")
         packing = (raw.packing_format or "auto_round:gptq").lower()

@@ -1,14 +1,22 @@
 """AutoAWQ INT4 format for flexq: GEMM/GEMV qweight, qzeros, scales -> X.weight [out, in].
 
 Installed as the ``int4-awq`` format (entry point in the group ``flexq``).
-:func:`quantize` writes the same tensors from float32 weights.
+:func:`quantize` writes the same tensors from float32 weights,
+:func:`save_awq_checkpoint` a whole checkpoint (both in :mod:`flexq_int4_awq.encode`).
 """
 
 from __future__ import annotations
 
-from flexq_int4_awq.encoder import quantization_config, quantize
-from flexq_int4_awq.packing import AWQ_ORDER, pack_int4
+from flexq_int4_awq.encode import pack_int4, quantization_config, quantize, save_awq_checkpoint
+from flexq_int4_awq.layout import AWQ_ORDER
 
 __version__ = "0.1.0"
 
-__all__ = ["AWQ_ORDER", "__version__", "pack_int4", "quantization_config", "quantize"]
+__all__ = [
+    "AWQ_ORDER",
+    "__version__",
+    "pack_int4",
+    "quantization_config",
+    "quantize",
+    "save_awq_checkpoint",
+]

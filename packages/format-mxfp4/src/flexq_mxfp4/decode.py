@@ -5,33 +5,73 @@ and every E8M0 scale is a float32, and their product is rounded once by the
 float32 multiply (it is exact except where it overflows to infinity, for
 scales above 2^125, or for values below 2^-149, which cannot occur). Scale
 0xFF is NaN, so its whole block is NaN; scale 0x00 is 2^-127, a float32
-subnormal, kept as is.
+subnormal, kept as is. :func:`apply` serves the plugin's ``flexq_apply``
+(including the transpose of gpt-oss experts to [E, in, out]);
+:func:`dequantize` decodes rows of blocks in storage orientation.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.formatkit import for_bands
-from flexq_mxfp4.arrayops import mx_ops_for
+from flexq import FormatError
+from flexq.formatkit import (
+    E2M1_PAIRS,
+    E8M0_TO_FLOAT32,
+    RUNS_PER_TASK,
+    for_bands,
+    is_paddle,
+    ops_for,
+    row_runs,
+    run_parts,
+)
+from flexq_mxfp4.config import FORMAT_NAME
 from flexq_mxfp4.layout import BLOCK
 
-#: E2M1 code (0..15) -> value; bit 3 is the sign.
-E2M1_VALUES = np.array(
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
-    dtype=np.float32,
-)
+if TYPE_CHECKING:
+    from flexq import Checkpoint, ReadPlan
+    from flexq_mxfp4.layout import MxTensor
 
-#: byte -> (element 2b from the low nibble, element 2b+1 from the high nibble).
-PAIR_TABLE = np.stack(
-    [E2M1_VALUES[np.arange(256) & 0x0F], E2M1_VALUES[np.arange(256) >> 4]], axis=-1
-).astype(np.float32)
 
-#: E8M0 byte -> 2^(byte - 127); 0xFF is NaN. ldexp in float64 then a cast is exact
-#: for all 255 powers of two, including the subnormal 2^-127.
-E8M0_VALUES = np.append(np.ldexp(1.0, np.arange(255) - 127), np.nan).astype(np.float32)
+def apply(
+    ckpt: Checkpoint, tensor: MxTensor, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    """The ``plan.target`` box of ``tensor`` from the planned sources, as float32.
+
+    :raises FormatError: when the scales are not the box the plan names.
+    """
+    packed, scales = sources[tensor.packed_key], sources[tensor.scale_key]
+    offset = tensor.to_stored(plan.target.global_offset)
+    shape = tensor.to_stored(plan.target.local_shape)
+    want = (*shape[:-1], tensor.covering_blocks(offset[-1], shape[-1])[1])
+    if tuple(scales.shape) != want:
+        raise FormatError(
+            f"{ckpt.path}: format {FORMAT_NAME!r}: {tensor.key!r} got scales "
+            f"{tensor.scale_key!r} of shape {tuple(scales.shape)}, its plan needs {want}"
+        )
+    if tensor.layout == "gpt-oss":
+        # [..., g, 16] -> [..., g*16]: the blocks of one row are contiguous bytes.
+        lead = tuple(packed.shape)
+        packed = packed.reshape([*lead[:-2], lead[-2] * lead[-1]])
+    trim = offset[-1] % BLOCK
+    if not tensor.transposed:
+        return dequantize(packed, scales, trim, shape[-1], out)
+    if _whole_numpy_run(packed, scales, trim, shape[-1]) and (
+        out is None or out.flags.c_contiguous
+    ):
+        return _whole_blocks_transposed(packed, scales, out)
+    values = dequantize(packed, scales, trim, shape[-1])
+    swapped = values.transpose([*range(values.ndim - 2), values.ndim - 1, values.ndim - 2])
+    if is_paddle(swapped):
+        return swapped
+    if out is None:
+        return np.ascontiguousarray(swapped)
+    np.copyto(out, swapped)
+    return out
 
 
 def dequantize(packed: Any, scales: Any, trim: int, size: int, out: Any = None) -> Any:
@@ -46,20 +86,14 @@ def dequantize(packed: Any, scales: Any, trim: int, size: int, out: Any = None) 
         fill (used when the run is exactly whole blocks).
     :return: float32 ``[..., size]``, numpy or Paddle like the inputs.
     """
-    ops = mx_ops_for(packed)
+    ops = ops_for(packed)
     lead = tuple(packed.shape[:-1])
     n = 2 * int(packed.shape[-1])
     nblk = int(scales.shape[-1])
-    if (
-        isinstance(packed, np.ndarray)
-        and packed.flags.c_contiguous
-        and n == nblk * BLOCK
-        and trim == 0
-        and size == n
-    ):
+    if _whole_numpy_run(packed, scales, trim, size):
         return _whole_blocks(packed, scales, out)
-    values = ops.lut_pairs(PAIR_TABLE, packed)
-    scale = ops.lut(E8M0_VALUES, scales)
+    values = ops.lut_pairs(E2M1_PAIRS, packed)
+    scale = ops.lut(E8M0_TO_FLOAT32, scales)
     if n == nblk * BLOCK:
         # Broadcast one scale over its block: no repeated scale array is built.
         blocks = ops.reshape(values, (*lead, nblk, BLOCK))
@@ -73,30 +107,73 @@ def dequantize(packed: Any, scales: Any, trim: int, size: int, out: Any = None) 
     return values[..., trim : trim + size]
 
 
-#: PAIR_TABLE rows as one 8-byte item each: a byte's two float32 values in one copy.
-_PAIR_ITEMS = np.ascontiguousarray(PAIR_TABLE).view(np.uint64).reshape(256)
+def _whole_numpy_run(packed: Any, scales: Any, trim: int, size: int) -> bool:
+    """Whether the numpy fast path applies: C-contiguous codes, exactly whole blocks, no trim."""
+    n = 2 * int(packed.shape[-1])
+    return (
+        isinstance(packed, np.ndarray)
+        and packed.flags.c_contiguous
+        and n == int(scales.shape[-1]) * BLOCK
+        and trim == 0
+        and size == n
+    )
+
+
+#: E2M1_PAIRS rows as one 8-byte item each: a byte's two float32 values in one copy.
+_PAIR_ITEMS = np.ascontiguousarray(E2M1_PAIRS).view(np.uint64).reshape(256)
+
+
+def _decode_band(codes: np.ndarray, pairs: np.ndarray, scale: np.ndarray) -> None:
+    """Decode codes [..., blocks, 16] into ``pairs`` (8-byte items, the same shape) and
+    multiply by ``scale`` [..., blocks, 1], while the band is still in cache."""
+    # ``take`` with ``clip`` skips bounds checks: a byte cannot exceed 255.
+    np.take(_PAIR_ITEMS, codes, out=pairs, mode="clip")
+    values = pairs.view(np.float32)
+    # Products above float32's range are infinity by definition: no warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        values *= scale
 
 
 def _whole_blocks(packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """The numpy path for runs of whole blocks: band by band on the worker threads.
 
     Codes are viewed as ``[..., blocks, 16]`` and the result as 8-byte pairs of
-    the same shape, so each block's scale lines up with its 16 bytes; a band is
-    looked up (``take`` with ``clip`` skips bounds checks: a byte cannot exceed
-    255) and scaled while it is still in cache.
+    the same shape, so each block's scale lines up with its 16 bytes.
     """
     lead, nblk = tuple(packed.shape[:-1]), int(scales.shape[-1])
     codes = packed.reshape((*lead, nblk, BLOCK // 2))
-    scale = E8M0_VALUES[np.asarray(scales)].reshape((*lead, nblk, 1))
+    scale = E8M0_TO_FLOAT32[np.asarray(scales)].reshape((*lead, nblk, 1))
     result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
     pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
+    for_bands(_decode_band, codes, pairs, scale)
+    return result
 
-    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
-        np.take(_PAIR_ITEMS, c, out=o, mode="clip")
-        values = o.view(np.float32)
-        # Products above float32's range are infinity by definition: no warning.
-        with np.errstate(over="ignore", invalid="ignore"):
-            values *= s
 
-    for_bands(work, codes, pairs, scale)
+def _whole_blocks_transposed(
+    packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None
+) -> np.ndarray:
+    """:func:`_whole_blocks` for gpt-oss experts: codes [..., rows, n/2] decode to
+    [..., n, rows] (logical [E, in, out]).
+
+    Each band of rows is decoded into a small scratch array while it is in cache,
+    then written transposed into its columns of the result, so the transpose
+    costs no extra pass over memory; bands run on the worker threads.
+    """
+    *lead, rows, nbytes = (int(d) for d in packed.shape)
+    nblk, n, mats = int(scales.shape[-1]), 2 * nbytes, math.prod(lead)
+    codes = packed.reshape((mats, rows, nblk, BLOCK // 2))
+    scale = np.asarray(scales).reshape((mats, rows, nblk))
+    result = np.empty((*lead, n, rows), np.float32) if out is None else out
+    flat = result.reshape((mats, n, rows))
+    bands = [(m, run) for m in range(codes.shape[0]) for run in row_runs(rows, n)]
+
+    def work(part: Sequence[tuple[int, range]]) -> None:
+        for m, run in part:
+            rs = slice(run.start, run.stop)
+            scratch = np.empty((len(run), nblk, BLOCK), np.float32)
+            scale_band = E8M0_TO_FLOAT32[scale[m, rs]].reshape((len(run), nblk, 1))
+            _decode_band(codes[m, rs], scratch.view(np.uint64), scale_band)
+            flat[m, :, rs] = scratch.reshape((len(run), n)).T
+
+    run_parts(work, bands, RUNS_PER_TASK)
     return result

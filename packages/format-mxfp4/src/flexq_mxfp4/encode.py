@@ -1,6 +1,7 @@
 """The MXFP4 encoder: float arrays -> MXFP4 checkpoint tensors (gpt-oss or compressed-tensors).
 
-For tests, demos and ``flexq convert``-style tools that need MXFP4 checkpoints.
+For tests, demos (``flexq_encode``, through :func:`save_mxfp4_checkpoint`) and
+``flexq convert``-style tools that need MXFP4 checkpoints.
 The rule is the OCP MX / torchao / microxcaling one: per block of 32 elements
 along the last axis, ``shared_exp = floor(log2(amax)) - 2`` clamped to
 [-127, 127] (an all-zero block gets -127), stored biased by 127; a block with a
@@ -11,23 +12,16 @@ goes to the low nibble of byte b.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from flexq import RawTensor
-from flexq_mxfp4.layout import (
-    BLOCK,
-    CT_PACKED,
-    CT_SCALE,
-    GPT_OSS_BLOCKS,
-    GPT_OSS_SCALES,
-    PACKED_DTYPES,
-    SCALE_DTYPES,
-    Layout,
-    n_blocks,
-)
+from flexq import RawTensor, save_checkpoint
+from flexq_mxfp4.layout import BLOCK, PACKED_DTYPES, SCALE_DTYPES, SUFFIXES, Layout, n_blocks
 
 #: E2M1 magnitudes in code order (codes 0..7).
 _GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -44,11 +38,14 @@ def quantize(
 ) -> dict[str, RawTensor]:
     """Quantize float tensors to MXFP4 checkpoint tensors (for :func:`flexq.save_checkpoint`).
 
-    :param tensors: logical key -> float array ``[..., n]``, blocked along the last axis.
-    :param layout: ``"gpt-oss"`` writes ``P_blocks`` U8 [..., n/32, 16] and
-        ``P_scales`` [..., n/32] (n must be a multiple of 32);
-        ``"compressed-tensors"`` writes ``X_packed`` [..., n/2] and ``X_scale``
-        [..., ceil(n/32)] (name the key ``X.weight``; n must be even).
+    :param tensors: logical key -> float array, as the logical tensor is (the
+        unquantized twin): for ``"gpt-oss"`` experts ``[E, in, out]`` (any lead
+        ``[..., in, out]``, or a vector ``[in]``), for ``"compressed-tensors"``
+        ``[..., in]`` (nn.Linear's ``[out, in]``); blocked along in.
+    :param layout: ``"gpt-oss"`` writes ``P_blocks`` U8 [..., out, in/32, 16] and
+        ``P_scales`` [..., out, in/32] (in must be a multiple of 32);
+        ``"compressed-tensors"`` writes ``X_packed`` [..., in/2] and ``X_scale``
+        [..., ceil(in/32)] (name the key ``X.weight``; in must be even).
     :param packed_dtype: ``"U8"`` (what producers write) or ``"F4"``.
     :param scale_dtype: ``"U8"`` (what producers write) or ``"F8_E8M0"``.
     :raises ValueError: on an unsupported layout, dtype or shape.
@@ -58,27 +55,28 @@ def quantize(
             f"packed_dtype must be one of {PACKED_DTYPES} and scale_dtype one of "
             f"{SCALE_DTYPES}, got {packed_dtype!r}, {scale_dtype!r}"
         )
+    if layout not in SUFFIXES:
+        raise ValueError(f"unknown MXFP4 layout {layout!r}")
+    packed_suffix, scale_suffix = SUFFIXES[layout]
     out: dict[str, RawTensor] = {}
     for key, value in tensors.items():
         x = np.asarray(value, dtype=np.float64)
+        if layout == "gpt-oss" and x.ndim >= 2:
+            x = np.swapaxes(x, -1, -2)  # [..., in, out] -> the stored [..., out, in]
         n = x.shape[-1] if x.ndim else 0
         if layout == "gpt-oss":
             if x.ndim < 1 or n % BLOCK:
-                raise ValueError(f"{key!r}: gpt-oss layout needs [..., 32*G], got {x.shape}")
-            packed, scales = quantize_array(x)
-            blocks = packed.reshape(*x.shape[:-1], n // BLOCK, BLOCK // 2)
-            out[key + GPT_OSS_BLOCKS] = RawTensor(packed_dtype, blocks)
-            out[key + GPT_OSS_SCALES] = RawTensor(scale_dtype, scales)
-        elif layout == "compressed-tensors":
-            if x.ndim < 1 or n % 2:
                 raise ValueError(
-                    f"{key!r}: compressed-tensors layout needs [..., 2k], got {x.shape}"
+                    f"{key!r}: gpt-oss layout needs [..., 32*G, out] (or [32*G]), "
+                    f"got {np.shape(value)}"
                 )
-            packed, scales = quantize_array(x)
-            out[key + CT_PACKED] = RawTensor(packed_dtype, packed)
-            out[key + CT_SCALE] = RawTensor(scale_dtype, scales)
-        else:
-            raise ValueError(f"unknown MXFP4 layout {layout!r}")
+        elif x.ndim < 1 or n % 2:
+            raise ValueError(f"{key!r}: compressed-tensors layout needs [..., 2k], got {x.shape}")
+        packed, scales = quantize_array(x)
+        if layout == "gpt-oss":
+            packed = packed.reshape(*x.shape[:-1], n // BLOCK, BLOCK // 2)
+        out[key + packed_suffix] = RawTensor(packed_dtype, packed)
+        out[key + scale_suffix] = RawTensor(scale_dtype, scales)
     return out
 
 
@@ -123,3 +121,36 @@ def _e2m1_codes(m: np.ndarray) -> np.ndarray:
     signs: np.ndarray = np.signbit(m).astype(np.uint8) << 3
     out: np.ndarray = codes | signs
     return out
+
+
+#: What llm-compressor writes for ``mxfp4-pack-quantized`` linears.
+CT_MXFP4_CONFIG: dict[str, Any] = {
+    "quant_method": "compressed-tensors",
+    "format": "mxfp4-pack-quantized",
+    "config_groups": {
+        "group_0": {
+            "format": "mxfp4-pack-quantized",
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group"},
+        }
+    },
+}
+#: What gpt-oss writes (its attention, router, embeddings and head stay bfloat16).
+GPT_OSS_CONFIG: dict[str, Any] = {"quant_method": "mxfp4", "modules_to_not_convert": []}
+
+
+def save_mxfp4_checkpoint(
+    directory: str | os.PathLike[str],
+    tensors: Mapping[str, npt.ArrayLike],
+    *,
+    layout: Layout = "compressed-tensors",
+    others: Mapping[str, RawTensor] | None = None,
+) -> Path:
+    """Quantize ``tensors`` (as :func:`quantize` takes them) and write them with ``others``
+    and the producer's config.json (llm-compressor's or gpt-oss') into ``directory``."""
+    qc = CT_MXFP4_CONFIG if layout == "compressed-tensors" else GPT_OSS_CONFIG
+    return save_checkpoint(
+        directory,
+        {**(others or {}), **quantize(tensors, layout=layout)},
+        config={"quantization_config": qc},
+    )

@@ -14,7 +14,10 @@ from :mod:`flexq` and the rest from here:
   ``quantization_config`` with errors naming file and field), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
 - planning: :func:`block_cover`, :func:`ceil_div`;
-- :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object.
+- :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
+- :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
+  format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
+  :class:`Format` object).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from flexq.formatkit.arrays import is_paddle
 from flexq.formatkit.bands import RUNS_PER_TASK, for_bands, lookup_into, row_runs
 from flexq.formatkit.cache import per_checkpoint
 from flexq.formatkit.elements import E2M1_PAIRS, E2M1_VALUES, E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
+from flexq.formatkit.format import Analysis, Format, Layout
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
 from flexq.formatkit.scales import NONFINITE_SCALES_ENV, check_scales, scale_to_float32
@@ -56,8 +60,11 @@ __all__ = [
     "IGNORE_FIELDS",
     "NONFINITE_SCALES_ENV",
     "RUNS_PER_TASK",
+    "Analysis",
     "ArrayOps",
+    "Format",
     "IgnoreList",
+    "Layout",
     "NumpyOps",
     "PaddleOps",
     "QuantConfig",

@@ -28,10 +28,10 @@ def per_checkpoint(analyze: Callable[[Checkpoint], T]) -> Callable[[Checkpoint],
 
     @functools.wraps(analyze)
     def remembered(ckpt: Checkpoint) -> T:
-        try:
+        if ckpt in memo:
             return memo[ckpt]
-        except KeyError:
-            result = memo[ckpt] = analyze(ckpt)
-            return result
+        # Outside any ``except``: an analysis error must not chain a KeyError.
+        result = memo[ckpt] = analyze(ckpt)
+        return result
 
     return remembered

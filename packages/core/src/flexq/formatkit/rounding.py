@@ -28,7 +28,8 @@ _ROUND_CHUNK = 1 << 18
 
 def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     """Widen raw bfloat16 bit patterns (uint16) to float32 exactly."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+    # A uint32 shift: numpy 1.26 would widen a 0-d array shifted by a Python int to int64.
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def float32_to_bfloat16_bits(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

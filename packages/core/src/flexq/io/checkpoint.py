@@ -25,6 +25,7 @@ import numpy as np
 from flexq.errors import CheckpointError
 from flexq.io.dtypes import byte_length, dtype
 from flexq.io.header import TensorInfo, read_header
+from flexq.io.hub import allowed_link_root, resolve
 from flexq.plan import box_inside
 
 if TYPE_CHECKING:
@@ -40,16 +41,17 @@ PREFERRED_INDEX = "model.safetensors.index.json"
 class Checkpoint:
     """A safetensors checkpoint directory: tensor inventory, config, and reads.
 
-    :param path: the checkpoint directory.
+    :param path: the checkpoint directory, a Hugging Face cache snapshot, or a
+        hub repo id ``org/name[@revision]`` (see :mod:`flexq.io.hub`).
     :raises CheckpointError: when the directory, an index, a header or
-        config.json is malformed or points outside the directory.
+        config.json is malformed or points outside the directory (a cache
+        snapshot's files may point into its own ``models--*`` tree).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        if not self.path.is_dir():
-            raise CheckpointError(f"{self.path}: not a checkpoint directory")
+        self.path = resolve(path)
         self._root = self.path.resolve()
+        self._link_root = allowed_link_root(self.path)
         self.config: dict[str, Any] = self._read_json(CONFIG_NAME)
         # Older AutoAWQ checkpoints keep their settings beside config.json.
         self._quant_file = self._read_json(QUANT_CONFIG_NAME)
@@ -210,7 +212,8 @@ class Checkpoint:
         return self._maps[file]
 
     def _safe_path(self, name: object) -> Path:
-        """Resolve a file name from the index, refusing anything outside the directory."""
+        """Resolve a file name from the index, refusing anything outside the directory
+        (or, for a cache snapshot, outside its ``models--*`` tree)."""
         if (
             not isinstance(name, str)
             or not name
@@ -221,7 +224,8 @@ class Checkpoint:
         ):
             raise CheckpointError(f"{self.path}: file name {name!r} is not a plain file name")
         resolved = (self._root / name).resolve()
-        if resolved.parent != self._root:
+        inside_tree = self._link_root is not None and self._link_root in resolved.parents
+        if resolved.parent != self._root and not inside_tree:
             raise CheckpointError(
                 f"{self.path}: {name!r} resolves to {resolved}, outside the checkpoint directory"
             )

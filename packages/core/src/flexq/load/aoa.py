@@ -179,7 +179,9 @@ def check_statements(
             )
             for token in tokens[:arrow]:
                 name = token.value.removesuffix("^T")
-                if token.type == TokenType.IDENTIFIER and name not in defined:
+                # "_ -> X" is AOA's "X has no source" (PaddleFormers' gpt-oss rules say
+                # so for its rotary buffers): nothing is read.
+                if token.type == TokenType.IDENTIFIER and name not in defined and name != "_":
                     raise TargetError(
                         f"AOA statement {statement!r} reads {name!r}, which is no logical "
                         f"tensor of {ct.checkpoint.path} and no earlier statement's result"
@@ -225,9 +227,10 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) ->
                 f"{what}: a {entry.dtype} tensor cannot be loaded into a {t.dtype} target"
             )
         if entry.dtype not in FLOAT_DTYPES and entry.dtype != t.dtype:
+            turn = "integers into floats" if "int" in entry.dtype else "them into another dtype"
             raise TargetError(
                 f"{what}: the checkpoint holds {entry.dtype} values; loading them into a "
-                f"{t.dtype} target would turn integers into floats"
+                f"{t.dtype} target would turn {turn} (load into a {entry.dtype} target)"
             )
         transposes = tuple(p for p in post if p.startswith("["))
         src = replace(m.source_slice, dtype=t.dtype)

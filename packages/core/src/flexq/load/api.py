@@ -35,13 +35,16 @@ def load_state_dict(
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
 
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts).
+        Parameters without storage (created under ``paddle.LazyGuard``) are
+        allocated once every check has passed, then filled.
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.
     :param formats: format names to use (default: every installed format).
     :param engine: ``"direct"`` (each rank reads exactly its plan slices from the
         files, no collective communication), ``"flexcheckpoint"`` (components
         fetched through Paddle's loader and resharder: files balanced over ranks,
         each read once, boxes broadcast), ``"native"`` (Paddle's own
-        ``load_transform``), or ``"auto"``: native where Paddle has it; else
+        ``load_transform``), or ``"auto"``: native where Paddle has it (not on
+        several ranks of a CPU-only build, nor for F4 components); else
         direct, except on several ranks with mostly replicated targets and
         collective communication, where flexcheckpoint keeps every rank from
         reading everything. The choice is logged once, with the reason.

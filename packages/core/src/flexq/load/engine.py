@@ -19,12 +19,13 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import os
+import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from flexq.errors import FlexqError
+from flexq.load import native, write
 from flexq.load import sources as sources_mod
-from flexq.load import write
 from flexq.load.aoa import plan_pieces
 from flexq.load.report import LoadOptions, LoadReport
 from flexq.load.sources import DirectSource, FlexCheckpointSource, Source
@@ -59,16 +60,16 @@ def choose(
         load_state_dict as paddle_load,
     )
 
-    native = "load_transform" in inspect.signature(paddle_load).parameters
+    has_native = "load_transform" in inspect.signature(paddle_load).parameters
     if name not in ("auto", "native", "flexcheckpoint", "direct"):
         raise FlexqError(
             f"unknown engine {name!r}: use 'auto', 'native', 'flexcheckpoint' or 'direct'"
         )
-    if name == "native" and not native:
+    if name == "native" and not has_native:
         raise FlexqError("engine 'native' needs a Paddle whose load_state_dict has load_transform")
     chosen = name
     if name == "auto":
-        chosen, why = _auto(ct, native, paddle, state_dict)
+        chosen, why = _auto(ct, has_native, paddle, state_dict)
         if (chosen, why) not in _announced:
             _announced.add((chosen, why))
             log.info("flexq: engine %r (%s)", chosen, why)
@@ -81,19 +82,22 @@ def choose(
     )
 
 
-def _auto(ct: ComposedTransform, native: bool, paddle: Any, state_dict: Any) -> tuple[str, str]:
-    if native:
-        return "native", "Paddle has load_transform"
+def _auto(ct: ComposedTransform, has_native: bool, paddle: Any, state_dict: Any) -> tuple[str, str]:
     ranks = paddle.distributed.get_world_size()
+    # 3.3.1's reshard communicators (which Paddle's load_transform path uses too)
+    # call .cuda() unconditionally: with several processes on a CPU-only build they
+    # cannot run.
+    cpu_only = not paddle.is_compiled_with_cuda() and not paddle.device.get_all_custom_device_type()
+    components = {s for e in ct.entries.values() for s in e.sources}
+    carried = sources_mod.transportable(ct.checkpoint, components)
+    if has_native and carried and not (ranks > 1 and cpu_only):
+        return "native", "Paddle has load_transform"
     if ranks == 1:
         return "direct", "one process: direct reads are the fastest"
-    # 3.3.1's reshard communicators call .cuda() unconditionally: with several
-    # processes on a CPU-only build they cannot run.
-    if not paddle.is_compiled_with_cuda() and not paddle.device.get_all_custom_device_type():
+    if cpu_only:
         return "direct", "several ranks on a CPU-only Paddle build"
-    components = {s for e in ct.entries.values() for s in e.sources}
-    if not sources_mod.transportable(ct.checkpoint, components):
-        return "direct", "the checkpoint has element formats FlexCheckpoint cannot carry"
+    if not carried:
+        return "direct", "the checkpoint has element formats Paddle's loader cannot carry"
     if replicated_share(state_dict) > 0.5:
         return "flexcheckpoint", (
             "several ranks with mostly replicated targets: each file is read once and broadcast"
@@ -126,25 +130,26 @@ class FlexqEngine:
 
 
 class NativeEngine:
-    """Paddle's own ``load_state_dict(..., load_transform=...)`` with the composed transform."""
+    """Paddle's own ``load_state_dict(..., load_transform=...)`` with the composed
+    transform, after the same validation as flexq's own engines (:mod:`flexq.load.native`)."""
 
     name = "native"
 
     def load(
         self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
-        from paddle.distributed.flex_checkpoint.dcp.load_state_dict import (
-            load_state_dict as paddle_load,
+        targets = describe(state_dict)
+        # Paddle reads whole AOA boxes itself: validate them uncut.
+        pieces = plan_pieces(ct, targets, replace(options, max_inflight_bytes=sys.maxsize))
+        rounds = native.load(
+            ct,
+            targets,
+            pieces,
+            options.aoa_config,
+            options.process_group,
+            options.offload,
+            options.atomic,
+            options.paddle_options,
         )
-
-        paddle_load(
-            dict(state_dict),
-            os.fspath(ct.checkpoint.path),
-            process_group=options.process_group,
-            offload=options.offload,
-            aoa_config=options.aoa_config,
-            safetensors=True,
-            load_transform=ct,
-            **options.paddle_options,
-        )
-        return LoadReport(self.name, 0, 0, ct.checkpoint.bytes_read, 0)
+        casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
+        return LoadReport(self.name, len(pieces), rounds, ct.checkpoint.bytes_read, 0, casts)

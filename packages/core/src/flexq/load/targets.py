@@ -4,7 +4,9 @@ For :func:`flexq.load_state_dict`. Accepts every kind of target FlexCheckpoint
 accepts: plain ``paddle.Tensor`` (the whole tensor), dist tensors from
 ``dist.shard_tensor`` (their local value, with shape and offset from the
 placements; skipped on ranks outside their mesh), ``ShardedWeight``, and nested
-dicts of these (keys joined with ``.``).
+dicts of these (keys joined with ``.``). Parameters created under
+``paddle.LazyGuard`` (PaddleFormers builds models that way) have no storage yet:
+they are marked ``lazy`` and allocated by the load once every check has passed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from flexq.io.dtypes import paddle_dtype_name
 
 @dataclass(frozen=True)
 class Target:
-    """One target shard: ``tensor`` holds the box ``offset`` + ``local_shape`` of ``key``."""
+    """One target shard: ``tensor`` holds the box ``offset`` + ``local_shape`` of ``key``.
+
+    :ivar lazy: the tensor has no storage yet (see :meth:`allocate`).
+    """
 
     key: str
     tensor: Any
@@ -27,6 +32,13 @@ class Target:
     local_shape: tuple[int, ...]
     offset: tuple[int, ...]
     dtype: str
+    lazy: bool = False
+
+    def allocate(self) -> None:
+        """Give a lazy tensor its storage (zeros, on the default device), in place."""
+        import paddle
+
+        self.tensor.set_value(paddle.zeros(list(self.local_shape), self.dtype))
 
     def desc(self) -> Any:
         """Paddle's ShardedWeightDesc of this target."""
@@ -79,6 +91,7 @@ def describe(state_dict: Mapping[str, Any]) -> list[Target]:
                     tuple(value.local_shape),
                     tuple(value.global_offset),
                     paddle_dtype_name(tensor.dtype),
+                    _lazy(tensor),
                 )
             )
         elif isinstance(value, paddle.Tensor) and value.is_dist():
@@ -89,6 +102,11 @@ def describe(state_dict: Mapping[str, Any]) -> list[Target]:
             if local_shape is None:
                 continue  # this rank is not on the tensor's mesh
             local = value._local_value()
+            if _lazy(local):
+                raise TargetError(
+                    f"target {key!r}: a dist tensor without storage (created under "
+                    "paddle.LazyGuard); initialize it before loading"
+                )
             out.append(
                 Target(
                     key,
@@ -101,12 +119,16 @@ def describe(state_dict: Mapping[str, Any]) -> list[Target]:
             )
         elif isinstance(value, paddle.Tensor):
             shape = tuple(value.shape)
-            out.append(
-                Target(key, value, shape, shape, (0,) * len(shape), paddle_dtype_name(value.dtype))
-            )
+            dtype = paddle_dtype_name(value.dtype)
+            out.append(Target(key, value, shape, shape, (0,) * len(shape), dtype, _lazy(value)))
         else:
             raise TargetError(
                 f"target {key!r} is a {type(value).__name__}, not a paddle.Tensor, "
                 "dist tensor or ShardedWeight"
             )
     return out
+
+
+def _lazy(tensor: Any) -> bool:
+    """True for a tensor without storage (a parameter created under ``paddle.LazyGuard``)."""
+    return not tensor._is_initialized()

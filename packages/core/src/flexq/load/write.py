@@ -68,6 +68,10 @@ def fill(
             held = source.boxes(i, p.plan, keep=True)
             ct.dequantize(p.logical_key, crop(held, p.plan, plan), plan, "float32")
     source.release()
+    # Every check has passed: only now do lazy targets get their storage (filled below).
+    for target in {id(p.target): p.target for p in pieces}.values():
+        if target.lazy:
+            target.allocate()
     undo: list[tuple[Piece, Any]] = []
     scratch = Scratch()
     try:

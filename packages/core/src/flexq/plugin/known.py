@@ -10,21 +10,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: config method -> (format name, distribution that provides it).
-PUBLISHED = {
-    "fp8": ("fp8", "flexq-format-fp8"),
-    "fbgemm_fp8": ("fp8", "flexq-format-fp8"),
-    "compressed-tensors/float-quantized": ("fp8", "flexq-format-fp8"),
-    "mxfp4": ("mxfp4", "flexq-format-mxfp4"),
-    "compressed-tensors/mxfp4-pack-quantized": ("mxfp4", "flexq-format-mxfp4"),
-    "awq": ("int4-awq", "flexq-format-int4-awq"),
-    "gptq": ("gptq", "flexq-format-gptq"),
-    "auto-round": ("gptq", "flexq-format-gptq"),
-    "compressed-tensors/pack-quantized": ("ct-int", "flexq-format-ct-int"),
-    "compressed-tensors/int-quantized": ("ct-int", "flexq-format-ct-int"),
-    "compressed-tensors/nvfp4-pack-quantized": ("nvfp4", "flexq-format-nvfp4"),
-    "modelopt": ("nvfp4", "flexq-format-nvfp4"),
-    "bitsandbytes": ("bitsandbytes", "flexq-format-bitsandbytes"),
+_FP8 = ("fp8", "flexq-format-fp8")
+_MXFP4 = ("mxfp4", "flexq-format-mxfp4")
+_AWQ = ("int4-awq", "flexq-format-int4-awq")
+_GPTQ = ("gptq", "flexq-format-gptq")
+_CT_INT = ("ct-int", "flexq-format-ct-int")
+_NVFP4 = ("nvfp4", "flexq-format-nvfp4")
+_BNB = ("bitsandbytes", "flexq-format-bitsandbytes")
+
+#: config method -> the (format name, distribution) pairs that decode it; several
+#: for a method whose producer writes several element formats (auto-round: integer
+#: GPTQ-style weights, FP8 and NVFP4; ModelOpt: FP8 and NVFP4).
+PUBLISHED: dict[str, tuple[tuple[str, str], ...]] = {
+    "fp8": (_FP8,),
+    "fbgemm_fp8": (_FP8,),
+    "compressed-tensors/float-quantized": (_FP8,),
+    "mxfp4": (_MXFP4,),
+    "compressed-tensors/mxfp4-pack-quantized": (_MXFP4,),
+    "awq": (_AWQ,),
+    "gptq": (_GPTQ,),
+    "auto-round": (_GPTQ, _FP8, _NVFP4),
+    "compressed-tensors/pack-quantized": (_CT_INT,),
+    "compressed-tensors/int-quantized": (_CT_INT,),
+    "compressed-tensors/nvfp4-pack-quantized": (_NVFP4,),
+    "modelopt": (_FP8, _NVFP4),
+    "bitsandbytes": (_BNB,),
 }
 
 #: compressed-tensors formats that store plain (unquantized) weights.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+from flexq.markers import NAME, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -31,9 +31,7 @@ if TYPE_CHECKING:
     from flexq.io.writer import RawTensor
     from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 
-NAME = "flexq"
-hookspec = pluggy.HookspecMarker(NAME)
-hookimpl = pluggy.HookimplMarker(NAME)
+__all__ = ["NAME", "hookimpl", "hookspec"]
 
 # Every hook is called on one format at a time (the registry routes per-tensor
 # hooks to the tensor's owner), so each returns that format's single answer.

@@ -1,68 +1,111 @@
 """int8 weights with one float32 scale per row (the plugin-author guide's example).
 
-On disk: ``X.weight_q`` (I8, [out, in]) and ``X.weight_qscale`` (F32, [out]).
-Logical tensor: ``X.weight`` (float32, [out, in]) = weight_q * weight_qscale[:, None].
+On disk: ``X.weight_q`` (I8, [out, in]) and ``X.weight_qscale`` (F32, [out]);
+config.json may say ``"quantization_config": {"quant_method": "int8row"}`` and
+list unquantized modules in ``modules_to_not_convert``.
+Logical tensor: ``X.weight`` [out, in] = weight_q * weight_qscale[:, None].
+
+A format this small keeps the template's roles in one module, in the
+template's order (detect, plan, decode, encode, then the hooks); a larger one
+gives each role its own module of the same name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import flexq
-from flexq.formatkit import ops_for
+from flexq.formatkit import IgnoreList, natural_dtype, ops_for, per_checkpoint
 
 __version__ = "0.3.0"
-Q, S = ".weight_q", ".weight_qscale"
+METHOD, Q, S = "int8row", ".weight_q", ".weight_qscale"
 
 
-def _base(key: str) -> str:
-    return key.removesuffix(".weight")
+# detect: which tensors are ours, from headers and config alone, once per checkpoint
+@dataclass(frozen=True)
+class Analysis:
+    logical: dict[str, flexq.LogicalTensor]
+    recognized: frozenset[str]
+
+
+@per_checkpoint
+def analyze(checkpoint: flexq.Checkpoint) -> Analysis:
+    where = f"{checkpoint.path / 'config.json'}: quantization_config"
+    ignored = IgnoreList.from_config(checkpoint.quantization_config, where)
+    dtype = natural_dtype(checkpoint, default="float32")
+    logical = {}
+    for key, info in checkpoint.tensors.items():
+        if not key.endswith(Q) or info.dtype != "I8":
+            continue
+        base, scale = key.removesuffix(Q), checkpoint.tensors.get(key.removesuffix(Q) + S)
+        if scale is None or scale.shape != info.shape[:1]:
+            raise flexq.FormatError(
+                f"{info.file}: int8row weight {key!r} needs a [{info.shape[0]}] scale {base + S!r}"
+            )
+        if (hit := ignored.match(base)) is not None:
+            raise flexq.FormatError(f"{info.file}: {key!r} is int8, but {hit[0]} lists {hit[1]!r}")
+        logical[base + ".weight"] = flexq.LogicalTensor(info.shape, dtype)
+    return Analysis(logical, frozenset(k for k in checkpoint.tensors if k.endswith(S)))
+
+
+# plan: a box of rows and columns reads the same box of weight_q and its rows of the scale
+def local_plan(logical_key: str, target: flexq.TargetSlice) -> flexq.ReadPlan:
+    (row, col), (rows, cols) = target.box
+    base = logical_key.removesuffix(".weight")
+    slices = {base + Q: ((row, col), (rows, cols)), base + S: ((row,), (rows,))}
+    # Declared scales are checked for NaN / infinity by the core before anything is written.
+    return flexq.ReadPlan("local", slices, target, scales=(base + S,))
+
+
+# decode: the math once, for numpy arrays and Paddle tensors alike, in float32
+def dequantize(q: Any, s: Any) -> Any:
+    ops = ops_for(q)
+    return ops.float32(q, "I8") * ops.reshape(ops.float32(s, "F32"), (-1, 1))
+
+
+# encode: a checkpoint of this format from float32 [out, in] weights
+def quantize(w: np.ndarray, base: str) -> dict[str, flexq.RawTensor]:
+    scale = np.maximum(np.abs(w).max(axis=1), 1e-12).astype(np.float32) / 127
+    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    return {base + Q: flexq.RawTensor.of(q), base + S: flexq.RawTensor.of(scale)}
+
+
+# the hooks: each one a call into the parts above
+@flexq.hookimpl
+def flexq_quant_methods() -> tuple[str, ...]:
+    return (METHOD,)
 
 
 @flexq.hookimpl
 def flexq_logical_metadata(checkpoint: flexq.Checkpoint) -> dict[str, flexq.LogicalTensor]:
-    out = {}
-    for key, info in checkpoint.tensors.items():
-        if key.endswith(Q) and info.dtype == "I8":
-            base = key.removesuffix(Q)
-            scale = checkpoint.tensors.get(base + S)
-            if scale is None or scale.shape != info.shape[:1]:
-                raise flexq.FormatError(
-                    f"{info.file}: int8row weight {key!r} needs a [{info.shape[0]}] scale {base + S!r}"
-                )
-            out[base + ".weight"] = flexq.LogicalTensor(info.shape, "float32")
-    return out
+    return analyze(checkpoint).logical
 
 
 @flexq.hookimpl
-def flexq_recognized_keys(checkpoint: flexq.Checkpoint) -> list[str]:
-    return [k for k in checkpoint.tensors if k.endswith(S)]
+def flexq_recognized_keys(checkpoint: flexq.Checkpoint) -> frozenset[str]:
+    return analyze(checkpoint).recognized
 
 
 @flexq.hookimpl
 def flexq_source_keys(logical_key: str) -> list[str]:
-    return [_base(logical_key) + Q, _base(logical_key) + S]
+    base = logical_key.removesuffix(".weight")
+    return [base + Q, base + S]
 
 
 @flexq.hookimpl
 def flexq_read_plan(logical_key: str, target: flexq.TargetSlice) -> flexq.ReadPlan:
-    (row, col), (rows, cols) = target.box
-    slices = {
-        _base(logical_key) + Q: ((row, col), (rows, cols)),
-        _base(logical_key) + S: ((row,), (rows,)),
-    }
-    return flexq.ReadPlan("local", slices, target)
+    return local_plan(logical_key, target)
 
 
 @flexq.hookimpl
 def flexq_apply(logical_key: str, sources: Mapping[str, Any]) -> Any:
-    q, s = sources[_base(logical_key) + Q], sources[_base(logical_key) + S]
-    ops = ops_for(q)
-    return ops.float32(q, "I8") * ops.reshape(ops.float32(s, "F32"), (-1, 1))
+    base = logical_key.removesuffix(".weight")
+    return dequantize(sources[base + Q], sources[base + S])
 
 
 @flexq.hookimpl
@@ -71,10 +114,7 @@ def flexq_encode(
 ) -> float:
     tensors = dict(others)
     for key, w in weights.items():
-        base = key.removesuffix(".weight")
-        scale = np.maximum(np.abs(w).max(axis=1), 1e-12).astype(np.float32) / 127
-        q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
-        tensors[base + Q] = flexq.RawTensor.of(q)
-        tensors[base + S] = flexq.RawTensor.of(scale.astype(np.float32))
-    flexq.save_checkpoint(directory, tensors, config={"quantization_config": {"int8row": True}})
+        tensors.update(quantize(w, key.removesuffix(".weight")))
+    config = {"quantization_config": {"quant_method": METHOD}}
+    flexq.save_checkpoint(directory, tensors, config=config)
     return 0.999  # int8 with one scale per row: the documented tolerance

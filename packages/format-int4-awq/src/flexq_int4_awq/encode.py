@@ -1,6 +1,7 @@
 """Quantize float32 [out, in] weights into AutoAWQ's INT4 checkpoint tensors.
 
-For tests, the demo and ``flexq convert`` style tools: produces exactly the
+For tests, the demo (``flexq_encode``, through :func:`save_awq_checkpoint`)
+and ``flexq convert`` style tools: produces exactly the
 tensors AutoAWQ's ``WQLinear_GEMM`` / ``WQLinear_GEMV`` store, with the math of
 AutoAWQ's ``pseudo_quantize_tensor`` (zero-point mode), per group of
 ``group_size`` input columns:
@@ -16,13 +17,15 @@ float32), so dequantizing the result reproduces (q - z) * s exactly.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flexq import RawTensor
-from flexq_int4_awq.layout import PACK, gemv_zeros_width
-from flexq_int4_awq.packing import pack_int4, slots_for
+from flexq import RawTensor, save_checkpoint
+from flexq_int4_awq.layout import PACK, gemv_zeros_width, slots_for
 
 
 def quantize(
@@ -77,6 +80,24 @@ def quantize(
     return {f"{name}{k}": RawTensor.of(v) for k, v in tensors.items()}
 
 
+def pack_int4(codes: np.ndarray, slots: Sequence[int]) -> np.ndarray:
+    """Pack codes 0..15 [R, 8C] into int32 words [R, C]; element j goes to slot ``slots[j]``.
+
+    :raises ValueError: on codes outside 0..15 or a width that is not a multiple of 8.
+    """
+    codes = np.asarray(codes)
+    rows, width = codes.shape
+    if width % 8:
+        raise ValueError(f"cannot pack {width} codes per row into int32 words of 8")
+    if codes.size and (codes.min() < 0 or codes.max() > 15):
+        raise ValueError("4-bit codes must lie in 0..15")
+    groups = codes.astype(np.uint32).reshape(rows, width // 8, 8)
+    words = np.zeros((rows, width // 8), dtype=np.uint32)
+    for j, slot in enumerate(slots):
+        words |= groups[:, :, j] << np.uint32(4 * slot)
+    return words.view(np.int32)
+
+
 def quantize_codes(w: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Codes q [out, in] (uint8), zeros z [out, in/g] (uint8), F16 scales s [out, in/g]."""
     out_f, in_f = w.shape
@@ -103,3 +124,19 @@ def quantization_config(group_size: int, version: str = "gemm", **extra: Any) ->
         "version": version,
         **extra,
     }
+
+
+def save_awq_checkpoint(
+    directory: str | os.PathLike[str],
+    weights: Mapping[str, np.ndarray],
+    group_size: int,
+    version: str = "gemm",
+    others: Mapping[str, RawTensor] | None = None,
+) -> Path:
+    """Quantize ``weights`` (``X.weight`` -> float32 [out, in]) and write them with
+    ``others`` and AutoAWQ's config.json into ``directory``."""
+    tensors = dict(others or {})
+    for key, w in weights.items():
+        tensors.update(quantize(w, group_size, version, prefix=key.removesuffix(".weight")))
+    config = {"quantization_config": quantization_config(group_size, version)}
+    return save_checkpoint(directory, tensors, config=config)

@@ -4,53 +4,61 @@ Written once against :mod:`flexq.formatkit`, so the same code runs on numpy arra
 (CPU reads) and on Paddle tensors on their device (only the uint8 codes and the
 small scale grid cross the bus). Every step is exact: table lookups, repeats,
 slices and one float32 product per element; the core then rounds once to the
-output dtype. Used by :func:`flexq_fp8.plugin.flexq_apply` and the bench.
+output dtype. :func:`apply` serves :func:`flexq_fp8.plugin.flexq_apply`;
+:func:`dequantize` is the math (also timed by the bench).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.formatkit import ArrayOps, for_bands, lookup_into, ops_for
+from flexq import Checkpoint, FormatError, ReadPlan
+from flexq.formatkit import (
+    E4M3_TO_FLOAT32,
+    ArrayOps,
+    for_bands,
+    lookup_into,
+    ops_for,
+    scale_to_float32,
+)
+from flexq_fp8.config import FORMAT_NAME
 
 if TYPE_CHECKING:
     from flexq_fp8.layout import Fp8Layout
 
 
-def _e4m3_table() -> np.ndarray:
-    """float32 value of every E4M3FN byte; 0x7F / 0xFF are NaN (sign kept), no infinities."""
-    codes = np.arange(256, dtype=np.uint32)
-    sign = np.where(codes & 0x80, -1.0, 1.0)
-    exp = (codes >> 3) & 0xF
-    man = (codes & 0x7).astype(np.float64)
-    normal = (1.0 + man / 8.0) * np.exp2(exp.astype(np.float64) - 7.0)
-    subnormal = man * 2.0**-9
-    table = (sign * np.where(exp == 0, subnormal, normal)).astype(np.float32)
-    nan = (exp == 0xF) & ((codes & 0x7) == 0x7)
-    table[nan] = np.copysign(np.float32(np.nan), sign[nan]).astype(np.float32)
-    return table
+def apply(
+    ckpt: Checkpoint, layout: Fp8Layout, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    """The ``plan.target`` box of ``layout``'s weight from the planned sources, as float32.
 
+    Checks that the sources are the boxes the plan named (the core has checked the
+    scales the plan declares for non-finite values).
 
-def _e8m0_table() -> np.ndarray:
-    """float32 value of every E8M0 byte: 2^(e-127); 0xFF is NaN; 0x00 is the subnormal 2^-127."""
-    finite = np.ldexp(np.float32(1.0), np.arange(255) - 127).astype(np.float32)
-    return np.append(finite, np.float32(np.nan)).astype(np.float32)
-
-
-#: E4M3FN byte -> float32 (256 entries).
-E4M3_TO_FLOAT32 = _e4m3_table()
-#: E8M0 byte -> float32 (256 entries).
-E8M0_TO_FLOAT32 = _e8m0_table()
-
-
-def scale_to_float32(ops: ArrayOps, scale: Any, dtype: str) -> Any:
-    """A scale tensor of safetensors ``dtype`` as float32 values (U8 scales are E8M0)."""
-    if dtype in ("U8", "F8_E8M0"):
-        return ops.lut(E8M0_TO_FLOAT32, scale)
-    return ops.float32(scale, dtype)
+    :raises FormatError: on a missing source or a source box of the wrong shape.
+    """
+    key = layout.weight_key
+    missing = [k for k in (key, layout.scale_key) if k not in sources]
+    if missing:
+        raise FormatError(
+            f"{ckpt.path}: dequantizing {key!r} needs {missing} (format {FORMAT_NAME})"
+        )
+    weight, scale = sources[key], sources[layout.scale_key]
+    target = plan.target
+    grid_box = layout.grid_cover(target.global_offset, target.local_shape)
+    for name, got, want in (
+        (key, tuple(weight.shape), target.local_shape),
+        (layout.scale_key, tuple(scale.shape), layout.scale_box(*grid_box)[1]),
+    ):
+        if got != want:
+            raise FormatError(
+                f"{ckpt.path}: tensor {name!r} arrived with shape {got}, the plan for "
+                f"{key!r} needs {want} (format {FORMAT_NAME})"
+            )
+    return dequantize(layout, weight, scale, target.global_offset, target.local_shape, out)
 
 
 def dequantize(

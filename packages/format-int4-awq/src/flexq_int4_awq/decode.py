@@ -1,6 +1,6 @@
 """The AWQ dequantization, written once for numpy arrays and Paddle tensors.
 
-Used by the plugin's ``flexq_apply``. For a box of the logical [out, in]
+:func:`dequantize` serves the plugin's ``flexq_apply``. For a box of the logical [out, in]
 weight: W[o, i] = (q[o, i] - z[o, i // g]) * s[o, i // g], computed in float32.
 Every step is exact (4-bit codes and zeros are small integers, their
 difference times an F16/BF16 scale fits float32's mantissa), so the numpy and
@@ -15,16 +15,25 @@ are found from the boxes' offsets, so one routine serves both plan modes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import ReadPlan, block_cover
-from flexq.formatkit import RUNS_PER_TASK, ArrayOps, ops_for, row_runs
-from flexq.formatkit.threads import run_parts
-from flexq_int4_awq.arrayops import int4_ops_for
-from flexq_int4_awq.layout import PACK, AwqLinear
-from flexq_int4_awq.packing import SEQUENTIAL, slots_for
+from flexq.formatkit import (
+    RUNS_PER_TASK,
+    ArrayOps,
+    block_cover,
+    ops_for,
+    row_runs,
+    run_parts,
+)
+from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
+
+if TYPE_CHECKING:
+    from flexq import ReadPlan
+
+#: bits per AWQ code.
+BITS = 4
 
 
 def dequantize(
@@ -36,7 +45,7 @@ def dequantize(
     box is exactly the planned words and whole groups, the usual case.
     """
     qw, qz, sc = sources[linear.qweight], sources[linear.qzeros], sources[linear.scales]
-    ops, int4 = ops_for(qw), int4_ops_for(qw)
+    ops = ops_for(qw)
     (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
     (qw_r, qw_c), _ = plan.source_slices[linear.qweight]
     (qz_r, qz_c), _ = plan.source_slices[linear.qzeros]
@@ -58,9 +67,9 @@ def dequantize(
         oz, gz = o0 - qz_r, g0 - PACK * qz_c
         os_, gs = o0 - sc_r, g0 - sc_c
     if no == 0 or ni == 0:
-        return int4.unpack_int4(qw, slots, transposed=gemm)[o : o + no, i : i + ni]
-    z = int4.unpack_int4(qz, slots, transposed=gemm)[oz : oz + no, gz : gz + ng]
-    s = (int4.transpose(scales) if gemm else scales)[os_ : os_ + no, gs : gs + ng]
+        return ops.unpack(qw, BITS, slots, transposed=gemm)[o : o + no, i : i + ni]
+    z = ops.unpack(qz, BITS, slots, transposed=gemm)[oz : oz + no, gz : gz + ng]
+    s = (ops.transpose(scales) if gemm else scales)[os_ : os_ + no, gs : gs + ng]
     start = i0 - g0 * g
     # inf * 0 is NaN by definition; a non-finite scale is reported once, by the
     # plugin's ScaleWarning, not by numpy.
@@ -76,7 +85,7 @@ def dequantize(
             and (gemm or (np.little_endian and slots == SEQUENTIAL))
         ):
             return _banded(qw, np.asarray(z), np.asarray(s), g, gemm, slots, out)
-        q = int4.unpack_int4(qw, slots, transposed=gemm)[o : o + no, i : i + ni]
+        q = ops.unpack(qw, BITS, slots, transposed=gemm)[o : o + no, i : i + ni]
         return _grouped_affine(ops, q, z, s, g, start)
 
 
@@ -147,7 +156,7 @@ def _grouped_affine(ops: ArrayOps, q: Any, z: Any, s: Any, g: int, start: int) -
     """
     no, ni = q.shape
     ng = z.shape[1]
-    # q is a fresh array from unpack_int4, so it is updated in place (numpy
+    # q is a fresh array from ops.unpack, so it is updated in place (numpy
     # skips two full-size temporaries; Paddle rebinds, same values).
     if start == 0 and ni == ng * g:
         # Whole groups: broadcast over a group axis instead of repeating z and s.

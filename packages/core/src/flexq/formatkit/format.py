@@ -1,0 +1,175 @@
+"""One generic format plugin: a format is its analysis, its plan and its decode.
+
+For format authors. Every format's hook implementations do the same thing:
+claim what the analysis of a checkpoint found, name each tensor's sources,
+plan a box, decode it. :class:`Format` implements the hooks once over three
+functions a format writes (``analyze`` in ``detect.py``, ``plan`` in
+``plan.py``, ``decode`` in ``decode.py``), so a format's ``plugin.py`` is one
+object::
+
+    plugin = Format(
+        "int8row", "int8 weights, one float32 scale per row",
+        methods=("int8row",), analyze=analyze, plan=local_plan, decode=dequantize,
+    )
+
+and its entry point names that object (``int8row = "flexq_int8row.plugin:plugin"``).
+A format that can write checkpoints passes ``encode`` (see :class:`Format`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from flexq.errors import FormatError
+from flexq.markers import hookimpl
+from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
+
+if TYPE_CHECKING:
+    from flexq.io.checkpoint import Checkpoint
+    from flexq.io.writer import RawTensor
+
+
+class Layout(Protocol):
+    """What the generic hooks read of one logical tensor a format found."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The logical tensor's shape (the producer's dequantized twin's)."""
+
+    @property
+    def dtype(self) -> str:
+        """Its natural Paddle dtype name (``"bfloat16"`` ...)."""
+
+    @property
+    def sources(self) -> Sequence[str]:
+        """The physical tensors it is built from."""
+
+
+L = TypeVar("L", bound=Layout)
+
+
+@dataclass(frozen=True)
+class Analysis(Generic[L]):
+    """What a format found in one checkpoint.
+
+    :ivar tensors: logical key -> its layout.
+    :ivar recognized: every physical key that is this format's component, used or not
+        (the core reports an unused one as an orphan).
+    """
+
+    tensors: Mapping[str, L]
+    recognized: Collection[str] = frozenset()
+
+
+#: Writes a checkpoint of the format into an empty directory; returns the smallest
+#: logits cosine it promises (``flexq demo`` and the cross-package tests check it).
+Encode = Callable[[Path, Mapping[str, np.ndarray], Mapping[str, "RawTensor"]], float]
+
+
+class Format(Generic[L]):
+    """The hook implementations of one format, over its analysis, plan and decode.
+
+    :param name: the format's name (its entry point name).
+    :param description: one line for ``flexq list-formats``.
+    :param methods: the config methods it decodes (``flexq_quant_methods``).
+    :param analyze: the checkpoint's tensors of this format, from headers and config
+        (memoize it with :func:`flexq.formatkit.per_checkpoint`); None or an empty
+        analysis when the format is absent; raise :class:`flexq.FormatError` for
+        tensors that are clearly this format's but broken.
+    :param plan: the local read plan of a box of one tensor (declare its scales in
+        ``ReadPlan.scales``), or None to read whole sources.
+    :param decode: the float32 box ``plan.target`` from the planned sources; ``out``
+        is None or a float32 array of the box to fill (see ``flexq_apply``).
+    :param encode: optional: writes a checkpoint of the format (``flexq_encode``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        *,
+        methods: Sequence[str],
+        analyze: Callable[[Checkpoint], Analysis[L] | None],
+        plan: Callable[[L, TargetSlice], ReadPlan | None],
+        decode: Callable[[Checkpoint, L, Mapping[str, Any], ReadPlan, Any], Any],
+        encode: Encode | None = None,
+    ) -> None:
+        self.FORMAT_NAME = name
+        self.__doc__ = description
+        self.methods = tuple(methods)
+        self._analyze, self._plan, self._decode = analyze, plan, decode
+        if encode is not None:
+            self.flexq_encode = _encoder(encode)
+
+    def layout(self, checkpoint: Checkpoint, logical_key: str) -> L:
+        """The layout of a logical tensor this format claimed."""
+        found = self._analyze(checkpoint)
+        layout = found.tensors.get(logical_key) if found is not None else None
+        if layout is None:
+            raise FormatError(
+                f"{checkpoint.path}: {logical_key!r} is not a tensor of format {self.FORMAT_NAME!r}"
+            )
+        return layout
+
+    @hookimpl
+    def flexq_quant_methods(self) -> tuple[str, ...]:
+        return self.methods
+
+    @hookimpl
+    def flexq_logical_metadata(self, checkpoint: Checkpoint) -> dict[str, LogicalTensor]:
+        found = self._analyze(checkpoint)
+        if found is None:
+            return {}
+        return {k: LogicalTensor(tuple(t.shape), t.dtype) for k, t in found.tensors.items()}
+
+    @hookimpl
+    def flexq_recognized_keys(self, checkpoint: Checkpoint) -> Collection[str]:
+        found = self._analyze(checkpoint)
+        return found.recognized if found is not None else ()
+
+    @hookimpl
+    def flexq_source_keys(self, checkpoint: Checkpoint, logical_key: str) -> list[str]:
+        return list(self.layout(checkpoint, logical_key).sources)
+
+    @hookimpl
+    def flexq_read_plan(
+        self, checkpoint: Checkpoint, logical_key: str, target: TargetSlice, force_global: bool
+    ) -> ReadPlan | None:
+        if force_global:
+            return None  # the core plans whole sources
+        return self._plan(self.layout(checkpoint, logical_key), target)
+
+    @hookimpl
+    def flexq_apply(
+        self,
+        checkpoint: Checkpoint,
+        logical_key: str,
+        sources: Mapping[str, Any],
+        plan: ReadPlan,
+        out: Any,
+    ) -> Any:
+        layout = self.layout(checkpoint, logical_key)
+        missing = [k for k in layout.sources if k not in sources]
+        if missing:
+            raise FormatError(
+                f"{checkpoint.path}: dequantizing {logical_key!r} needs {missing} "
+                f"(format {self.FORMAT_NAME!r})"
+            )
+        return self._decode(checkpoint, layout, sources, plan, out)
+
+
+def _encoder(encode: Encode) -> Callable[..., float]:
+    """``encode`` as a ``flexq_encode`` hook implementation (a plain function attribute)."""
+
+    @hookimpl
+    def flexq_encode(
+        directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+    ) -> float:
+        return encode(directory, weights, others)
+
+    return flexq_encode

@@ -1,0 +1,158 @@
+"""PaddleFormers models from quantized checkpoints, in one call.
+
+For users of PaddleFormers (``pip install 'flexq[paddleformers]'``), whose own
+``from_pretrained`` refuses pre-quantized hub checkpoints (FP8, AWQ, MXFP4)::
+
+    from paddleformers.transformers import AutoModelForCausalLM
+    import flexq.paddleformers
+
+    model = flexq.paddleformers.from_pretrained(AutoModelForCausalLM, "Qwen/Qwen3-8B-FP8")
+
+:func:`from_pretrained` does what ``model_class.from_pretrained(path)`` does
+for an unquantized checkpoint: the config from ``config.json`` (its
+``quantization_config`` is flexq's to decode, so PaddleFormers' own
+quantization never sees it), the model built without a random init
+(``no_init_weights`` + ``paddle.LazyGuard``, as PaddleFormers' low-memory path
+does), ``dtype`` defaulting to the config's, and the weights filled by
+:func:`flexq.load_state_dict` through the class's own HF -> Paddle conversion
+rules (``_gen_aoa_config``). Every unquantized float tensor is cast to its
+parameter's dtype (PaddleFormers adds one ``dtype=`` statement per parameter for
+that; flexq casts floats itself and so keeps refusing integer tensors no format
+decodes). :func:`load` fills a model that is already built.
+
+Limits: models whose modules import ``paddlefleet`` (Qwen2/Qwen3/Qwen3-MoE,
+DeepSeek-V3/V4, GLM4-MoE, Kimi-K2 in PaddleFormers 1.2.0) need that package,
+which is not on the package index (``paddleformers[paddlefleet]`` wants
+``paddlefleet==0.3.0``), so they are untested here; an Auto class that picks one
+without it is a :class:`flexq.FlexqError`. PaddleFormers keeps plain-Paddle
+versions as ``Qwen3ForCausalLMDeprecated`` / ``Qwen3MoeForCausalLMDeprecated``.
+Tested (``nox -s paddleformers``): Llama, gpt-oss, ERNIE-4.5 and ERNIE-4.5-MoE.
+On CPU the fused RMSNorm kernel does not exist, so the config's
+``fuse_rms_norm`` is set to False there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flexq.errors import FlexqError
+from flexq.io.checkpoint import Checkpoint
+from flexq.load.api import load_state_dict
+
+if TYPE_CHECKING:
+    import os
+
+    from flexq.load.report import LoadReport
+
+#: config.json sections that describe the checkpoint's quantization (flexq's to decode).
+QUANT_SECTIONS = ("quantization_config", "compression_config")
+
+
+def from_pretrained(
+    model_class: Any,
+    path: str | os.PathLike[str],
+    *,
+    dtype: str | None = None,
+    config: Any = None,
+    **kw: Any,
+) -> Any:
+    """Build ``model_class`` (a PaddleFormers model class or Auto class) from the
+    checkpoint at ``path`` (a directory, a Hugging Face cache snapshot or a repo id).
+
+    :param dtype: parameter dtype (``"bfloat16"``, ``"float32"``, ...); default
+        the config's ``dtype`` / ``torch_dtype``, else Paddle's default dtype.
+    :param config: a PaddleFormers ``PretrainedConfig`` to use instead of
+        ``config.json`` (its ``quantization_config`` is reset: flexq decodes the
+        checkpoint, PaddleFormers' own quantization must not run on top).
+    :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
+    :raises FlexqError: on a checkpoint that does not fit the model or cannot be decoded.
+    """
+    import paddle
+    from paddleformers.transformers.model_utils import dtype_guard, no_init_weights
+
+    checkpoint = Checkpoint(path)
+    cls = _concrete_class(model_class, checkpoint)
+    config, model_kwargs = _config(cls, checkpoint, config, kw)
+    dtype = _dtype(config, dtype)
+    if not paddle.is_compiled_with_cuda():
+        config.fuse_rms_norm = False  # the fused kernel is GPU-only
+    config.perform_initialization = False
+    with no_init_weights(_enable=True), paddle.LazyGuard(), dtype_guard(dtype):
+        model = cls(config, *(config["init_args"] or ()), **model_kwargs)
+    load(model, checkpoint.path)
+    return model
+
+
+def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
+    """Fill a built PaddleFormers ``model`` in place from the checkpoint at ``path``.
+
+    Uses the model class's conversion rules over its ``sharded_state_dict()``
+    (so tensor-parallel shards get their own boxes); parameters without storage
+    (built under ``paddle.LazyGuard``) are allocated once every check has passed.
+
+    :return: what :func:`flexq.load_state_dict` did.
+    """
+    rules = getattr(type(model), "_gen_aoa_config", None)
+    if rules is None:
+        raise FlexqError(
+            f"{type(model).__name__} has no _gen_aoa_config: it is not a PaddleFormers "
+            "model with HF conversion rules"
+        )
+    aoa = rules(model.config)
+    return load_state_dict(model.sharded_state_dict(), path, aoa_config=aoa)
+
+
+def _concrete_class(model_class: Any, checkpoint: Checkpoint) -> Any:
+    """``model_class`` itself, or the class an Auto class picks for the checkpoint."""
+    pick = getattr(model_class, "_get_model_class_from_config", None)
+    if pick is None:
+        return model_class
+    config_file = checkpoint.path / "config.json"
+    if not config_file.is_file():
+        raise FlexqError(
+            f"{checkpoint.path}: no config.json to pick a {model_class.__name__} class"
+        )
+    try:
+        return pick(str(checkpoint.path), str(config_file))
+    except ImportError as exc:
+        raise FlexqError(
+            f"{checkpoint.path}: {model_class.__name__} picks a class whose module needs "
+            f"{exc.name or exc} (PaddleFormers' paddlefleet models); install it, or use "
+            "the plain-Paddle *Deprecated class"
+        ) from None
+
+
+def _config(
+    cls: Any, checkpoint: Checkpoint, config: Any, kw: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """The PaddleFormers config and the remaining model ``__init__`` kwargs."""
+    from paddleformers.quantization.quantization_config import QuantizationConfig
+
+    if config is not None:
+        config.quantization_config = QuantizationConfig()
+        return config, kw
+    doc = {k: v for k, v in checkpoint.config.items() if k not in QUANT_SECTIONS}
+    if not doc:
+        raise FlexqError(f"{checkpoint.path}: no config.json to build {cls.__name__} from")
+    base = getattr(cls.config_class, "base_config_key", None)
+    if base and isinstance(doc.get(base), dict):
+        doc = doc[base]
+    built, unused = cls.config_class.from_dict(doc, return_unused_kwargs=True, **kw)
+    return built, unused
+
+
+def _dtype(config: Any, dtype: str | None) -> str:
+    """The parameter dtype, chosen and recorded on ``config`` as PaddleFormers does."""
+    import paddle
+
+    subs: list[Any] = [getattr(config, k, None) for k in (config.sub_configs or ())]
+    subs = [s for s in subs if s is not None]
+    if dtype is None:
+        dtype = config.dtype or next((s.dtype for s in subs if getattr(s, "dtype", None)), None)
+    if dtype is None:
+        dtype = paddle.get_default_dtype()
+    dtype = str(dtype).removeprefix("paddle.")
+    for sub in subs:
+        sub.dtype = dtype
+    config.dtype = dtype
+    return dtype

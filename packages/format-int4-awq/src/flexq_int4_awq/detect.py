@@ -1,0 +1,134 @@
+"""Find the AutoAWQ INT4 linears of a checkpoint from config.json and the tensor headers.
+
+Used by the plugin hooks; reads no tensor data, validates everything the
+decoder relies on, and analyzes a checkpoint once (:func:`analyze` is
+memoized with :func:`flexq.formatkit.per_checkpoint`). A checkpoint is AWQ
+when ``quantization_config.quant_method`` is ``awq``; each ``X.qweight`` with
+its ``X.qzeros`` and ``X.scales`` is one linear (:class:`AwqLinear`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from flexq import Checkpoint, FormatError
+from flexq.formatkit import per_checkpoint
+from flexq_int4_awq.config import FORMAT_NAME, AwqConfig, read_config
+from flexq_int4_awq.layout import COMPONENTS, PACK, SCALE_DTYPES, AwqLinear, gemv_zeros_width
+
+
+@dataclass(frozen=True)
+class AwqAnalysis:
+    """Everything the hooks need about one AWQ checkpoint.
+
+    :ivar layouts: logical key (``X.weight``) -> its linear.
+    :ivar recognized: every physical key that is an AWQ component, used or not.
+    """
+
+    config: AwqConfig
+    layouts: Mapping[str, AwqLinear]
+    recognized: frozenset[str]
+
+
+@per_checkpoint
+def analyze(ckpt: Checkpoint) -> AwqAnalysis | None:
+    """The AWQ linears of ``ckpt``, or None when its config does not say ``quant_method: awq``.
+
+    :raises FormatError: on an unsupported config or a broken linear.
+    """
+    config = read_config(ckpt)
+    if config is None:
+        return None
+    suffixes = tuple(f".{c}" for c in COMPONENTS)
+    recognized = frozenset(k for k in ckpt.tensors if k.endswith(suffixes))
+    layouts = {}
+    for key in sorted(ckpt.tensors):
+        if key.endswith(".qweight"):
+            linear = _linear(ckpt, config, key.removesuffix(".qweight"))
+            layouts[linear.logical_key] = linear
+    if not layouts:
+        # The config and the tensors disagree (an FP8 or plain checkpoint with
+        # an AWQ config): loading would silently skip the quantization.
+        dtypes = ", ".join(sorted({t.dtype for t in ckpt.tensors.values()}))
+        raise FormatError(
+            f"{ckpt.path / 'config.json'}: quantization_config says quant_method 'awq', "
+            f"but no tensor is an AWQ '<module>.qweight' (tensor dtypes: {dtypes}) "
+            f"(format {FORMAT_NAME!r})"
+        )
+    return AwqAnalysis(config, layouts, recognized)
+
+
+def layout_of(ckpt: Checkpoint, logical_key: str) -> AwqLinear:
+    """The linear of a logical key this format claimed.
+
+    :raises FormatError: for any other key.
+    """
+    found = analyze(ckpt)
+    linear = found.layouts.get(logical_key) if found else None
+    if linear is None:
+        raise FormatError(
+            f"{ckpt.path}: {logical_key!r} is not an AWQ weight (format {FORMAT_NAME!r})"
+        )
+    return linear
+
+
+def _linear(ckpt: Checkpoint, config: AwqConfig, prefix: str) -> AwqLinear:
+    """Check one ``prefix.qweight`` and its companions; describe the linear."""
+    qweight = ckpt.tensors[f"{prefix}.qweight"]
+
+    def fail(key: str, msg: str) -> FormatError:
+        file = ckpt.tensors[key].file if key in ckpt.tensors else qweight.file
+        return FormatError(f"{file}: tensor {key!r}: {msg} (format {FORMAT_NAME!r})")
+
+    hit = config.ignored.match(prefix)
+    if hit is not None:
+        raise fail(
+            qweight.key,
+            f"is quantized, but {hit[0]} lists {hit[1]!r}, "
+            "so readers would treat it as an unquantized layer",
+        )
+    if f"{prefix}.qzeros" not in ckpt.tensors and not config.zero_point:
+        raise fail(
+            qweight.key,
+            f"has no {prefix}.qzeros and quantization_config.zero_point is false: "
+            "AWQ's GEMM/GEMV layouts define no symmetric (zero-free) weights, "
+            "only stored zeros (auto-round's auto_awq export stores them, all 8)",
+        )
+    for comp in COMPONENTS[1:]:
+        if f"{prefix}.{comp}" not in ckpt.tensors:
+            raise fail(qweight.key, f"has no companion {prefix}.{comp!s} (missing component)")
+    qzeros, scales = ckpt.tensors[f"{prefix}.qzeros"], ckpt.tensors[f"{prefix}.scales"]
+    for info, allowed in ((qweight, ("I32",)), (qzeros, ("I32",)), (scales, tuple(SCALE_DTYPES))):
+        if info.dtype not in allowed:
+            raise fail(info.key, f"has dtype {info.dtype}, expected {' or '.join(allowed)}")
+        if len(info.shape) != 2:
+            raise fail(info.key, f"has shape {info.shape}, expected a 2-D tensor")
+    rows, cols = qweight.shape
+    if config.version == "gemm":
+        out_f, in_f = cols * PACK, rows
+    else:
+        out_f, in_f = rows, cols * PACK
+    g = in_f if config.group_size == -1 else config.group_size
+    if in_f == 0 or out_f == 0 or in_f % g:
+        raise fail(
+            qweight.key,
+            f"has shape {qweight.shape}: in_features {in_f} is not a positive multiple "
+            f"of group_size {g} ({config.version.upper()} layout)",
+        )
+    n_groups = in_f // g
+    if config.version == "gemm":
+        want_z, want_s = (n_groups, cols), (n_groups, out_f)
+    else:
+        width = gemv_zeros_width(n_groups, g)
+        if width is None:
+            raise fail(qweight.key, f"GEMV layout does not support group_size {g}")
+        want_z, want_s = (out_f, width), (out_f, width * PACK)
+    for info, want in ((qzeros, want_z), (scales, want_s)):
+        if info.shape != want:
+            raise fail(
+                info.key,
+                f"has shape {info.shape}, expected {want} for {config.version.upper()} "
+                f"qweight {qweight.shape} with group_size {g}",
+            )
+    return AwqLinear(prefix, config.version, out_f, in_f, g, scales.dtype)
