@@ -1,5 +1,8 @@
 """The checkpoints the comparisons share, written once per run into a scratch directory.
 
+flexq is imported inside the writers: fresh-process children import this module
+for its key names and must not have flexq imported before they time it.
+
 - block-FP8 (DeepSeek-V3 layout): ``n`` linears of 2048x2048 F8_E4M3 with F32
   128x128 block scales (``weight_scale_inv``), sharded with an index (torch DCP
   needs ``model.safetensors.index.json``);
@@ -18,15 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
-import flexq
-from flexq import RawTensor
-from flexq_fp8.encode import quantization_config
-
 SIDE = 2048
 BLOCK = 128
 BASE_TENSORS = 12
+#: side of the linears of the >= 1 GiB checkpoints.
+BIG_SIDE = 4096
 #: shard size of the block-FP8 checkpoints: 4 linears per file.
 SHARD_BYTES = 4 * SIDE * SIDE + 4 * 16 * 16 * 4
+
+
+def shard_bytes(side: int) -> int:
+    """Bytes of one shard of 4 block-FP8 linears of ``side`` x ``side``."""
+    return 4 * side * side + 4 * (side // BLOCK) ** 2 * 4
+
+
 #: gpt-oss-20b's hidden and intermediate sizes, with fewer experts.
 GPT_OSS_HIDDEN = 2880
 GPT_OSS_EXPERTS = 4
@@ -38,29 +46,36 @@ def fp8_keys(n: int) -> list[str]:
     return [f"model.layers.{i // 4}.mlp.proj{i % 4}.weight" for i in range(n)]
 
 
-def write_fp8_block(directory: Path, n: int, seed: int = 0) -> Path:
-    """A block-FP8 checkpoint of ``n`` linears of SIDE x SIDE (reuses one random set)."""
+def write_fp8_block(directory: Path, n: int, seed: int = 0, side: int = SIDE) -> Path:
+    """A block-FP8 checkpoint of ``n`` linears of ``side`` x ``side`` (reuses one random set)."""
+    import flexq
+    from flexq_fp8.encode import quantization_config
+
     rng = np.random.default_rng(seed)
-    grid = (SIDE // BLOCK, SIDE // BLOCK)
-    codes = [rng.integers(0, 0x7F, (SIDE, SIDE), dtype=np.uint8) for _ in range(4)]
+    grid = (side // BLOCK, side // BLOCK)
+    codes = [rng.integers(0, 0x7F, (side, side), dtype=np.uint8) for _ in range(4)]
     for c in codes:
-        c[rng.random((SIDE, SIDE)) < 0.5] |= 0x80  # negative half; 0x7F/0xFF never drawn
+        c[rng.random((side, side)) < 0.5] |= 0x80  # negative half; 0x7F/0xFF never drawn
     scales = [rng.uniform(1e-4, 1e-2, grid).astype(np.float32) for _ in range(4)]
-    tensors: dict[str, RawTensor] = {}
+    tensors: dict[str, flexq.RawTensor] = {}
     for i, key in enumerate(fp8_keys(n)):
-        tensors[key] = RawTensor("F8_E4M3", codes[i % 4])
-        tensors[key + "_scale_inv"] = RawTensor("F32", scales[i % 4])
+        tensors[key] = flexq.RawTensor("F8_E4M3", codes[i % 4])
+        tensors[key + "_scale_inv"] = flexq.RawTensor("F32", scales[i % 4])
     config = {
         "torch_dtype": "bfloat16",
         "quantization_config": quantization_config("fp8", "block", BLOCK, "F32", []),
     }
-    return flexq.save_checkpoint(directory, tensors, config=config, max_shard_bytes=SHARD_BYTES)
+    return flexq.save_checkpoint(
+        directory, tensors, config=config, max_shard_bytes=shard_bytes(side)
+    )
 
 
 def write_bf16_twin(fp8_dir: Path, directory: Path) -> Path:
     """The bfloat16 checkpoint holding exactly what flexq makes of ``fp8_dir``."""
+    import flexq
+
     ct = flexq.compose(fp8_dir)
-    tensors = {k: RawTensor("BF16", ct.load(k, "bfloat16")) for k in ct.entries}
+    tensors = {k: flexq.RawTensor("BF16", ct.load(k, "bfloat16")) for k in ct.entries}
     ct.checkpoint.close()
     return flexq.save_checkpoint(directory, tensors, max_shard_bytes=2 * SHARD_BYTES)
 
@@ -74,15 +89,17 @@ def mxfp4_keys() -> dict[str, tuple[int, int, int]]:
 
 def write_mxfp4_experts(directory: Path, seed: int = 0) -> Path:
     """gpt-oss style U8 blocks and E8M0 scales, each projection in its own shard."""
+    import flexq
+
     rng = np.random.default_rng(seed)
-    tensors: dict[str, RawTensor] = {}
+    tensors: dict[str, flexq.RawTensor] = {}
     shard_of: dict[str, int] = {}
     for i, (key, (e, out, inp)) in enumerate(mxfp4_keys().items()):
         g = inp // 32
-        tensors[key + "_blocks"] = RawTensor(
+        tensors[key + "_blocks"] = flexq.RawTensor(
             "U8", rng.integers(0, 256, (e, out, g, 16), dtype=np.uint8)
         )
-        tensors[key + "_scales"] = RawTensor(
+        tensors[key + "_scales"] = flexq.RawTensor(
             "U8", rng.integers(110, 135, (e, out, g), dtype=np.uint8)
         )
         shard_of[key + "_blocks"] = shard_of[key + "_scales"] = i

@@ -1,13 +1,8 @@
-"""flexq vs torch DCP's ``QuantizedHuggingFaceStorageReader``, one process, same checkpoint.
+"""Is torch DCP's ``QuantizedHuggingFaceStorageReader`` right on gpt-oss MXFP4 experts?
 
-Block-FP8 into in-memory float32: DCP's ``dcp.load`` into preallocated torch
-tensors, flexq's ``load_state_dict`` into preallocated Paddle tensors (both
-engines) and ``compose(path).load`` into numpy (the dequantize path without
-Paddle's tensor copies). Next to them, the machine's limit for the job: a memcpy
-of the finished values into the same kind of targets, fresh (never touched, as
-DCP's are) and initialised (already written, as a model's parameters are).
-Then gpt-oss MXFP4 experts: DCP's result is compared with flexq's bit-exact
-one before anything is timed.
+DCP's result is compared with flexq's bit-exact one, then both are timed in one
+process. (The block-FP8 comparison of the defaults, one load per fresh process,
+is :mod:`bench.fresh`.)
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import flexq
-from bench.checkpoints import MXFP4_PREFIX, SIDE, fp8_keys, mxfp4_keys
+from bench.checkpoints import MXFP4_PREFIX, mxfp4_keys
 from bench.timing import alternate, median
 
 
@@ -56,99 +51,12 @@ def _dcp_load(
     return run
 
 
-def _fresh_targets(keys: list[str]) -> dict[str, Any]:
-    """New Paddle float32 targets, never touched: the load pays their page faults."""
-    import paddle
-
-    return {k: paddle.empty([SIDE, SIDE], dtype="float32") for k in keys}
-
-
-def _initialized_targets(keys: list[str]) -> dict[str, Any]:
-    """Paddle float32 targets already written once, as a model's parameters are after
-    initialisation: no page faults left for the load."""
-    import paddle
-
-    return {k: paddle.zeros([SIDE, SIDE], dtype="float32") for k in keys}
-
-
-def _flexq_load(
-    path: Path,
-    keys: list[str],
-    engine: str,
-    atomic: bool = True,
-    state: dict[str, Any] | None = None,
-) -> Callable[[], object]:
-    state = _fresh_targets(keys) if state is None else state
-    return lambda: flexq.load_state_dict(
-        state,
-        path,
-        engine=engine,  # type: ignore[arg-type]
-        atomic=atomic,
-    )
-
-
-def _memcpy_into(
-    values: Mapping[str, np.ndarray], state: dict[str, Any] | None = None
-) -> Callable[[], object]:
-    """The machine's limit for the same job: copy the finished float32 values into
-    targets of the same kind as flexq's (fresh unless ``state`` is given)."""
-    state = _fresh_targets(list(values)) if state is None else state
-
-    def run() -> None:
-        for k, v in values.items():
-            np.copyto(np.from_dlpack(state[k]), v)
-
-    return run
-
-
 def _compose_load(path: Path, keys: list[str]) -> dict[str, np.ndarray]:
     ct = flexq.compose(path)
     try:
         return {k: ct.load(k, "float32") for k in keys}
     finally:
         ct.checkpoint.close()
-
-
-def fp8_block(path: Path, n: int, rounds: int) -> dict[str, Any]:
-    """Median seconds of each contender on the block-FP8 checkpoint, ratios, equality."""
-    keys = fp8_keys(n)
-    shapes = {k: (SIDE, SIDE) for k in keys}
-    got = _dcp_load(path, shapes)()
-    want = _compose_load(path, keys)
-    identical = all(np.array_equal(got[k].numpy(), want[k]) for k in keys)
-    initialized = _initialized_targets(keys)
-    times = alternate(
-        {
-            "torch_dcp": lambda: _dcp_load(path, shapes),
-            "flexq_direct": lambda: _flexq_load(path, keys, "direct"),
-            "flexq_direct_nonatomic": lambda: _flexq_load(path, keys, "direct", atomic=False),
-            "flexq_flexcheckpoint": lambda: _flexq_load(path, keys, "flexcheckpoint"),
-            "flexq_compose_numpy": lambda: lambda: _compose_load(path, keys),
-            "memcpy_into_fresh": lambda: _memcpy_into(want),
-            "flexq_direct_nonatomic_initialized": lambda: _flexq_load(
-                path, keys, "direct", atomic=False, state=initialized
-            ),
-            "memcpy_into_initialized": lambda: _memcpy_into(want, initialized),
-        },
-        rounds,
-    )
-    medians = {k: median(v) for k, v in times.items()}
-    dcp = medians["torch_dcp"]
-    return {
-        "tensors": n,
-        "shape": [SIDE, SIDE],
-        "output_bytes": n * SIDE * SIDE * 4,
-        "rounds": rounds,
-        "seconds": times,
-        "median_s": medians,
-        # DCP fills fresh targets: only the contenders that do the same compare.
-        "ratio_to_dcp": {
-            k: m / dcp
-            for k, m in medians.items()
-            if k != "torch_dcp" and not k.startswith("memcpy") and not k.endswith("initialized")
-        },
-        "dcp_equals_flexq": identical,
-    }
 
 
 def mxfp4_experts(path: Path, rounds: int) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 Paddle's ``flex_checkpoint.dcp.load_state_dict(sd, dir, safetensors=True)``
 reads the bf16 checkpoint into bf16 targets; flexq reads the FP8 checkpoint
 (a quarter of the float32 bytes, half the bf16 bytes) into bf16 targets and
-into float32 targets. Paddle writes a metadata file into the directory it
-loads, so the bf16 twin lives in the run's scratch directory.
+into float32 targets, with its defaults (and with the flexcheckpoint engine
+asked for by name), in one process, alternating rounds. Paddle writes a
+metadata file into the directory it loads, so the bf16 twin lives in the run's
+scratch directory.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def _paddle_bf16(path: Path, keys: list[str]) -> Callable[[], object]:
 
 
 def _flexq(path: Path, keys: list[str], dtype: str, engine: str) -> Callable[[], object]:
+    """flexq's defaults (``engine="auto"``), or the engine named."""
     state = _targets(keys, dtype)
     return lambda: flexq.load_state_dict(state, path, engine=engine)  # type: ignore[arg-type]
 
@@ -42,11 +45,11 @@ def compare(fp8_dir: Path, bf16_dir: Path, n: int, rounds: int) -> dict[str, Any
     times = alternate(
         {
             "paddle_bf16_ckpt_to_bf16": lambda: _paddle_bf16(bf16_dir, keys),
-            "flexq_fp8_ckpt_to_bf16_direct": lambda: _flexq(fp8_dir, keys, "bfloat16", "direct"),
+            "flexq_fp8_ckpt_to_bf16_defaults": lambda: _flexq(fp8_dir, keys, "bfloat16", "auto"),
             "flexq_fp8_ckpt_to_bf16_flexcheckpoint": lambda: _flexq(
                 fp8_dir, keys, "bfloat16", "flexcheckpoint"
             ),
-            "flexq_fp8_ckpt_to_f32_direct": lambda: _flexq(fp8_dir, keys, "float32", "direct"),
+            "flexq_fp8_ckpt_to_f32_defaults": lambda: _flexq(fp8_dir, keys, "float32", "auto"),
         },
         rounds,
     )

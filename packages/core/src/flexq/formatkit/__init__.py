@@ -22,10 +22,11 @@ from :mod:`flexq` and the rest from here:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from flexq.formatkit.arrays import is_paddle
 from flexq.formatkit.bands import RUNS_PER_TASK, for_bands, lookup_into, row_runs
 from flexq.formatkit.cache import per_checkpoint
-from flexq.formatkit.config import QuantConfig, natural_dtype, parse_quant_config
 from flexq.formatkit.elements import E2M1_PAIRS, E2M1_VALUES, E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
 from flexq.formatkit.format import Analysis, Format, Layout
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
@@ -33,6 +34,23 @@ from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
 from flexq.formatkit.scales import NONFINITE_SCALES_ENV, check_scales, scale_to_float32
 from flexq.formatkit.threads import run_parts, thread_count
 from flexq.plan import block_cover, ceil_div
+
+if TYPE_CHECKING:
+    from flexq.formatkit.config import QuantConfig, natural_dtype, parse_quant_config
+
+#: Names from :mod:`flexq.formatkit.config`, imported on first use: pydantic costs a
+#: fresh process about 0.1 s to import, which a load of a format that never parses
+#: its config with it need not pay.
+_CONFIG_NAMES = frozenset({"QuantConfig", "natural_dtype", "parse_quant_config"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONFIG_NAMES:
+        from flexq.formatkit import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "E2M1_PAIRS",

@@ -6,8 +6,10 @@ decodes straight into it where the box allows; otherwise one copy, AOA's
 transposes as numpy views); device targets and other dtypes through Paddle
 3.3.1's ``assign_sharded_slice``, which also applies AOA's transposes.
 
-By default each piece is written as soon as it is decoded, so memory above the
-targets stays near one piece. ``atomic`` loads stage a whole batch before its
+By default each piece is written as soon as it is decoded and its file pages
+are let go right after, so memory above the targets stays near one piece (the
+check before the first write decodes only the first rows of each format's
+smallest piece). ``atomic`` loads stage a whole batch before its
 first write and keep undo copies of the regions earlier batches wrote, so a
 failure only decoding reveals (a plugin error) restores every target.
 """
@@ -21,16 +23,19 @@ import numpy as np
 
 from flexq.formatkit.arrays import host_view
 from flexq.formatkit.rounding import to_paddle
+from flexq.load.aoa import ROW_ALIGN
 from flexq.load.report import LoadReport
+from flexq.plan import TargetSlice
 from flexq.plugin.passthrough import NAME as PASSTHROUGH
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from flexq.compose import ComposedTransform
     from flexq.load.aoa import Piece
     from flexq.load.report import LoadOptions
     from flexq.load.sources import Source
+    from flexq.plan import Box, ReadPlan
 
 
 def fill(
@@ -40,9 +45,13 @@ def fill(
     into its target. On a failure part-way the regions written so far are restored
     when ``options.atomic`` (and stay written otherwise)."""
     batches = list(_batches(pieces, options.max_inflight_bytes))
-    # The first piece of every format (the passthrough owner aside), as the load meets it.
-    probes = {p.owner: i for i, p in reversed(list(enumerate(pieces)))}
-    probes.pop(PASSTHROUGH, None)
+    # The smallest piece of every format (the passthrough owner aside).
+    probes: dict[str, int] = {}
+    for i, p in enumerate(pieces):
+        if p.owner != PASSTHROUGH and (
+            p.owner not in probes or p.nbytes < pieces[probes[p.owner]].nbytes
+        ):
+            probes[p.owner] = i
     source.prepare([p.plan for p in pieces])
     for i, p in enumerate(pieces):
         # What scales can reveal fails here, before the first write: only the failures
@@ -52,9 +61,12 @@ def fill(
                 p.logical_key, p.plan, source.boxes(i, p.plan, p.plan.scales, keep=True)
             )
         # A format that cannot decode at all (it raises, or returns the wrong shape or
-        # dtype) fails here too: its first piece is decoded once more and dropped.
+        # dtype) fails here too: the first rows of its smallest piece are decoded and
+        # dropped (a few MiB, so the check costs neither time nor memory at any size).
         if probes.get(p.owner) == i:
-            ct.dequantize(p.logical_key, source.boxes(i, p.plan, keep=True), p.plan, "float32")
+            plan = probe_plan(ct, p)
+            held = source.boxes(i, p.plan, keep=True)
+            ct.dequantize(p.logical_key, crop(held, p.plan, plan), plan, "float32")
     source.release()
     # Every check has passed: only now do lazy targets get their storage (filled below).
     for target in {id(p.target): p.target for p in pieces}.values():
@@ -85,11 +97,15 @@ def fill(
                 if view is None:
                     value = to_paddle(value, p.target.dtype)
                 if into is not None and np.may_share_memory(value, into):
+                    source.release()
                     continue
                 if options.atomic:
                     staged.append((p, value))
                 else:
                     write(p, value)
+                    # The piece is in its target: let its file pages go now, so memory
+                    # above the targets stays near one piece, not one batch.
+                    source.release()
             # An atomic batch is staged whole before its first write, so only the
             # batches written before a later failure need restoring.
             keep = n < len(batches) - 1
@@ -107,6 +123,52 @@ def fill(
     return LoadReport(
         source.name, len(pieces), len(batches), source.bytes_read, source.planned_bytes, casts
     )
+
+
+#: Float32 bytes a probe decodes at most (more when one row of the piece is larger).
+PROBE_BYTES = 4 << 20
+
+
+def probe_plan(ct: ComposedTransform, p: Piece) -> ReadPlan:
+    """The owner's plan for the first rows of ``p``'s logical box, at most
+    :data:`PROBE_BYTES` of float32 (``p``'s own plan when it is that small already):
+    cut along the first axis as :func:`flexq.load.aoa.plan_pieces` cuts large tensors."""
+    shape = tuple(int(d) for d in p.src_desc.local_shape)
+    if not shape or p.nbytes <= PROBE_BYTES or shape[0] < 2:
+        return p.plan
+    rows = max(1, PROBE_BYTES // (p.nbytes // shape[0]))
+    if rows >= ROW_ALIGN:
+        rows -= rows % ROW_ALIGN
+    box = TargetSlice(
+        tuple(int(d) for d in p.src_desc.global_shape),
+        (rows, *shape[1:]),
+        tuple(int(d) for d in p.src_desc.global_offset),
+        p.plan.target.dtype,
+    )
+    plan = ct.plan(p.logical_key, box)
+    inside = all(
+        k in p.plan.source_slices and _within(b, p.plan.source_slices[k])
+        for k, b in plan.source_slices.items()
+    )
+    return plan if inside else p.plan
+
+
+def _within(inner: Box, outer: Box) -> bool:
+    return all(
+        o <= i and i + n <= o + m
+        for i, n, o, m in zip(inner[0], inner[1], outer[0], outer[1], strict=True)
+    )
+
+
+def crop(found: Mapping[str, Any], plan: ReadPlan, sub: ReadPlan) -> dict[str, Any]:
+    """The boxes of ``sub`` cut out of ``found``, the boxes of ``plan`` (which hold them)."""
+    out = {}
+    for key, (offset, shape) in sub.source_slices.items():
+        have = plan.source_slices[key][0]
+        out[key] = found[key][
+            tuple(slice(o - h, o - h + n) for o, h, n in zip(offset, have, shape, strict=True))
+        ]
+    return out
 
 
 def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
