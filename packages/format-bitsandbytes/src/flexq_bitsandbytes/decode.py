@@ -16,15 +16,18 @@ Exactly bitsandbytes 0.50.2's float32 operations, in its order:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flexq import Checkpoint, FormatError, ReadPlan
 from flexq.formatkit import for_bands
 from flexq_bitsandbytes.arrayops import BnbOps, bnb_ops_for
 from flexq_bitsandbytes.codebook import CODE_BOOKS, pair_table
-from flexq_bitsandbytes.layout import INV_127, FourBit
-from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range
+from flexq_bitsandbytes.config import FORMAT
+from flexq_bitsandbytes.layout import INV_127, ROW_FORMAT, FourBit, Int8
+from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range, four_bit_boxes
 
 if TYPE_CHECKING:
     from flexq import TargetSlice
@@ -35,6 +38,76 @@ PAIR_TABLES = {name: pair_table(book) for name, book in CODE_BOOKS.items()}
 _PAIR_ITEMS = {
     name: np.ascontiguousarray(t).view(np.uint64).reshape(256) for name, t in PAIR_TABLES.items()
 }
+
+
+def dequantize(
+    ckpt: Checkpoint, t: FourBit | Int8, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    """The float32 ``plan.target`` box of ``t`` from its planned sources (the format's
+    ``decode``), after checking what arrived: each source's shape against the plan, the
+    stored code book, the ``weight_format`` of an int8 weight.
+
+    NaN and infinite scales were checked by the core before any write (the plan
+    declares them in ``ReadPlan.scales``).
+    """
+    if isinstance(t, Int8):
+        return _int8(ckpt, t, sources, plan, out)
+    return _four_bit(ckpt, t, sources, plan, out)
+
+
+def _four_bit(
+    ckpt: Checkpoint, t: FourBit, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    target = plan.target
+    for key, (_, shape) in four_bit_boxes(t, target).items():  # the blob's box too
+        got = tuple(sources[key].shape)
+        if got != tuple(shape):
+            raise FormatError(
+                f"{ckpt.info(key).file}: format {FORMAT!r}: {t.key!r} got {key!r} of shape "
+                f"{got}, its plan needs {tuple(shape)}"
+            )
+    _check_book(ckpt, t, sources[t.quant_map_key])
+    first, _ = covering_blocks(t, target)
+    nested = t.nested
+    scale = absmax_values(
+        t,
+        sources[t.absmax_key],
+        sources[nested.absmax_key] if nested is not None else None,
+        sources[nested.quant_map_key] if nested is not None else None,
+        first,
+    )
+    return dequantize_four_bit(t, sources[t.key], scale, target, out)
+
+
+def _check_book(ckpt: Checkpoint, t: FourBit, stored: Any) -> None:
+    """The stored ``quant_map`` must be bnb's code book (its kernels ignore the stored one)."""
+    values = bnb_ops_for(stored).host(stored).astype(np.float32).reshape(-1)
+    if not np.array_equal(values, CODE_BOOKS[t.quant_type]):
+        raise FormatError(
+            f"{ckpt.info(t.quant_map_key).file}: tensor {t.quant_map_key!r} is not the "
+            f"{t.quant_type} code book bitsandbytes decodes with (format {FORMAT!r}): "
+            f"{values.tolist()}"
+        )
+
+
+def _int8(ckpt: Checkpoint, t: Int8, sources: Mapping[str, Any], plan: ReadPlan, out: Any) -> Any:
+    codes, scb = sources[t.key], sources[t.scb_key]
+    if t.format_key is not None:
+        fmt = bnb_ops_for(codes).host(sources[t.format_key]).reshape(-1)
+        if fmt.size != 1 or int(fmt[0]) != ROW_FORMAT:
+            raise FormatError(
+                f"{ckpt.info(t.format_key).file}: tensor {t.format_key!r} is "
+                f"{fmt.tolist()}; bitsandbytes loads only row-major int8 weights "
+                f"(weight_format {ROW_FORMAT}) (format {FORMAT!r})"
+            )
+    rows = plan.target.local_shape[0]
+    if tuple(scb.shape) != (rows,) or tuple(codes.shape) != tuple(plan.target.local_shape):
+        raise FormatError(
+            f"{ckpt.info(t.key).file}: format {FORMAT!r}: {t.key!r} got codes "
+            f"{tuple(codes.shape)} and SCB {tuple(scb.shape)} for a box of "
+            f"{plan.target.local_shape}"
+        )
+    return dequantize_int8(codes, scb, out)
 
 
 def absmax_values(t: FourBit, absmax: Any, nested_absmax: Any, nested_map: Any, first: int) -> Any:

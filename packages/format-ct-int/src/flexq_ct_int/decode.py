@@ -1,6 +1,6 @@
 """The one definition of the dequantization: ``W = (q - zp) * s`` in float32.
 
-For :func:`flexq_ct_int.plugin.flexq_apply`. ``q`` is the signed code
+The ``decode`` of the ``ct-int`` :class:`flexq.formatkit.Format`. ``q`` is the signed code
 (pack-quantized stores ``q + 2^(bits-1)``, so with the stored code ``c``
 and stored zero point ``zc`` -- offset alike -- ``W = (c - zc) * s``;
 int-quantized stores ``q`` itself in I8). Every step is exact: codes and zero
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import FormatError, ReadPlan, block_cover
+from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
     RUNS_PER_TASK,
     ArrayOps,
@@ -37,6 +37,7 @@ from flexq.formatkit import (
     row_runs,
     run_parts,
 )
+from flexq.formatkit.arrays import to_numpy
 from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for, unpack_into
 from flexq_ct_int.config import FORMAT_NAME
 
@@ -68,12 +69,41 @@ class _Affine:
 
 
 def dequantize(
-    linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
+    ckpt: Checkpoint, linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
 ) -> Any:
     """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
 
     :param out: None, or a C-contiguous float32 numpy array of the box to fill.
+    :raises FormatError: naming the file when a source arrived in another shape than
+        its plan box, ``weight_shape`` disagrees with the headers, or ``g_idx`` names
+        a group that does not exist.
     """
+    for key, (_, shape) in plan.source_slices.items():
+        if tuple(sources[key].shape) != tuple(shape):
+            raise FormatError(
+                f"{ckpt.path}: tensor {key!r} arrived with shape "
+                f"{tuple(sources[key].shape)}, the plan for {linear.key!r} needs {shape} "
+                f"(format {FORMAT_NAME!r})"
+            )
+    if linear.shape_key is not None and linear.shape_key in sources:
+        _check_shape(ckpt, linear.shape_key, sources[linear.shape_key], linear.shape)
+    try:
+        return _dequantize(linear, sources, plan, out)
+    except FormatError as exc:
+        raise FormatError(f"{ckpt.info(linear.weight_key).file}: {exc}") from None
+
+
+def _check_shape(ckpt: Checkpoint, key: str, value: Any, shape: tuple[int, int]) -> None:
+    """``weight_shape`` must say what the headers said."""
+    recorded = tuple(int(v) for v in np.asarray(to_numpy(value)).reshape(-1))
+    if recorded != shape:
+        raise FormatError(
+            f"{ckpt.info(key).file}: tensor {key!r} says {recorded}, but the packed weight "
+            f"and its scales hold {shape} (format {FORMAT_NAME!r})"
+        )
+
+
+def _dequantize(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any) -> Any:
     weight = sources[linear.weight_key]
     ops, ct = ops_for(weight), ct_ops_for(weight)
     (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape

@@ -28,10 +28,10 @@ times). Rules, each pinned by a test:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
 from flexq_ct_int.config import FORMAT_NAME, INT, PACK, CtConfig, WeightArgs, read_config
 from flexq_ct_int.layout import CtLinear, ZeroKind
 from flexq_ct_int.packing import DENSE_SINCE, SUPPORTED_BITS, Packing, parse_version
@@ -45,41 +45,14 @@ STRATEGIES = ("tensor", "channel", "group", "block")
 _COMPANIONS = (".weight_shape", ".weight_g_idx", ".weight_zero_point")
 
 
-@dataclass(frozen=True)
-class CtAnalysis:
-    """Everything the format knows about one checkpoint.
-
-    :ivar linears: logical key (``X.weight``) -> layout.
-    :ivar recognized: physical keys that are this format's components, used or orphaned.
-    :ivar dtype: natural dtype of the logical weights.
-    """
-
-    linears: dict[str, CtLinear]
-    recognized: frozenset[str]
-    dtype: str
-
-
 @per_checkpoint
-def analyse(ckpt: Checkpoint) -> CtAnalysis:
-    """The integer compressed-tensors weights of ``ckpt`` (memoized per checkpoint object).
+def analyze(ckpt: Checkpoint) -> Analysis[CtLinear]:
+    """The integer compressed-tensors weights of ``ckpt`` by logical key (``X.weight``),
+    and every physical key that is this format's component, used or orphaned
+    (memoized per checkpoint object).
 
     :raises FormatError: on a weight that is clearly this format's but broken.
     """
-    return _analyse(ckpt)
-
-
-def linear_of(ckpt: Checkpoint, logical_key: str) -> CtLinear:
-    """The layout of a logical key this format claimed."""
-    try:
-        return analyse(ckpt).linears[logical_key]
-    except KeyError:
-        raise FormatError(
-            f"{ckpt.path}: {logical_key!r} is not a compressed-tensors integer weight "
-            f"(format {FORMAT_NAME!r})"
-        ) from None
-
-
-def _analyse(ckpt: Checkpoint) -> CtAnalysis:
     config = read_config(ckpt)
     other_method = config is None and bool(ckpt.quantization_config.get("quant_method"))
     linears: dict[str, CtLinear] = {}
@@ -96,7 +69,9 @@ def _analyse(ckpt: Checkpoint) -> CtAnalysis:
         linears[lin.key] = lin
     used = {k for lin in linears.values() for k in lin.sources}
     orphans = {k for k in ckpt.tensors if k not in used and _is_orphan(ckpt, k)}
-    return CtAnalysis(linears, frozenset(used | orphans), _natural_dtype(ckpt, linears))
+    dtype = _natural_dtype(ckpt, linears)
+    tensors = {k: replace(lin, dtype=dtype) for k, lin in linears.items()}
+    return Analysis(tensors, frozenset(used | orphans))
 
 
 def _is_orphan(ckpt: Checkpoint, key: str) -> bool:

@@ -1,9 +1,9 @@
 """Quantize float32 ``[out, in]`` weights into compressed-tensors integer checkpoint tensors.
 
-For round-trip tests, ``flexq demo`` and :func:`flexq_ct_int.plugin.flexq_encode`;
-real checkpoints come from llm-compressor. The tensors are laid out exactly as
-compressed-tensors 0.19.0 writes them (names, dtypes, shapes, packing, the
-``2^(bits-1)`` offset, zero points packed along out for group and channel
+For round-trip tests, ``flexq demo`` and the format's ``flexq_encode``
+(:func:`flexq_ct_int.plugin.encode`); real checkpoints come from llm-compressor. The
+tensors are laid out exactly as compressed-tensors 0.19.0 writes them (names, dtypes,
+shapes, packing, the ``2^(bits-1)`` offset, zero points packed along out for group and channel
 strategies), with its min-max parameters per scale block::
 
     symmetric:  s = max(|min|, |max|) / ((2^bits - 1) / 2),  z = 0

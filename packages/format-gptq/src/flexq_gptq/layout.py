@@ -48,6 +48,11 @@ class GptqLinear:
         return Packing(self.bits)
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """The logical weight's shape, ``(out, in)``."""
+        return self.out_features, self.in_features
+
+    @property
     def n_groups(self) -> int:
         return -(-self.in_features // self.group_size)
 

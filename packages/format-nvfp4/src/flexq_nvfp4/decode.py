@@ -22,19 +22,24 @@ run the same operations and give bit-identical results.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from flexq import Checkpoint, FormatError, ReadPlan
 from flexq.formatkit import (
     E2M1_PAIRS,
     E2M1_VALUES,
     E4M3_TO_FLOAT32,
+    check_scales,
     for_bands,
     is_paddle,
     ops_for,
 )
-from flexq_nvfp4.layout import BLOCK, Producer
+from flexq_nvfp4.config import FORMAT
+from flexq_nvfp4.layout import BLOCK, Nvfp4Tensor, Producer
+from flexq_nvfp4.plan import covering_blocks, trim_of
 
 #: ModelOpt's own E2M1 table: code 8 is +0.0 (the kit's, compressed-tensors', is -0.0).
 E2M1_VALUES_MODELOPT = np.where(np.arange(16) == 8, np.float32(0.0), E2M1_VALUES).astype(np.float32)
@@ -133,6 +138,43 @@ def scales_to_check(scale: Any, pairs: np.ndarray) -> Any:
 
 def _scalar(x: Any) -> np.float32:
     return np.float32(np.asarray(x, dtype=np.float32).reshape(()))
+
+
+def dequantize_box(
+    ckpt: Checkpoint, t: Nvfp4Tensor, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    """The float32 ``plan.target`` box of ``t`` from its planned sources (the format's
+    ``decode``): checks the sources' shapes against the plan, warns about non-finite
+    scales (:func:`flexq.formatkit.check_scales`), then :func:`dequantize`.
+
+    :raises FormatError: naming the tensor when a source arrived in another shape.
+    """
+    packed, scales, glob = (sources[k] for k in t.sources)
+    target = plan.target
+    first, count = covering_blocks(t, target)
+    want = {
+        t.packed_key: t.packed_box(
+            target.global_offset[:-1], target.local_shape[:-1], first, count
+        )[1],
+        t.scale_key: (*target.local_shape[:-1], count),
+        t.global_key: t.global_shape,
+    }
+    for key, shape in want.items():
+        if tuple(sources[key].shape) != shape:
+            raise FormatError(
+                f"{ckpt.path}: format {FORMAT!r}: {t.key!r} got {key!r} of shape "
+                f"{tuple(sources[key].shape)}, its plan needs {shape}"
+            )
+    pairs = element_pairs(t.producer, glob)
+    scale = effective_scales(t.producer, scales, glob)
+    check_scales(
+        scales_to_check(scale, pairs),
+        scale=ckpt.info(t.scale_key),
+        logical_key=t.key,
+        format_name=FORMAT,
+        offset=plan.source_slices.get(t.scale_key, ((), ()))[0],
+    )
+    return dequantize(pairs, packed, scale, trim_of(target), target.local_shape[-1], out)
 
 
 def dequantize(

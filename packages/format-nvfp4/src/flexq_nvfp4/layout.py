@@ -1,4 +1,4 @@
-"""Where the bytes of one NVFP4 logical tensor live, for the detector, the planner and apply.
+"""Where the bytes of one NVFP4 logical tensor live, for the detector, the planner and the decoder.
 
 Producers store NVFP4 (16 E2M1 elements along the last axis share one E4M3
 scale byte, and the whole tensor shares one float32 scale) under two sets of
@@ -47,6 +47,7 @@ class Nvfp4Tensor:
     :ivar producer: which layout (and which global-scale rule) it uses.
     :ivar shape: logical shape [..., n]; n is the element count of the last axis.
     :ivar global_shape: stored shape of the global scale (one element).
+    :ivar dtype: natural Paddle dtype of the logical tensor (the model's, else bfloat16).
     """
 
     key: str
@@ -56,6 +57,7 @@ class Nvfp4Tensor:
     global_key: str
     shape: tuple[int, ...]
     global_shape: tuple[int, ...]
+    dtype: str = "bfloat16"
 
     @property
     def n(self) -> int:

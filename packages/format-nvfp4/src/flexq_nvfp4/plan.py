@@ -2,7 +2,7 @@
 
 Leading axes (rows) map one to one onto the codes and block scales. Along the
 blocked last axis the plan reads the 16-element blocks covering the target's
-range, which may start and end inside a block; apply() decodes those blocks and
+range, which may start and end inside a block; the decoder decodes those blocks and
 trims (the trim follows from the target alone). Every plan reads the one-element
 global scale whole.
 """
