@@ -115,19 +115,6 @@ def pack_cols(codes: np.ndarray, packing: Packing) -> np.ndarray:
     return np.ascontiguousarray(pack_rows(np.asarray(codes).T, packing).T)
 
 
-def byte_table(bits: int) -> np.ndarray:
-    """Every byte's ``8 / bits`` codes (low bits first) as float32: ``[256, 8 // bits]``
-    (for widths dividing 8).
-
-    A little-endian int32 row read as bytes is the row's codes in order, so
-    looking its bytes up in this table unpacks the row.
-    """
-    per = 8 // bits
-    b = np.arange(256, dtype=np.uint32)[:, None]
-    shifts = (np.arange(per, dtype=np.uint32) * bits)[None, :]
-    return ((b >> shifts) & np.uint32((1 << bits) - 1)).astype(np.float32)
-
-
 def parse_version(value: object) -> tuple[int, ...] | None:
     """``"0.19.0"`` -> ``(0, 19, 0)``; None for a missing or unreadable version."""
     if not isinstance(value, str):

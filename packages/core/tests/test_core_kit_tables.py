@@ -1,0 +1,125 @@
+"""The kit's code tables: nibble pairs, pair items, banded block lookups and packed words."""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexq.formatkit import (
+    E2M1_PAIRS,
+    E2M1_VALUES,
+    NumpyOps,
+    PaddleOps,
+    code_table,
+    lookup_scaled,
+    nibble_pairs,
+    pair_items,
+    to_numpy,
+    unpack_into,
+)
+
+BOOK = np.arange(16, dtype=np.float32) * np.float32(0.25) - np.float32(2.0)
+
+
+def test_nibble_pairs_decode_the_low_nibble_first_unless_told() -> None:
+    low = nibble_pairs(BOOK)
+    high = nibble_pairs(BOOK, high_first=True)
+    assert low.shape == high.shape == (256, 2)
+    assert low.dtype == np.float32
+    # byte 0x3A: low nibble 0xA, high nibble 0x3
+    assert low[0x3A].tolist() == [BOOK[0xA], BOOK[0x3]]
+    assert high[0x3A].tolist() == [BOOK[0x3], BOOK[0xA]]
+    np.testing.assert_array_equal(nibble_pairs(E2M1_VALUES), E2M1_PAIRS)
+
+
+def test_pair_items_gather_both_values_of_a_byte_in_one_item() -> None:
+    pairs = nibble_pairs(BOOK)
+    items = pair_items(pairs)
+    assert items.shape == (256,)
+    assert items.itemsize == 8
+    codes = np.array([[0x00, 0xFF, 0x3A]], np.uint8)
+    np.testing.assert_array_equal(items[codes].view(np.float32), pairs[codes].reshape(1, 6))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lead=st.integers(0, 5),
+    blocks=st.integers(0, 9),
+    width=st.sampled_from([1, 4, 8]),
+    seed=st.integers(0, 2**16),
+)
+def test_lookup_scaled_equals_lookup_then_block_multiply(
+    lead: int, blocks: int, width: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    pairs = nibble_pairs(BOOK)
+    codes = rng.integers(0, 256, (lead, blocks, width), dtype=np.uint8)
+    scale = rng.standard_normal((lead, blocks, 1)).astype(np.float32)
+    result = np.empty((lead, blocks, 2 * width), np.float32)
+    items = result.view(np.uint64)
+    assert lookup_scaled(pair_items(pairs), codes, items, scale) is items
+    want = pairs[codes].reshape(lead, blocks, 2 * width) * scale
+    np.testing.assert_array_equal(result, want)
+
+
+def test_lookup_scaled_makes_overflow_inf_without_a_warning() -> None:
+    items = pair_items(nibble_pairs(np.full(16, 3e38, np.float32)))
+    out = np.empty((1, 1, 2), np.float32)
+    with np.errstate(all="raise"):
+        lookup_scaled(
+            items,
+            np.zeros((1, 1, 1), np.uint8),
+            out.view(np.uint64),
+            np.full((1, 1, 1), 10, np.float32),
+        )
+    assert np.isinf(out).all()
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_code_table_lists_each_bytes_codes_low_bits_first(bits: int) -> None:
+    table = code_table(bits)
+    per = 8 // bits
+    assert table.shape == (256, per)
+    byte = 0b1011_0110
+    want = [(byte >> (bits * j)) & ((1 << bits) - 1) for j in range(per)]
+    assert table[byte].tolist() == want
+    np.testing.assert_array_equal(code_table(bits, 3.0), table - 3)
+    assert code_table(bits) is table  # built once
+
+
+def test_code_table_refuses_widths_that_do_not_divide_a_byte() -> None:
+    with pytest.raises(ValueError, match="not 3"):
+        code_table(3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=st.sampled_from([1, 2, 4, 8]),
+    rows=st.integers(0, 6),
+    width=st.integers(0, 5),
+    minus=st.sampled_from([0.0, 8.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_unpack_into_equals_the_kits_shift_unpack_and_paddles(
+    bits: int, rows: int, width: int, minus: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    words = rng.integers(-(2**31), 2**31, (rows, width), dtype=np.int64).astype(np.int32)
+    k = 32 // bits
+    out = np.empty((rows, width * k), np.float32)
+    unpack_into(words, bits, out, minus)
+    want = NumpyOps().unpack(words, bits, range(k), False) - np.float32(minus)
+    np.testing.assert_array_equal(out, want)
+    if words.size:
+        on_paddle = paddle.to_tensor(words)
+        device = PaddleOps().unpack(on_paddle, bits, range(k), False).numpy()
+        np.testing.assert_array_equal(out, device - np.float32(minus))
+
+
+def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    assert to_numpy(x) is x
+    np.testing.assert_array_equal(to_numpy(paddle.to_tensor(x)), x)
