@@ -323,7 +323,9 @@ def test_gptq_config_without_any_qweight_is_an_error(oracle: Any, tmp_path: Any)
         {"w": RawTensor.of(np.ones((4, 4), np.float16))},
         config=oracle.gptq_config(4, 32),
     )
-    with pytest.raises(FormatError, match="no tensor is a GPTQ '<module>.qweight'"):
+    with pytest.raises(
+        FormatError, match="quant_method 'gptq', but no tensor is a '<module>.qweight'"
+    ):
         compose(path, ["gptq"])
 
 

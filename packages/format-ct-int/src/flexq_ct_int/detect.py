@@ -33,7 +33,7 @@ from dataclasses import replace
 from flexq import Checkpoint, FormatError, TensorInfo
 from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
 from flexq_ct_int.config import FORMAT_NAME, INT, PACK, CtConfig, WeightArgs, read_config
-from flexq_ct_int.layout import CtLinear, ZeroKind
+from flexq_ct_int.layout import CtLinear, Kind, ZeroKind
 from flexq_ct_int.packing import DENSE_SINCE, SUPPORTED_BITS, Packing, parse_version
 
 SCALE_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
@@ -172,16 +172,30 @@ class _Finder:
         block0, candidates = self.grid(args, strategy, scale, out_f, packing.counts(width))
         in_f = self.in_features(shape, out_f, candidates, bits)
         block = self.block(block0, strategy, out_f, in_f, args)
+        return self.linear(PACK, args, strategy, scale, (out_f, in_f), block, packing, shape.key)
+
+    def linear(
+        self,
+        kind: Kind,
+        args: WeightArgs | None,
+        strategy: str,
+        scale: TensorInfo,
+        shape: tuple[int, int],
+        block: tuple[int, int],
+        packing: Packing,
+        shape_key: str | None,
+    ) -> CtLinear:
+        """The layout of the module's checked weight, with its zero point and g_idx checked."""
+        out_f, in_f = shape
         zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, packing)
-        gidx = self.group_index(args, strategy, in_f)
         return CtLinear(
             key=f"{self.module}.weight",
-            kind=PACK,
-            weight_key=key,
+            kind=kind,
+            weight_key=self.weight.key,
             scale_key=scale.key,
             out_features=out_f,
             in_features=in_f,
-            bits=bits,
+            bits=packing.bits,
             block=block,
             scale_grid=self.grid_shape(scale),
             scale_shape=scale.shape,
@@ -189,8 +203,8 @@ class _Finder:
             zero=zero,
             zero_key=zkey,
             zero_dtype=zdtype,
-            shape_key=shape.key,
-            gidx_key=gidx,
+            shape_key=shape_key,
+            gidx_key=self.group_index(args, strategy, in_f),
             dense=packing.dense,
         )
 
@@ -354,26 +368,7 @@ class _Finder:
             block = self.block(block, strategy, out_f, in_f, args)
         else:
             strategy, block = self.infer(scale, out_f, in_f)
-        zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, Packing(8))
-        gidx = self.group_index(args, strategy, in_f)
-        return CtLinear(
-            key=key,
-            kind=INT,
-            weight_key=key,
-            scale_key=scale.key,
-            out_features=out_f,
-            in_features=in_f,
-            bits=8,
-            block=block,
-            scale_grid=self.grid_shape(scale),
-            scale_shape=scale.shape,
-            scale_dtype=scale.dtype,
-            zero=zero,
-            zero_key=zkey,
-            zero_dtype=zdtype,
-            shape_key=None,
-            gidx_key=gidx,
-        )
+        return self.linear(INT, args, strategy, scale, (out_f, in_f), block, Packing(8), None)
 
     def infer(self, scale: TensorInfo, out_f: int, in_f: int) -> tuple[str, tuple[int, int]]:
         """Strategy and block from the scale's shape alone (no quantization config)."""

@@ -18,6 +18,8 @@ from :mod:`flexq` and the rest from here:
 - packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
   LSB-first into little-endian words, unpacked by one table lookup per byte);
 - planning: :func:`block_cover`, :func:`ceil_div`;
+- :class:`QLinearKeys`, :func:`qweight_analysis`: the keys and the analysis of linears
+  stored as ``X.qweight`` + ``X.qzeros`` + ``X.scales`` (GPTQ, AWQ);
 - :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
@@ -47,6 +49,7 @@ from flexq.formatkit.elements import (
 from flexq.formatkit.format import Analysis, Format, Layout
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
+from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
 from flexq.formatkit.scales import NONFINITE_SCALES_ENV, check_scales, scale_to_float32
 from flexq.formatkit.threads import run_parts, thread_count
 from flexq.formatkit.words import code_table, unpack_into
@@ -67,6 +70,7 @@ __all__ = [
     "Layout",
     "NumpyOps",
     "PaddleOps",
+    "QLinearKeys",
     "QuantConfig",
     "block_cover",
     "ceil_div",
@@ -82,6 +86,7 @@ __all__ = [
     "pair_items",
     "parse_quant_config",
     "per_checkpoint",
+    "qweight_analysis",
     "row_runs",
     "run_parts",
     "scale_to_float32",
