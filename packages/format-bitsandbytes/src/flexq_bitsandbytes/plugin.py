@@ -8,39 +8,20 @@ math in :mod:`flexq_bitsandbytes.decode`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from functools import partial
 
-import numpy as np
-
-import flexq
-from flexq.formatkit import Format
+from flexq.formatkit import Encoder, Format
 from flexq_bitsandbytes.config import FORMAT
 from flexq_bitsandbytes.decode import dequantize
 from flexq_bitsandbytes.detect import analyze
 from flexq_bitsandbytes.encode import quantization_config, quantize
 from flexq_bitsandbytes.plan import local_plan
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
 FORMAT_NAME = FORMAT
 
 #: Smallest logits cosine similarity promised for a model loaded from NF4 weights
 #: with double quantization (16 levels per block of 64, absmax coded in 8 bits).
 MIN_LOGITS_COSINE = 0.93
-
-
-def encode(
-    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, flexq.RawTensor]
-) -> float:
-    """``flexq_encode``: NF4 with double quantization, as transformers saves it."""
-    tensors = {**others, **quantize(weights, mode="nf4", double_quant=True)}
-    flexq.save_checkpoint(
-        directory, tensors, config={"quantization_config": quantization_config("nf4")}
-    )
-    return MIN_LOGITS_COSINE
-
 
 plugin = Format(
     FORMAT,
@@ -49,5 +30,10 @@ plugin = Format(
     analyze=analyze,
     plan=local_plan,
     decode=dequantize,
-    encode=encode,
+    # flexq_encode: NF4 with double quantization, as transformers saves it
+    encode=Encoder(
+        partial(quantize, mode="nf4", double_quant=True),
+        {"quantization_config": quantization_config("nf4")},
+        MIN_LOGITS_COSINE,
+    ),
 )

@@ -10,40 +10,23 @@ the math in :mod:`flexq_ct_int.decode`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import Any
 
-import numpy as np
-
-from flexq.formatkit import Format
+from flexq.formatkit import Encoder, Format
 from flexq_ct_int.config import FORMAT_NAME, FORMATS, QUANT_METHOD
 from flexq_ct_int.decode import dequantize
 from flexq_ct_int.detect import analyze
-from flexq_ct_int.encode import save_ct_int_checkpoint
+from flexq_ct_int.encode import checkpoint_config, quantize_all
 from flexq_ct_int.plan import local_plan
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from flexq import RawTensor
 
 __all__ = ["FORMAT_NAME", "MIN_LOGITS_COSINE", "plugin"]
 
 #: Smallest logits cosine similarity promised for a model loaded from the demo's
 #: 4-bit, group-32 symmetric weights (15 levels per group, as AWQ's 0.95).
 MIN_LOGITS_COSINE = 0.95
-DEMO_GROUP_SIZE = 32
-
-
-def encode(
-    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
-) -> float:
-    """``flexq_encode``: 4-bit, group-32 symmetric pack-quantized weights."""
-    save_ct_int_checkpoint(
-        directory, weights, others=others, bits=4, strategy="group", group_size=DEMO_GROUP_SIZE
-    )
-    return MIN_LOGITS_COSINE
-
+#: The scheme ``flexq_encode`` writes: 4-bit, group-32 symmetric pack-quantized.
+DEMO_SCHEME: dict[str, Any] = {"bits": 4, "strategy": "group", "group_size": 32}
 
 plugin = Format(
     FORMAT_NAME,
@@ -52,5 +35,7 @@ plugin = Format(
     analyze=analyze,
     plan=local_plan,
     decode=dequantize,
-    encode=encode,
+    encode=Encoder(
+        partial(quantize_all, **DEMO_SCHEME), checkpoint_config(**DEMO_SCHEME), MIN_LOGITS_COSINE
+    ),
 )

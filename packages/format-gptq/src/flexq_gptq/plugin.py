@@ -10,17 +10,19 @@ tensors are left to pass through.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from flexq import RawTensor, save_checkpoint
-from flexq.formatkit import Format
+from flexq.formatkit import Encoder, Format
 from flexq_gptq.config import AUTO_ROUND_METHODS, FORMAT_NAME, GPTQ_METHODS
 from flexq_gptq.decode import dequantize
 from flexq_gptq.detect import analyze
 from flexq_gptq.encode import quantization_config, quantize
 from flexq_gptq.plan import local_plan
+
+if TYPE_CHECKING:
+    from flexq import RawTensor
 
 #: Smallest logits cosine similarity promised for a model loaded from 4-bit GPTQ
 #: weights with groups of 32 (16 levels per group, round to nearest).
@@ -29,19 +31,16 @@ DEMO_BITS = 4
 DEMO_GROUP_SIZE = 32
 
 
-def encode(
-    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
-) -> float:
-    """``flexq_encode``: 4-bit, group-32 GPTQ v1 with act-order groups (a fixed column
-    permutation per weight), so that every cross-package load exercises scattered groups."""
-    tensors = dict(others)
+def demo_tensors(weights: Mapping[str, np.ndarray]) -> dict[str, RawTensor]:
+    """What ``flexq_encode`` writes: 4-bit, group-32 GPTQ v1 with act-order groups (a
+    fixed column permutation per weight), so that every cross-package load exercises
+    scattered groups."""
+    tensors: dict[str, RawTensor] = {}
     for n, (key, w) in enumerate(weights.items()):
         perm = np.random.default_rng(n).permutation(w.shape[1])
         prefix = key.removesuffix(".weight")
         tensors.update(quantize(w, DEMO_BITS, DEMO_GROUP_SIZE, perm=perm, prefix=prefix))
-    config = {"quantization_config": quantization_config(DEMO_BITS, DEMO_GROUP_SIZE, desc_act=True)}
-    save_checkpoint(directory, tensors, config=config)
-    return MIN_LOGITS_COSINE
+    return tensors
 
 
 plugin = Format(
@@ -51,5 +50,9 @@ plugin = Format(
     analyze=analyze,
     plan=local_plan,
     decode=dequantize,
-    encode=encode,
+    encode=Encoder(
+        demo_tensors,
+        {"quantization_config": quantization_config(DEMO_BITS, DEMO_GROUP_SIZE, desc_act=True)},
+        MIN_LOGITS_COSINE,
+    ),
 )

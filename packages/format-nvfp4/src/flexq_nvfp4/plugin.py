@@ -11,37 +11,20 @@ NVFP4 tensors (the core matches a method when any format claiming it finds tenso
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from functools import partial
 
-import numpy as np
-
-import flexq
-from flexq.formatkit import Format
+from flexq.formatkit import Encoder, Format
 from flexq_nvfp4.config import CT_FORMAT, FORMAT
 from flexq_nvfp4.decode import dequantize_box
 from flexq_nvfp4.detect import analyze
 from flexq_nvfp4.encode import CT_NVFP4_CONFIG, quantize
 from flexq_nvfp4.plan import local_plan
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
 FORMAT_NAME = FORMAT
 
 #: Smallest logits cosine similarity promised for a model loaded from NVFP4 weights
 #: (E2M1 keeps one mantissa bit per element; E4M3 block scales per 16).
 MIN_LOGITS_COSINE = 0.90
-
-
-def encode(
-    directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, flexq.RawTensor]
-) -> float:
-    """``flexq_encode``: compressed-tensors ``nvfp4-pack-quantized`` tensors and config."""
-    tensors = {**others, **quantize(weights, layout="compressed-tensors")}
-    flexq.save_checkpoint(directory, tensors, config={"quantization_config": CT_NVFP4_CONFIG})
-    return MIN_LOGITS_COSINE
-
 
 plugin = Format(
     FORMAT,
@@ -50,5 +33,10 @@ plugin = Format(
     analyze=analyze,
     plan=local_plan,
     decode=dequantize_box,
-    encode=encode,
+    # flexq_encode: compressed-tensors nvfp4-pack-quantized tensors and config
+    encode=Encoder(
+        partial(quantize, layout="compressed-tensors"),
+        {"quantization_config": CT_NVFP4_CONFIG},
+        MIN_LOGITS_COSINE,
+    ),
 )

@@ -23,7 +23,7 @@ from :mod:`flexq` and the rest from here:
 - :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
-  :class:`Format` object).
+  :class:`Format` object); :class:`Encoder`: its ``encode`` from its quantizer.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from flexq.formatkit.elements import (
     E8M0_TO_FLOAT32,
     nibble_pairs,
 )
-from flexq.formatkit.format import Analysis, Format, Layout
+from flexq.formatkit.format import Analysis, Encoder, Format, Layout
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
@@ -65,6 +65,7 @@ __all__ = [
     "RUNS_PER_TASK",
     "Analysis",
     "ArrayOps",
+    "Encoder",
     "Format",
     "IgnoreList",
     "Layout",
