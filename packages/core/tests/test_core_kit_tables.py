@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import paddle
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import flexq
 from flexq.formatkit import (
     E2M1_PAIRS,
     E2M1_VALUES,
@@ -15,8 +17,10 @@ from flexq.formatkit import (
     PaddleOps,
     code_table,
     lookup_scaled,
+    nibble_blocks,
     nibble_pairs,
     pair_items,
+    parse_json_model,
     to_numpy,
     unpack_into,
 )
@@ -123,3 +127,43 @@ def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     assert to_numpy(x) is x
     np.testing.assert_array_equal(to_numpy(paddle.to_tensor(x)), x)
+
+
+def test_nibble_blocks_cover_the_target_and_trim_inside_the_first_block() -> None:
+    target = flexq.TargetSlice((4, 40), (2, 10), (1, 13), "float32")
+    codes, scales, trim = nibble_blocks(target, 16, 40)
+    # elements 13..22 lie in blocks 0 and 1: bytes 0..15, scales 0..1
+    assert codes == ((1, 0), (2, 16))
+    assert scales == ((1, 0), (2, 2))
+    assert trim == 13
+
+
+def test_nibble_blocks_read_only_the_bytes_of_a_partial_last_block() -> None:
+    target = flexq.TargetSlice((3, 40), (3, 8), (0, 32), "float32")
+    codes, scales, trim = nibble_blocks(target, 16, 40)
+    assert codes == ((0, 16), (3, 4))
+    assert scales == ((0, 2), (3, 1))
+    assert trim == 0
+    empty = flexq.TargetSlice((3, 40), (3, 0), (0, 40), "float32")
+    assert nibble_blocks(empty, 16, 40)[1][1] == (3, 0)
+
+
+class Blob(pydantic.BaseModel):
+    size: int = pydantic.Field(gt=0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"{not json", r"^t.bin: tensor 'b' does not hold JSON \("),
+        (b"[1, 2]", r"^t.bin: tensor 'b' holds JSON list, not an object$"),
+        (b'{"size": 0}', r"^t.bin: tensor 'b': field 'size': Input should be greater than 0$"),
+    ],
+)
+def test_parse_json_model_names_where_and_the_field(raw: bytes, message: str) -> None:
+    with pytest.raises(flexq.FormatError, match=message):
+        parse_json_model(Blob, raw, "t.bin: tensor 'b'")
+
+
+def test_parse_json_model_returns_the_model() -> None:
+    assert parse_json_model(Blob, b'{"size": 3}', "here") == Blob(size=3)

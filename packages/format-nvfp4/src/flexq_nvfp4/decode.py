@@ -35,13 +35,13 @@ from flexq.formatkit import (
     check_scales,
     is_paddle,
     lookup_scaled,
+    nibble_blocks,
     nibble_pairs,
     ops_for,
     pair_items,
 )
 from flexq_nvfp4.config import FORMAT
 from flexq_nvfp4.layout import BLOCK, Nvfp4Tensor, Producer
-from flexq_nvfp4.plan import covering_blocks, trim_of
 
 #: ModelOpt's own E2M1 table: code 8 is +0.0 (the kit's, compressed-tensors', is -0.0).
 E2M1_VALUES_MODELOPT = np.where(np.arange(16) == 8, np.float32(0.0), E2M1_VALUES).astype(np.float32)
@@ -143,14 +143,8 @@ def dequantize_box(
     """
     packed, scales, glob = (sources[k] for k in t.sources)
     target = plan.target
-    first, count = covering_blocks(t, target)
-    want = {
-        t.packed_key: t.packed_box(
-            target.global_offset[:-1], target.local_shape[:-1], first, count
-        )[1],
-        t.scale_key: (*target.local_shape[:-1], count),
-        t.global_key: t.global_shape,
-    }
+    (_, codes_shape), (_, scales_shape), trim = nibble_blocks(target, BLOCK, t.n)
+    want = {t.packed_key: codes_shape, t.scale_key: scales_shape, t.global_key: t.global_shape}
     for key, shape in want.items():
         if tuple(sources[key].shape) != shape:
             raise FormatError(
@@ -166,7 +160,7 @@ def dequantize_box(
         format_name=FORMAT,
         offset=plan.source_slices.get(t.scale_key, ((), ()))[0],
     )
-    return dequantize(pairs, packed, scale, trim_of(target), target.local_shape[-1], out)
+    return dequantize(pairs, packed, scale, trim, target.local_shape[-1], out)
 
 
 def dequantize(

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 #: elements sharing one E4M3 scale.
 BLOCK = 16
-#: bytes holding one block of E2M1 codes.
-BLOCK_BYTES = BLOCK // 2
 
 #: Whose names and whose dequantization order a tensor follows.
 Producer = Literal["compressed-tensors", "modelopt", "auto-round"]
@@ -67,21 +65,6 @@ class Nvfp4Tensor:
     @property
     def sources(self) -> list[str]:
         return [self.packed_key, self.scale_key, self.global_key]
-
-    def packed_box(
-        self, lead_off: tuple[int, ...], lead_shape: tuple[int, ...], first: int, count: int
-    ) -> Box:
-        """Box of the packed codes holding blocks [first, first+count) of a lead box."""
-        start = first * BLOCK_BYTES
-        # The last block may be partial when n % 16 != 0.
-        size = min(count * BLOCK_BYTES, self.n // 2 - start)
-        return (*lead_off, start), (*lead_shape, size)
-
-    def scale_box(
-        self, lead_off: tuple[int, ...], lead_shape: tuple[int, ...], first: int, count: int
-    ) -> Box:
-        """Box of the block scales for blocks [first, first+count) of a lead box."""
-        return (*lead_off, first), (*lead_shape, count)
 
     def global_box(self) -> Box:
         """The whole global scale (one element, read by every plan)."""

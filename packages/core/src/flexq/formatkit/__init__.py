@@ -13,11 +13,13 @@ from :mod:`flexq` and the rest from here:
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
   :func:`check_scales` (the non-finite-scale warning every format raises the same way);
 - configs: :class:`QuantConfig` / :func:`parse_quant_config` (pydantic models of
-  ``quantization_config`` with errors naming file and field), :class:`IgnoreList`
+  ``quantization_config`` with errors naming file and field; :func:`parse_json_model`
+  for JSON stored in a tensor), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
 - packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
   LSB-first into little-endian words, unpacked by one table lookup per byte);
-- planning: :func:`block_cover`, :func:`ceil_div`;
+- planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
+  with one scale per block along the last axis);
 - :class:`QLinearKeys`, :func:`qweight_analysis`: the keys and the analysis of linears
   stored as ``X.qweight`` + ``X.qzeros`` + ``X.scales`` (GPTQ, AWQ);
 - :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
@@ -37,8 +39,14 @@ from flexq.formatkit.bands import (
     pair_items,
     row_runs,
 )
+from flexq.formatkit.blocks import nibble_blocks
 from flexq.formatkit.cache import per_checkpoint
-from flexq.formatkit.config import QuantConfig, natural_dtype, parse_quant_config
+from flexq.formatkit.config import (
+    QuantConfig,
+    natural_dtype,
+    parse_json_model,
+    parse_quant_config,
+)
 from flexq.formatkit.elements import (
     E2M1_PAIRS,
     E2M1_VALUES,
@@ -82,9 +90,11 @@ __all__ = [
     "lookup_into",
     "lookup_scaled",
     "natural_dtype",
+    "nibble_blocks",
     "nibble_pairs",
     "ops_for",
     "pair_items",
+    "parse_json_model",
     "parse_quant_config",
     "per_checkpoint",
     "qweight_analysis",
