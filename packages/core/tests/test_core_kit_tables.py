@@ -19,6 +19,7 @@ from flexq.formatkit import (
     lookup_scaled,
     nibble_blocks,
     nibble_pairs,
+    pack_words,
     pair_items,
     parse_json_model,
     to_numpy,
@@ -167,3 +168,38 @@ def test_parse_json_model_names_where_and_the_field(raw: bytes, message: str) ->
 
 def test_parse_json_model_returns_the_model() -> None:
     assert parse_json_model(Blob, b'{"size": 3}', "here") == Blob(size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=st.integers(1, 8),
+    rows=st.integers(0, 4),
+    cols=st.integers(1, 40),
+    axis=st.sampled_from([0, 1]),
+    seed=st.integers(0, 2**16),
+)
+def test_pack_words_writes_one_dense_stream_that_unpacks_back(
+    bits: int, rows: int, cols: int, axis: int, seed: int
+) -> None:
+    codes = np.random.default_rng(seed).integers(0, 1 << bits, (rows, cols), dtype=np.int64)
+    packed = pack_words(codes if axis == 1 else codes.T, bits, axis=axis)
+    words = packed if axis == 1 else packed.T
+    assert words.dtype == np.int32
+    assert words.shape == (rows, -(-cols * bits // 32))
+    stream = np.unpackbits(np.ascontiguousarray(words).view(np.uint8), axis=1, bitorder="little")
+    got = sum(stream[:, b::bits][:, :cols].astype(np.int64) << b for b in range(bits))
+    np.testing.assert_array_equal(got, codes)
+    if 8 % bits == 0:
+        out = np.empty((rows, words.shape[1] * (32 // bits)), np.float32)
+        unpack_into(np.ascontiguousarray(words), bits, out)
+        np.testing.assert_array_equal(out[:, :cols], codes)
+
+
+def test_pack_words_pads_words_when_told_how_many_codes_each_holds() -> None:
+    # 3-bit codes ten per word, the top two bits of each word unused
+    codes = (np.arange(12) % 8).reshape(1, 12)
+    words = pack_words(codes, 3, axis=1, per_word=10).view(np.uint32)
+    assert words.shape == (1, 2)
+    assert [(int(words[0, 0]) >> (3 * j)) & 7 for j in range(10)] == codes[0, :10].tolist()
+    assert int(words[0, 0]) >> 30 == 0
+    assert [(int(words[0, 1]) >> (3 * j)) & 7 for j in range(2)] == codes[0, 10:].tolist()

@@ -17,7 +17,8 @@ from :mod:`flexq` and the rest from here:
   for JSON stored in a tensor), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
 - packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
-  LSB-first into little-endian words, unpacked by one table lookup per byte);
+  LSB-first into little-endian words, unpacked by one table lookup per byte) and
+  :func:`pack_words` (any width, for encoders);
 - planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
   with one scale per block along the last axis);
 - :class:`QLinearKeys`, :func:`qweight_analysis`: the keys and the analysis of linears
@@ -60,7 +61,7 @@ from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
 from flexq.formatkit.scales import NONFINITE_SCALES_ENV, check_scales, scale_to_float32
 from flexq.formatkit.threads import run_parts, thread_count
-from flexq.formatkit.words import code_table, unpack_into
+from flexq.formatkit.words import code_table, pack_words, unpack_into
 from flexq.plan import block_cover, ceil_div
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "nibble_blocks",
     "nibble_pairs",
     "ops_for",
+    "pack_words",
     "pair_items",
     "parse_json_model",
     "parse_quant_config",

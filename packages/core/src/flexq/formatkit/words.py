@@ -12,6 +12,8 @@ is exact). Other orders (AWQ's) and devices use
 
 from __future__ import annotations
 
+from math import gcd
+
 import numpy as np
 
 from flexq.formatkit.bands import lookup_into
@@ -63,3 +65,41 @@ def unpack_into(words: np.ndarray, bits: int, out: np.ndarray, minus: float = 0.
         )
     else:
         np.take(table, raw, axis=0, out=out.reshape(*raw.shape, per), mode="clip")
+
+
+def pack_words(
+    codes: np.ndarray, bits: int, *, axis: int, per_word: int | None = None
+) -> np.ndarray:
+    """Unsigned codes of a 2-D array (each below ``2**bits``) packed LSB-first into int32
+    words along ``axis``: the encoders' inverse of :func:`unpack_into`.
+
+    :param per_word: None for one dense bit stream (code ``j`` at bit ``bits * j``,
+        crossing word boundaries where ``bits`` does not divide 32: GPTQ,
+        compressed-tensors >= 0.18), or ``k`` codes per word with the top bits of
+        each word unused (compressed-tensors 0.17's odd widths).
+    :return: ``ceil(n * bits / 32)`` (dense) or ``ceil(n / k)`` words for ``n`` codes
+        along ``axis``, the other axis unchanged.
+    """
+    c = np.moveaxis(np.asarray(codes), axis, 0)
+    n, m = c.shape
+    if per_word is None:
+        unit_codes, unit_words = 32 // gcd(32, bits), bits // gcd(32, bits)
+        width = -(-n * bits // 32)
+    else:
+        unit_codes, unit_words = per_word, 1
+        width = -(-n // per_word)
+    # Whole units (the smallest run of whole words holding whole codes), zero-padded,
+    # so each code position of a unit is one vectorized pass over every unit.
+    units = -(-n // unit_codes)
+    if n % unit_codes:
+        c = np.concatenate([c, np.zeros((units * unit_codes - n, m), c.dtype)])
+    u = c.reshape(units, unit_codes, m)
+    out = np.zeros((units, unit_words, m), np.uint64)
+    for k in range(unit_codes):
+        word, shift = divmod(bits * k, 32)
+        value = u[:, k].astype(np.uint64) << np.uint64(shift)
+        out[:, word] |= value & np.uint64(0xFFFFFFFF)
+        if shift + bits > 32:  # the code continues at bit 0 of the next word
+            out[:, word + 1] |= value >> np.uint64(32)
+    flat = out.reshape(units * unit_words, m)[:width].astype(np.uint32).view(np.int32)
+    return np.ascontiguousarray(np.moveaxis(flat, 0, axis))
