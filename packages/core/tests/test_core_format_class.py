@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.formatkit import Analysis, Format, ops_for, per_checkpoint
+from flexq.formatkit import Analysis, Encoder, Format, ops_for, per_checkpoint
 from flexq.plugin.manager import registry
 
 
@@ -126,3 +126,22 @@ def test_missing_sources_in_apply_name_them(rowscaled: str, tmp_path: Path) -> N
     plan_ = ct.plan("lin", flexq.TargetSlice.whole((2, 2), "float32"))
     with pytest.raises(flexq.FormatError, match=r"needs \['lin.rs'\]"):
         ct.dequantize("lin", {"lin.q": np.ones((2, 2), np.int8)}, plan_, "float32")
+
+
+def test_an_encoder_writes_others_and_quantized_tensors_with_its_config(tmp_path: Path) -> None:
+    def quantize(weights: Mapping[str, np.ndarray]) -> dict[str, flexq.RawTensor]:
+        return {
+            k + ".q": flexq.RawTensor.of(np.rint(w).astype(np.int8)) for k, w in weights.items()
+        }
+
+    config = {"model_type": "llama", "quantization_config": {"quant_method": "rowscaled"}}
+    encoder = Encoder(quantize, config, 0.97)
+    norm = flexq.RawTensor.of(np.ones(3, np.float32))
+    got = encoder(tmp_path, {"lin": np.full((2, 2), 3.2, np.float32)}, {"norm": norm})
+    assert got == 0.97
+    with flexq.Checkpoint(tmp_path) as ckpt:
+        assert sorted(ckpt.tensors) == ["lin.q", "norm"]
+        np.testing.assert_array_equal(ckpt.read("lin.q"), np.full((2, 2), 3, np.int8))
+        assert ckpt.quantization_config == {"quant_method": "rowscaled"}
+    fmt = Format("enc", "d", methods=(), analyze=analyze, plan=plan, decode=decode, encode=encoder)
+    assert fmt.flexq_encode(tmp_path / "again", {}, {"norm": norm}) == 0.97

@@ -12,7 +12,7 @@ import pytest
 
 import flexq
 from flexq import FormatError, RawTensor
-from flexq_bitsandbytes import plugin
+from flexq_bitsandbytes.plugin import plugin
 
 FORMATS = ["bitsandbytes"]
 Build = Callable[..., Path]
@@ -60,7 +60,7 @@ def test_names_alone_are_enough_without_a_config(tmp_path: Path, build: Build, k
 
 
 def test_quant_methods_hook() -> None:
-    assert plugin.flexq_quant_methods() == ["bitsandbytes"]
+    assert plugin.flexq_quant_methods() == ("bitsandbytes",)
 
 
 @pytest.mark.parametrize(

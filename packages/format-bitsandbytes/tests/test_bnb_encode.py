@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import flexq
 from flexq_bitsandbytes import quantization_config, quantize
 from flexq_bitsandbytes.codebook import dynamic_map
-from flexq_bitsandbytes.plugin import flexq_encode
+from flexq_bitsandbytes.plugin import plugin
 
 FORMATS = ["bitsandbytes"]
 Build = Callable[..., Path]
@@ -124,7 +124,9 @@ def test_int8_round_trip_is_within_half_a_step(tmp_path: Path, build: Build) -> 
 def test_flexq_encode_writes_a_loadable_nf4_double_quant_checkpoint(tmp_path: Path) -> None:
     w = np.random.default_rng(2).standard_normal((16, 64)).astype(np.float32)
     norm = flexq.RawTensor("F32", np.ones(64, np.float32))
-    cosine = flexq_encode(directory=tmp_path, weights={KEY: w}, others={"model.norm.weight": norm})
+    cosine = plugin.flexq_encode(
+        directory=tmp_path, weights={KEY: w}, others={"model.norm.weight": norm}
+    )
     assert 0 < cosine <= 1
     ct = flexq.compose(tmp_path, formats=FORMATS)
     assert ct.entries[KEY].owner == "bitsandbytes"

@@ -18,7 +18,7 @@ from flexq import (
     compose,
     save_checkpoint,
 )
-from flexq_ct_int.detect import analyse
+from flexq_ct_int.detect import analyze
 
 BF16_ONES = RawTensor("BF16", np.full((8, 8), 0x3F80, np.uint16))
 
@@ -76,7 +76,7 @@ def test_group_strategy_headers_pin_in_features_without_reading_data(
     tmp_path: Path, oracle: Any
 ) -> None:
     ckpt = Checkpoint(write(tmp_path, layout(oracle, shape=(8, 48))))
-    assert analyse(ckpt).linears["fc.weight"].shape == (8, 48)
+    assert analyze(ckpt).tensors["fc.weight"].shape == (8, 48)
     assert ckpt.bytes_read == 0
 
 
@@ -85,7 +85,7 @@ def test_channel_strategy_reads_weight_shape_when_the_width_leaves_in_open(
 ) -> None:
     case = layout(oracle, strategy="channel", shape=(8, 61))  # 8 words hold 57..64 codes
     ckpt = Checkpoint(write(tmp_path / "a", case))
-    assert analyse(ckpt).linears["fc.weight"].shape == (8, 61)
+    assert analyze(ckpt).tensors["fc.weight"].shape == (8, 61)
     assert ckpt.bytes_read == 16
     np.testing.assert_array_equal(
         compose(ckpt, ["ct-int"]).load("fc.weight", "float32"), case.expected
@@ -260,7 +260,7 @@ def test_int_quantized_without_config_reads_the_strategy_off_the_scale(
 def test_int8_layouts_of_other_quant_methods_are_left_alone(tmp_path: Path, oracle: Any) -> None:
     case = layout(oracle, fmt="int-quantized", bits=8, strategy="channel")
     path = write(tmp_path, case, config={"quantization_config": {"quant_method": "other"}})
-    assert analyse(Checkpoint(path)).linears == {}
+    assert analyze(Checkpoint(path)).tensors == {}
 
 
 def test_u8_packed_weights_of_other_formats_are_never_claimed(tmp_path: Path) -> None:
@@ -270,10 +270,10 @@ def test_u8_packed_weights_of_other_formats_are_never_claimed(tmp_path: Path) ->
         "fc.weight_global_scale": RawTensor.of(np.ones(1, np.float32)),
     }
     qc = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}
-    found = analyse(
+    found = analyze(
         Checkpoint(save_checkpoint(tmp_path, tensors, config={"quantization_config": qc}))
     )
-    assert found.linears == {}
+    assert found.tensors == {}
     assert found.recognized == frozenset()
 
 

@@ -9,17 +9,18 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq_ct_int import plugin, quantization_config, quantize, save_ct_int_checkpoint
+from flexq_ct_int import plugin as package_plugin
+from flexq_ct_int import quantization_config, quantize, save_ct_int_checkpoint
 
 
 def test_entry_point_registers_the_format_and_its_quant_methods() -> None:
     info = {f.name: f for f in flexq.list_formats()}["ct-int"]
     assert info.error is None
     assert info.distribution == "flexq-format-ct-int"
-    assert plugin.flexq_quant_methods() == [
+    assert package_plugin.plugin.flexq_quant_methods() == (
         "compressed-tensors/pack-quantized",
         "compressed-tensors/int-quantized",
-    ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -115,8 +116,8 @@ def test_act_order_encoding_round_trips(tmp_path: Path) -> None:
 def test_encode_hook_writes_a_loadable_checkpoint_within_its_tolerance(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     weights = {"a.weight": rng.standard_normal((64, 96)).astype(np.float32) * 0.05}
-    tol = plugin.flexq_encode(tmp_path, weights, {})
-    assert tol == plugin.MIN_LOGITS_COSINE
+    tol = package_plugin.plugin.flexq_encode(tmp_path, weights, {})
+    assert tol == package_plugin.MIN_LOGITS_COSINE
     ct = flexq.compose(tmp_path, ["ct-int"])
     got = ct.load("a.weight", "float32")
     w = weights["a.weight"]

@@ -9,7 +9,7 @@ import pytest
 
 import flexq
 from flexq import FlexqError, FormatError, RawTensor, TargetSlice, compose
-from flexq_gptq import plugin
+from flexq_gptq.plugin import plugin
 
 
 def one(
@@ -19,7 +19,7 @@ def one(
 
 
 def test_quant_methods_are_gptq_and_auto_round() -> None:
-    assert plugin.flexq_quant_methods() == ["gptq", "auto-round", "intel/auto-round"]
+    assert plugin.flexq_quant_methods() == ("gptq", "auto-round", "intel/auto-round")
 
 
 def test_logical_weight_is_out_by_in_in_the_config_dtype_and_bias_passes_through(
@@ -312,7 +312,6 @@ def test_orphan_g_idx_is_recognised_and_reported(oracle: Any) -> None:
     orphan = {"other.g_idx": RawTensor.of(np.zeros(64, np.int32))}
     with oracle.written({"fc": one(oracle)}, oracle.gptq_config(4, 32), orphan) as ckpt:
         recognized = plugin.flexq_recognized_keys(flexq.Checkpoint(ckpt.path))
-        assert recognized is not None
         assert "other.g_idx" in recognized
         with pytest.raises(FlexqError, match="other.g_idx"):
             compose(ckpt.path, ["gptq"])
@@ -324,7 +323,9 @@ def test_gptq_config_without_any_qweight_is_an_error(oracle: Any, tmp_path: Any)
         {"w": RawTensor.of(np.ones((4, 4), np.float16))},
         config=oracle.gptq_config(4, 32),
     )
-    with pytest.raises(FormatError, match="no tensor is a GPTQ '<module>.qweight'"):
+    with pytest.raises(
+        FormatError, match="quant_method 'gptq', but no tensor is a '<module>.qweight'"
+    ):
         compose(path, ["gptq"])
 
 
@@ -356,7 +357,7 @@ def test_autogptq_quantize_config_json_is_read_when_config_json_has_none(
         tmp_path / "plain", {"fc.weight": RawTensor.of(np.ones((4, 4), np.float16))}
     )
     (plain / "quantize_config.json").write_text(json.dumps(qc))
-    assert plugin.flexq_logical_metadata(flexq.Checkpoint(plain)) is None
+    assert plugin.flexq_logical_metadata(flexq.Checkpoint(plain)) == {}
 
 
 def test_another_method_is_not_claimed(oracle: Any, tmp_path: Any) -> None:
@@ -365,7 +366,7 @@ def test_another_method_is_not_claimed(oracle: Any, tmp_path: Any) -> None:
         {"w": RawTensor.of(np.ones((4, 4), np.float16))},
         config={"quantization_config": {"quant_method": "fp8"}},
     )
-    assert plugin.flexq_logical_metadata(flexq.Checkpoint(path)) is None
+    assert plugin.flexq_logical_metadata(flexq.Checkpoint(path)) == {}
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import flexq_gptq
 import flexq_gptq.plugin
 
 
-def test_entry_point_gptq_resolves_to_the_plugin_module() -> None:
+def test_entry_point_gptq_resolves_to_the_format_object() -> None:
     (ep,) = [e for e in entry_points(group="flexq") if e.name == "gptq"]
-    assert ep.load() is flexq_gptq.plugin
+    assert ep.load() is flexq_gptq.plugin.plugin
     assert ep.dist is not None
     assert ep.dist.name == "flexq-format-gptq"
 
@@ -33,6 +33,10 @@ def test_plugin_implements_every_hook() -> None:
         "flexq_encode",
         "flexq_quant_methods",
     ):
-        assert callable(getattr(flexq_gptq.plugin, hook))
+        assert callable(getattr(flexq_gptq.plugin.plugin, hook))
         assert flexq.plugin.manager.registry.implements("gptq", hook)
-    assert flexq_gptq.plugin.flexq_quant_methods() == ["gptq", "auto-round", "intel/auto-round"]
+    assert flexq_gptq.plugin.plugin.flexq_quant_methods() == (
+        "gptq",
+        "auto-round",
+        "intel/auto-round",
+    )

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import flexq
+import flexq_nvfp4.plugin
 from flexq import FormatError
 
 CT, MO = "compressed-tensors", "modelopt"
@@ -43,13 +44,13 @@ def owners(path: Path, formats: list[str] | None = None) -> dict[str, str]:
 
 def test_entry_point_and_quant_methods() -> None:
     (ep,) = [e for e in entry_points(group="flexq") if e.name == "nvfp4"]
-    module = ep.load()
-    assert module.__name__ == "flexq_nvfp4.plugin"
-    assert module.flexq_quant_methods() == [
+    fmt = ep.load()
+    assert fmt is flexq_nvfp4.plugin.plugin
+    assert fmt.flexq_quant_methods() == (
         "compressed-tensors/nvfp4-pack-quantized",
         "modelopt",
         "auto-round",
-    ]
+    )
     info = {i.name: i for i in flexq.list_formats()}["nvfp4"]
     assert info.distribution == "flexq-format-nvfp4"
     assert info.description.startswith("NVFP4")

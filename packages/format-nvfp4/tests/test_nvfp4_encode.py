@@ -112,7 +112,7 @@ def test_flexq_encode_writes_what_llm_compressor_writes(tmp_path: Path) -> None:
         "model.layers.0.self_attn.q_proj.weight": rng.standard_normal((8, 32)).astype(np.float32)
     }
     others = {"model.norm.weight": flexq.RawTensor("F32", np.ones(8, np.float32))}
-    assert plugin.flexq_encode(tmp_path, weights, others) == plugin.MIN_LOGITS_COSINE
+    assert plugin.plugin.flexq_encode(tmp_path, weights, others) == plugin.MIN_LOGITS_COSINE
     qc = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
     assert qc["format"] == "nvfp4-pack-quantized"
     assert qc["config_groups"]["group_0"]["weights"]["strategy"] == "tensor_group"

@@ -1,7 +1,8 @@
 """bitsandbytes NF4/FP4 (double quantization included) and LLM.int8 weights for flexq.
 
-The ``bitsandbytes`` flexq format: the hooks in :mod:`flexq_bitsandbytes.plugin`,
-found through the ``flexq`` entry point group, and :func:`quantize` to write
+The ``bitsandbytes`` flexq format: the :class:`flexq.formatkit.Format`
+``flexq_bitsandbytes.plugin:plugin``, found through the ``flexq`` entry point
+group, and :func:`quantize` to write
 the tensors bitsandbytes and transformers' ``save_pretrained`` write.
 """
 

@@ -49,12 +49,6 @@ FP4_VALUES = np.concatenate([_FP4_RAW, np.float32(0.0) - _FP4_RAW]) / np.float32
 CODE_BOOKS: dict[str, np.ndarray] = {"nf4": NF4_VALUES, "fp4": FP4_VALUES}
 
 
-def pair_table(book: np.ndarray) -> np.ndarray:
-    """byte -> (element 2k from the HIGH nibble, element 2k+1 from the low nibble), [256, 2]."""
-    byte = np.arange(256)
-    return np.stack([book[byte >> 4], book[byte & 0x0F]], axis=-1).astype(np.float32)
-
-
 def dynamic_map() -> np.ndarray:
     """bitsandbytes' signed dynamic 8-bit map (256 sorted float32 values in [-1, 1]).
 

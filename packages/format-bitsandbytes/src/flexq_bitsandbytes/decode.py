@@ -16,25 +16,120 @@ Exactly bitsandbytes 0.50.2's float32 operations, in its order:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.formatkit import for_bands
-from flexq_bitsandbytes.arrayops import BnbOps, bnb_ops_for
-from flexq_bitsandbytes.codebook import CODE_BOOKS, pair_table
-from flexq_bitsandbytes.layout import INV_127, FourBit
-from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range
+from flexq import Checkpoint, FormatError, ReadPlan
+from flexq.formatkit import (
+    ArrayOps,
+    for_bands,
+    is_paddle,
+    lookup_scaled,
+    nibble_pairs,
+    ops_for,
+    pair_items,
+    to_numpy,
+)
+from flexq_bitsandbytes.codebook import CODE_BOOKS
+from flexq_bitsandbytes.config import FORMAT
+from flexq_bitsandbytes.layout import INV_127, ROW_FORMAT, FourBit, Int8
+from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range, four_bit_boxes
 
 if TYPE_CHECKING:
     from flexq import TargetSlice
 
-#: quant type -> byte -> its two decoded codes (high nibble first).
-PAIR_TABLES = {name: pair_table(book) for name, book in CODE_BOOKS.items()}
+#: quant type -> byte -> its two decoded codes (element 2k in the HIGH nibble).
+PAIR_TABLES = {name: nibble_pairs(book, high_first=True) for name, book in CODE_BOOKS.items()}
 #: The same pairs as one 8-byte item each, for the banded numpy path.
-_PAIR_ITEMS = {
-    name: np.ascontiguousarray(t).view(np.uint64).reshape(256) for name, t in PAIR_TABLES.items()
-}
+_PAIR_ITEMS = {name: pair_items(t) for name, t in PAIR_TABLES.items()}
+
+
+def _const(like: Any, value: float) -> Any:
+    """``value`` as a float32 scalar next to ``like``: constants are multiplied and added
+    as float32 tensors (Paddle's scalar ``scale`` op would add a +0.0 bias, turning -0.0
+    into +0.0)."""
+    if is_paddle(like):
+        import paddle
+
+        return paddle.to_tensor(np.float32(value), place=like.place)
+    return np.float32(value)
+
+
+def _pairs(ops: ArrayOps, quant_type: str, packed: Any) -> Any:
+    """The decoded codes of packed bytes (any shape), flat: two per byte."""
+    return ops.reshape(ops.lut_pairs(PAIR_TABLES[quant_type], packed), (-1,))
+
+
+def dequantize(
+    ckpt: Checkpoint, t: FourBit | Int8, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    """The float32 ``plan.target`` box of ``t`` from its planned sources (the format's
+    ``decode``), after checking what arrived: each source's shape against the plan, the
+    stored code book, the ``weight_format`` of an int8 weight.
+
+    NaN and infinite scales were checked by the core before any write (the plan
+    declares them in ``ReadPlan.scales``).
+    """
+    if isinstance(t, Int8):
+        return _int8(ckpt, t, sources, plan, out)
+    return _four_bit(ckpt, t, sources, plan, out)
+
+
+def _four_bit(
+    ckpt: Checkpoint, t: FourBit, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    target = plan.target
+    for key, (_, shape) in four_bit_boxes(t, target).items():  # the blob's box too
+        got = tuple(sources[key].shape)
+        if got != tuple(shape):
+            raise FormatError(
+                f"{ckpt.info(key).file}: format {FORMAT!r}: {t.key!r} got {key!r} of shape "
+                f"{got}, its plan needs {tuple(shape)}"
+            )
+    _check_book(ckpt, t, sources[t.quant_map_key])
+    first, _ = covering_blocks(t, target)
+    nested = t.nested
+    scale = absmax_values(
+        t,
+        sources[t.absmax_key],
+        sources[nested.absmax_key] if nested is not None else None,
+        sources[nested.quant_map_key] if nested is not None else None,
+        first,
+    )
+    return dequantize_four_bit(t, sources[t.key], scale, target, out)
+
+
+def _check_book(ckpt: Checkpoint, t: FourBit, stored: Any) -> None:
+    """The stored ``quant_map`` must be bnb's code book (its kernels ignore the stored one)."""
+    values = to_numpy(stored).astype(np.float32).reshape(-1)
+    if not np.array_equal(values, CODE_BOOKS[t.quant_type]):
+        raise FormatError(
+            f"{ckpt.info(t.quant_map_key).file}: tensor {t.quant_map_key!r} is not the "
+            f"{t.quant_type} code book bitsandbytes decodes with (format {FORMAT!r}): "
+            f"{values.tolist()}"
+        )
+
+
+def _int8(ckpt: Checkpoint, t: Int8, sources: Mapping[str, Any], plan: ReadPlan, out: Any) -> Any:
+    codes, scb = sources[t.key], sources[t.scb_key]
+    if t.format_key is not None:
+        fmt = to_numpy(sources[t.format_key]).reshape(-1)
+        if fmt.size != 1 or int(fmt[0]) != ROW_FORMAT:
+            raise FormatError(
+                f"{ckpt.info(t.format_key).file}: tensor {t.format_key!r} is "
+                f"{fmt.tolist()}; bitsandbytes loads only row-major int8 weights "
+                f"(weight_format {ROW_FORMAT}) (format {FORMAT!r})"
+            )
+    rows = plan.target.local_shape[0]
+    if tuple(scb.shape) != (rows,) or tuple(codes.shape) != tuple(plan.target.local_shape):
+        raise FormatError(
+            f"{ckpt.info(t.key).file}: format {FORMAT!r}: {t.key!r} got codes "
+            f"{tuple(codes.shape)} and SCB {tuple(scb.shape)} for a box of "
+            f"{plan.target.local_shape}"
+        )
+    return dequantize_int8(codes, scb, out)
 
 
 def absmax_values(t: FourBit, absmax: Any, nested_absmax: Any, nested_map: Any, first: int) -> Any:
@@ -45,16 +140,16 @@ def absmax_values(t: FourBit, absmax: Any, nested_absmax: Any, nested_map: Any, 
         those blocks fall in (from ``first // nested_blocksize``); else None.
     :param nested_map: with double quantization, the 256-entry nested code book.
     """
-    ops = bnb_ops_for(absmax)
+    ops = ops_for(absmax)
     if t.nested is None:
         return ops.float32(absmax, "F32")
     size = t.nested.blocksize
     count = int(absmax.shape[0])
     lead = first - (first // size) * size
     group = ops.repeat(ops.float32(nested_absmax, "F32"), size, axis=0)[lead : lead + count]
-    table = ops.host(nested_map).astype(np.float32)
+    table = to_numpy(nested_map).astype(np.float32)
     values = ops.lut(table, absmax) * group
-    return values + ops.const(values, t.nested.offset)
+    return values + _const(values, t.nested.offset)
 
 
 def dequantize_four_bit(
@@ -68,9 +163,9 @@ def dequantize_four_bit(
     :param out: None, or a C-contiguous numpy float32 array of the target's shape.
     :return: float32 of ``target.local_shape``, numpy or Paddle like ``packed``.
     """
-    ops = bnb_ops_for(packed)
+    ops = ops_for(packed)
     if 0 in target.local_shape:
-        return ops.reshape(ops.pairs(PAIR_TABLES[t.quant_type], packed)[:0], target.local_shape)
+        return ops.reshape(_pairs(ops, t.quant_type, packed)[:0], target.local_shape)
     first, end = covering_blocks(t, target)
     e0, e1 = block_elements(t, first, end)
     lo, hi = flat_range(t, target)
@@ -93,7 +188,7 @@ def dequantize_four_bit(
 
 
 def _general(
-    ops: BnbOps,
+    ops: ArrayOps,
     quant_type: str,
     packed: Any,
     scale: Any,
@@ -104,7 +199,7 @@ def _general(
 ) -> Any:
     """Any blocksize, partial last block, numpy or Paddle: pairs, trim, broadcast multiply."""
     skip = e0 % 2  # an odd blocksize can start a block in the low nibble
-    values = ops.pairs(PAIR_TABLES[quant_type], packed)[skip : skip + count]
+    values = _pairs(ops, quant_type, packed)[skip : skip + count]
     if count == blocks * bs:
         blocked = ops.reshape(values, (blocks, bs)) * ops.reshape(scale, (blocks, 1))
         return ops.reshape(blocked, (count,))
@@ -129,15 +224,7 @@ def _banded(
     result = np.empty(blocks * bs, np.float32) if out is None else out.reshape(-1)
     items = result.reshape(blocks, bs).view(np.uint64)
     side = np.ascontiguousarray(scale, dtype=np.float32).reshape(blocks, 1)
-    table = _PAIR_ITEMS[quant_type]
-
-    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
-        np.take(table, c, out=o, mode="clip")
-        values = o.view(np.float32)
-        with np.errstate(over="ignore", invalid="ignore"):
-            values *= s
-
-    for_bands(work, codes, items, side)
+    lookup_scaled(_PAIR_ITEMS[quant_type], codes, items, side)
     return result
 
 
@@ -146,11 +233,11 @@ def dequantize_int8(codes: Any, scb: Any, out: Any = None) -> Any:
 
     :param out: None, or a C-contiguous numpy float32 array of the box's shape.
     """
-    ops = bnb_ops_for(codes)
+    ops = ops_for(codes)
     scale = ops.reshape(ops.float32(scb, "F32"), (-1, 1))
     if not isinstance(codes, np.ndarray):
         rows = ops.float32(codes, "I8") * scale
-        return rows * ops.const(rows, INV_127)
+        return rows * _const(rows, INV_127)
     result = np.empty(codes.shape, np.float32) if out is None else out
     inv = np.float32(INV_127)
 

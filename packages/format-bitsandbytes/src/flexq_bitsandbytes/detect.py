@@ -1,6 +1,6 @@
 """Find the bitsandbytes tensors of a checkpoint from its header inventory, blobs and config.json.
 
-Used by the plugin hooks (memoized per :class:`flexq.Checkpoint`). The rules:
+The format's ``analyze`` (memoized per :class:`flexq.Checkpoint`). The rules:
 
 - A 4-bit parameter is claimed by its quant-state blob
   (``P.quant_state.bitsandbytes__nf4`` / ``__fp4``, a name only bitsandbytes
@@ -20,13 +20,12 @@ Used by the plugin hooks (memoized per :class:`flexq.Checkpoint`). The rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import IgnoreList, natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, IgnoreList, natural_dtype, per_checkpoint
 from flexq_bitsandbytes.config import FORMAT, SKIP_FIELDS, BnbConfig, parse
 from flexq_bitsandbytes.layout import (
     ABSMAX,
@@ -44,21 +43,10 @@ from flexq_bitsandbytes.layout import (
 from flexq_bitsandbytes.quantstate import read_quant_state
 
 
-@dataclass(frozen=True)
-class Analysis:
-    """What this format found in one checkpoint.
-
-    :ivar tensors: logical key -> its components (4-bit or LLM.int8).
-    :ivar recognized: every physical key of this format, used or not (for orphan reports).
-    """
-
-    tensors: dict[str, FourBit | Int8]
-    recognized: frozenset[str]
-
-
 @per_checkpoint
-def analyze(ckpt: Checkpoint) -> Analysis:
-    """The bitsandbytes tensors of ``ckpt`` (computed once per checkpoint).
+def analyze(ckpt: Checkpoint) -> Analysis[FourBit | Int8]:
+    """The bitsandbytes tensors of ``ckpt`` by logical key (4-bit or LLM.int8), and
+    every physical key of this format, used or not (computed once per checkpoint).
 
     :raises FormatError: on broken blobs, missing or mis-shaped companions,
         quantized-looking weights without their state, or claimed tensors in
@@ -158,6 +146,7 @@ def _int8(ckpt: Checkpoint, scb_key: str) -> Int8:
     _expect(ckpt, scb_key, "F32", (weight.shape[0],), where, "row absmax (SCB)")
     fmt = module + WEIGHT_FORMAT
     format_key = fmt if fmt in ckpt.tensors else None
+    format_shape: tuple[int, ...] = ()
     if format_key is not None:
         info = ckpt.info(format_key)
         if info.dtype not in ("U8", "I64", "I32") or info.shape not in ((), (1,)):
@@ -165,8 +154,9 @@ def _int8(ckpt: Checkpoint, scb_key: str) -> Int8:
                 f"{where}: {format_key!r} in {info.file} is {info.dtype} {list(info.shape)}; "
                 "expected a U8 scalar"
             )
+        format_shape = info.shape
     shape = (weight.shape[0], weight.shape[1])
-    return Int8(key, scb_key, format_key, shape, natural_dtype(ckpt))
+    return Int8(key, scb_key, format_key, shape, natural_dtype(ckpt), format_shape)
 
 
 def _expect(

@@ -1,4 +1,4 @@
-"""Where the bytes of one bitsandbytes logical tensor live, for the detector, planner and apply.
+"""Where the bytes of one bitsandbytes logical tensor live, for the detector, planner and decoder.
 
 Two layouts (names as ``Linear4bit`` / ``Linear8bitLt`` and transformers'
 ``save_pretrained`` write them, for a parameter ``X.weight``):
@@ -100,13 +100,17 @@ class FourBit:
 
 @dataclass(frozen=True)
 class Int8:
-    """One LLM.int8 weight ``[out, in]``: int8 codes and one absmax per row."""
+    """One LLM.int8 weight ``[out, in]``: int8 codes and one absmax per row.
+
+    :ivar format_shape: header shape of ``weight_format`` (``()`` or ``(1,)``).
+    """
 
     key: str
     scb_key: str
     format_key: str | None
     shape: tuple[int, int]
     dtype: str
+    format_shape: tuple[int, ...] = ()
 
     @property
     def sources(self) -> list[str]:

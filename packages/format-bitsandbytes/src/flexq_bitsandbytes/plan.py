@@ -12,7 +12,7 @@ blocks; otherwise one partial block at each end, so a rank reads at most
 ``nr*L/2 + blocksize`` bytes of codes. Where it CANNOT be local: along every
 other axis. A column slice ``[:, c0:c0+nc]`` touches every row, and blocks are
 rows of the flattened tensor, so the plan reads the whole rows of the box (the
-same bytes a row range of the box's rows would) and apply cuts the columns: a
+same bytes a row range of the box's rows would) and the decoder cuts the columns: a
 2-way column split reads all the codes on each rank. The quant-state blob,
 already parsed at detection time, is planned whole too (a few hundred bytes):
 Paddle's own loader reports a source that no plan reads as an unexpected key.
@@ -54,7 +54,7 @@ def block_elements(t: FourBit, first: int, end: int) -> tuple[int, int]:
 
 
 def four_bit_boxes(t: FourBit, target: TargetSlice) -> dict[str, Box]:
-    """Every source box a 4-bit ``target`` needs (the plan's, and what apply checks)."""
+    """Every source box a 4-bit ``target`` needs (the plan's, and what the decoder checks)."""
     first, end = covering_blocks(t, target)
     e0, e1 = block_elements(t, first, end)
     b0, b1 = e0 // 2, -(-e1 // 2) if e1 > e0 else e0 // 2
@@ -80,13 +80,12 @@ def nested_groups(t: FourBit, first: int, end: int) -> tuple[int, int]:
     return first // size, -(-end // size)
 
 
-def int8_boxes(t: Int8, target: TargetSlice, format_shape: tuple[int, ...]) -> dict[str, Box]:
-    """The codes box itself, ``SCB`` of its rows, the whole ``weight_format`` (header
-    shape ``format_shape``: ``()`` or ``(1,)``)."""
+def int8_boxes(t: Int8, target: TargetSlice) -> dict[str, Box]:
+    """The codes box itself, ``SCB`` of its rows, the whole ``weight_format``."""
     (r0, _), (nr, _) = target.global_offset, target.local_shape
     boxes: dict[str, Box] = {t.key: target.box, t.scb_key: ((r0,), (nr,))}
     if t.format_key is not None:
-        boxes[t.format_key] = ((0,) * len(format_shape), format_shape)
+        boxes[t.format_key] = ((0,) * len(t.format_shape), t.format_shape)
     return boxes
 
 
@@ -104,12 +103,7 @@ def scale_keys(t: FourBit | Int8) -> tuple[str, ...]:
     return (t.absmax_key,)
 
 
-def local_plan(
-    t: FourBit | Int8, target: TargetSlice, format_shape: tuple[int, ...] = ()
-) -> ReadPlan:
+def local_plan(t: FourBit | Int8, target: TargetSlice) -> ReadPlan:
     """The plan reading only what ``target`` needs (see the module doc for the 4-bit limits)."""
-    if isinstance(t, FourBit):
-        boxes = four_bit_boxes(t, target)
-    else:
-        boxes = int8_boxes(t, target, format_shape)
+    boxes = four_bit_boxes(t, target) if isinstance(t, FourBit) else int8_boxes(t, target)
     return ReadPlan("local", boxes, target, scales=scale_keys(t))

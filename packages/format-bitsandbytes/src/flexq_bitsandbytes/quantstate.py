@@ -16,13 +16,13 @@ size, and counted in ``Checkpoint.bytes_read`` like every other read.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from flexq import Checkpoint, FormatError
+from flexq.formatkit import parse_json_model
 from flexq_bitsandbytes.config import FORMAT
 
 #: Largest blob accepted (real ones are under 300 bytes).
@@ -62,19 +62,7 @@ def read_quant_state(ckpt: Checkpoint, key: str) -> QuantState:
             f"{where} is {info.dtype} {list(info.shape)}; expected a U8 vector of "
             f"at most {MAX_BLOB_BYTES} bytes holding JSON"
         )
-    raw = ckpt.read(key).tobytes()
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{where} does not hold JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise FormatError(f"{where} holds JSON {type(doc).__name__}, not an object")
-    try:
-        state = QuantState.model_validate(doc)
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        field = ".".join(str(p) for p in problem["loc"])
-        raise FormatError(f"{where}: field {field!r}: {problem['msg']}") from None
+    state = parse_json_model(QuantState, ckpt.read(key).tobytes(), where)
     suffix = key.rsplit("__", 1)[-1]
     if state.quant_type != suffix:
         raise FormatError(f"{where} says quant_type {state.quant_type!r}; its name says {suffix!r}")

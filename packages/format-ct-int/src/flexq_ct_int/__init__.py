@@ -1,8 +1,8 @@
 """compressed-tensors integer weights (pack-quantized W4A16/W8A16, int-quantized W8A8) for flexq.
 
 Installing this package registers the ``ct-int`` format through the ``flexq``
-entry-point group (:mod:`flexq_ct_int.plugin`). For producing test
-checkpoints it exports :func:`quantize` (one weight -> its compressed-tensors
+entry-point group (the :class:`flexq.formatkit.Format` ``flexq_ct_int.plugin:plugin``).
+For producing test checkpoints it exports :func:`quantize` (one weight -> its compressed-tensors
 tensors), :func:`quantization_config` and :func:`save_ct_int_checkpoint`.
 """
 

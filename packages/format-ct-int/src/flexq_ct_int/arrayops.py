@@ -1,9 +1,9 @@
 """Array operations the decoder needs beyond :class:`flexq.formatkit.ArrayOps`, on numpy and
 Paddle alike.
 
-Unpacking int32 words into their codes (along dim 1 for weights, dim 0 for
-zero points; whole words for widths dividing 8, any bit positions for the
-others) and gathering columns by index (act-order). All exact integer or
+Gathering codes by their bit positions in int32 words (widths that do not
+divide 8; whole words go through the kit's ``ArrayOps.unpack`` and
+``unpack_into``) and taking columns by index (act-order). All exact integer or
 data-movement operations, so the numpy and Paddle versions agree bit for bit.
 """
 
@@ -13,18 +13,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.formatkit import is_paddle, lookup_into
-from flexq_ct_int.packing import byte_table
+from flexq.formatkit import is_paddle
 
 
 class CtOps(Protocol):
     """The operations :mod:`flexq_ct_int.decode` needs on one kind of array."""
-
-    def unpack(self, words: Any, bits: int) -> Any:
-        """int32 words ``[R, W]`` -> their unsigned codes as float32 ``[R, W * 32/bits]``."""
-
-    def unpack_along_rows(self, words: Any, bits: int) -> Any:
-        """int32 words ``[W, C]`` packed along dim 0 -> float32 codes ``[W * 32/bits, C]``."""
 
     def gather(self, words: Any, bitpos: np.ndarray, bits: int) -> Any:
         """The ``bits``-wide codes starting at bit ``bitpos[j]`` of each row of int32
@@ -32,9 +25,6 @@ class CtOps(Protocol):
 
     def take_columns(self, x: Any, index: Any) -> Any:
         """``x[:, index]`` for a 2-D ``x`` and an integer index vector."""
-
-    def transpose(self, x: Any) -> Any:
-        """A 2-D array with its axes swapped (contiguous)."""
 
     def as_index(self, x: Any) -> Any:
         """An integer vector as int64 indices (same kind of array)."""
@@ -44,17 +34,7 @@ class CtOps(Protocol):
 
 
 class NumpyCtOps:
-    """:class:`CtOps` on numpy arrays (a byte-table lookup per word row)."""
-
-    def unpack(self, words: Any, bits: int) -> Any:
-        w = np.ascontiguousarray(words, dtype=np.int32)
-        rows, width = w.shape
-        out = np.empty((rows, width * (32 // bits)), dtype=np.float32)
-        unpack_into(w, bits, out)
-        return out
-
-    def unpack_along_rows(self, words: Any, bits: int) -> Any:
-        return np.ascontiguousarray(self.unpack(np.asarray(words).T, bits).T)
+    """:class:`CtOps` on numpy arrays."""
 
     def gather(self, words: Any, bitpos: np.ndarray, bits: int) -> Any:
         w = np.asarray(words).view(np.uint32).astype(np.uint64)
@@ -67,47 +47,11 @@ class NumpyCtOps:
     def take_columns(self, x: Any, index: Any) -> Any:
         return np.take(x, index, axis=1)
 
-    def transpose(self, x: Any) -> Any:
-        return np.ascontiguousarray(np.asarray(x).T)
-
     def as_index(self, x: Any) -> Any:
         return np.asarray(x, dtype=np.int64)
 
     def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
         return np.zeros(shape, np.float32)
-
-
-def unpack_into(words: np.ndarray, bits: int, out: np.ndarray, minus: float = 0.0) -> None:
-    """Unpack C-contiguous int32 words ``[R, W]`` into a C-contiguous float32 ``out``
-    ``[R, W * 32/bits]``, each code less ``minus`` (a small integer, so exact).
-
-    Each byte's codes come from one table lookup: two float32 codes as one
-    8-byte item for 4 bits (which numpy gathers fastest), byte pairs through
-    the core's pair table for 8 bits.
-    """
-    if not np.little_endian:
-        words = words.astype("<i4")
-    raw = words.view(np.uint8)
-    table = _tables(bits, minus)
-    if bits == 4:
-        np.take(table.view(np.uint64).reshape(256), raw, out=out.view(np.uint64), mode="clip")
-    elif bits == 8:
-        lookup_into(table.reshape(256), raw, out)
-    else:
-        per = 8 // bits
-        np.take(table, raw, axis=0, out=out.reshape(*raw.shape, per), mode="clip")
-
-
-_TABLES: dict[tuple[int, float], np.ndarray] = {}
-
-
-def _tables(bits: int, minus: float) -> np.ndarray:
-    """:func:`byte_table` less ``minus``, built once per (bits, minus)."""
-    table = _TABLES.get((bits, minus))
-    if table is None:
-        table = np.ascontiguousarray(byte_table(bits) - np.float32(minus), dtype=np.float32)
-        _TABLES[bits, minus] = table
-    return table
 
 
 class PaddleCtOps:
@@ -117,25 +61,6 @@ class PaddleCtOps:
         import paddle
 
         self._paddle = paddle
-
-    def unpack(self, words: Any, bits: int) -> Any:
-        p = self._paddle
-        place = words.place
-        k = 32 // bits
-        # int64 holds every int32 bit pattern as a non-negative number once the
-        # sign extension is masked off, so the right shift is a logical one.
-        wide = p.bitwise_and(
-            words.astype("int64"), p.to_tensor(0xFFFFFFFF, dtype="int64", place=place)
-        )
-        rows, width = wide.shape
-        shifts = p.to_tensor([bits * s for s in range(k)], dtype="int64", place=place)
-        codes = p.bitwise_right_shift(wide.unsqueeze(-1), shifts, is_arithmetic=False)
-        codes = p.bitwise_and(codes, p.to_tensor((1 << bits) - 1, dtype="int64", place=place))
-        return codes.astype("float32").reshape([rows, width * k])
-
-    def unpack_along_rows(self, words: Any, bits: int) -> Any:
-        p = self._paddle
-        return p.transpose(self.unpack(p.transpose(words, [1, 0]), bits), [1, 0])
 
     def gather(self, words: Any, bitpos: np.ndarray, bits: int) -> Any:
         p = self._paddle
@@ -158,9 +83,6 @@ class PaddleCtOps:
 
     def take_columns(self, x: Any, index: Any) -> Any:
         return self._paddle.index_select(x, index, axis=1)
-
-    def transpose(self, x: Any) -> Any:
-        return self._paddle.transpose(x, [1, 0])
 
     def as_index(self, x: Any) -> Any:
         return x.astype("int64")

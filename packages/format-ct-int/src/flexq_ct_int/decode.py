@@ -1,6 +1,6 @@
 """The one definition of the dequantization: ``W = (q - zp) * s`` in float32.
 
-For :func:`flexq_ct_int.plugin.flexq_apply`. ``q`` is the signed code
+The ``decode`` of the ``ct-int`` :class:`flexq.formatkit.Format`. ``q`` is the signed code
 (pack-quantized stores ``q + 2^(bits-1)``, so with the stored code ``c``
 and stored zero point ``zc`` -- offset alike -- ``W = (c - zc) * s``;
 int-quantized stores ``q`` itself in I8). Every step is exact: codes and zero
@@ -12,11 +12,12 @@ computes ``(q - zp) * s`` in the scale's dtype: one rounding of the same exact
 product).
 
 Two paths compute the same bits: numpy decodes bands of output rows on the
-worker threads (byte-table unpacking into the output, then the affine step in
-cache); Paddle tensors go through :class:`flexq.formatkit.ArrayOps` and
-:mod:`flexq_ct_int.arrayops` on their device. Source boxes may be larger than
-the target (covering words, groups, or whole tensors for a global plan):
-positions inside them come from the plan's box offsets.
+worker threads (the kit's byte-table :func:`flexq.formatkit.unpack_into` into the
+output, then the affine step in cache); Paddle tensors go through
+:class:`flexq.formatkit.ArrayOps` and :mod:`flexq_ct_int.arrayops` (bit-position
+gathers, act-order columns) on their device. Source boxes may be larger than the
+target (covering words, groups, or whole tensors for a global plan): positions
+inside them come from the plan's box offsets.
 """
 
 from __future__ import annotations
@@ -27,17 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import FormatError, ReadPlan, block_cover
+from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
     RUNS_PER_TASK,
     ArrayOps,
-    is_paddle,
     lookup_into,
     ops_for,
     row_runs,
     run_parts,
+    to_numpy,
+    unpack_into,
 )
-from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for, unpack_into
+from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for
 from flexq_ct_int.config import FORMAT_NAME
 
 if TYPE_CHECKING:
@@ -68,12 +70,41 @@ class _Affine:
 
 
 def dequantize(
-    linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
+    ckpt: Checkpoint, linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
 ) -> Any:
     """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
 
     :param out: None, or a C-contiguous float32 numpy array of the box to fill.
+    :raises FormatError: naming the file when a source arrived in another shape than
+        its plan box, ``weight_shape`` disagrees with the headers, or ``g_idx`` names
+        a group that does not exist.
     """
+    for key, (_, shape) in plan.source_slices.items():
+        if tuple(sources[key].shape) != tuple(shape):
+            raise FormatError(
+                f"{ckpt.path}: tensor {key!r} arrived with shape "
+                f"{tuple(sources[key].shape)}, the plan for {linear.key!r} needs {shape} "
+                f"(format {FORMAT_NAME!r})"
+            )
+    if linear.shape_key is not None and linear.shape_key in sources:
+        _check_shape(ckpt, linear.shape_key, sources[linear.shape_key], linear.shape)
+    try:
+        return _dequantize(linear, sources, plan, out)
+    except FormatError as exc:
+        raise FormatError(f"{ckpt.info(linear.weight_key).file}: {exc}") from None
+
+
+def _check_shape(ckpt: Checkpoint, key: str, value: Any, shape: tuple[int, int]) -> None:
+    """``weight_shape`` must say what the headers said."""
+    recorded = tuple(int(v) for v in np.asarray(to_numpy(value)).reshape(-1))
+    if recorded != shape:
+        raise FormatError(
+            f"{ckpt.info(key).file}: tensor {key!r} says {recorded}, but the packed weight "
+            f"and its scales hold {shape} (format {FORMAT_NAME!r})"
+        )
+
+
+def _dequantize(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any) -> Any:
     weight = sources[linear.weight_key]
     ops, ct = ops_for(weight), ct_ops_for(weight)
     (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
@@ -93,7 +124,10 @@ def dequantize(
     if bitpos is not None:
         codes = ct.gather(weight, bitpos, linear.bits)[ri : ri + no]
     else:
-        codes = ct.unpack(weight, linear.bits) if linear.packed else ops.float32(weight, "I8")
+        if linear.packed:
+            codes = ops.unpack(weight, linear.bits, range(linear.per_word), False)
+        else:
+            codes = ops.float32(weight, "I8")
         codes = codes[ri : ri + no, ci : ci + ni]
     scale, zero = _spread(affine, ops, ct, ni)
     return (codes - zero) * scale
@@ -120,10 +154,12 @@ def _affine(
         words = sources[linear.zero_key]
         if linear.packing.aligned:
             start = o0 - zr0 * linear.per_word
-            zero = ct.unpack_along_rows(words, linear.bits)[start : start + no]
+            # Packed along out: the kit's transposed unpack of the words' transpose.
+            slots = range(linear.per_word)
+            zero = ops.unpack(ops.transpose(words), linear.bits, slots, True)[start : start + no]
         else:
             rows = linear.packing.bit_of(np.arange(o0, o0 + no)) - 32 * zr0
-            zero = ct.transpose(ct.gather(ct.transpose(words), rows, linear.bits))
+            zero = ops.transpose(ct.gather(ops.transpose(words), rows, linear.bits))
     elif linear.zero == "raw":
         assert linear.zero_key is not None
         assert linear.zero_dtype is not None
@@ -167,7 +203,7 @@ def _group_index(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, c
     if linear.gidx_key is None:
         return None
     raw = sources[linear.gidx_key]
-    values = np.asarray(raw.numpy() if is_paddle(raw) else raw).astype(np.int64)
+    values = to_numpy(raw).astype(np.int64)
     if values.size and (values == -1).all():
         return None  # compressed-tensors: an uninitialised g_idx (-1) means column order
     groups = linear.scale_grid[1]

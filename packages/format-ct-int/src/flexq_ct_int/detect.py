@@ -28,12 +28,12 @@ times). Rules, each pinned by a test:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
 from flexq_ct_int.config import FORMAT_NAME, INT, PACK, CtConfig, WeightArgs, read_config
-from flexq_ct_int.layout import CtLinear, ZeroKind
+from flexq_ct_int.layout import CtLinear, Kind, ZeroKind
 from flexq_ct_int.packing import DENSE_SINCE, SUPPORTED_BITS, Packing, parse_version
 
 SCALE_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
@@ -45,41 +45,14 @@ STRATEGIES = ("tensor", "channel", "group", "block")
 _COMPANIONS = (".weight_shape", ".weight_g_idx", ".weight_zero_point")
 
 
-@dataclass(frozen=True)
-class CtAnalysis:
-    """Everything the format knows about one checkpoint.
-
-    :ivar linears: logical key (``X.weight``) -> layout.
-    :ivar recognized: physical keys that are this format's components, used or orphaned.
-    :ivar dtype: natural dtype of the logical weights.
-    """
-
-    linears: dict[str, CtLinear]
-    recognized: frozenset[str]
-    dtype: str
-
-
 @per_checkpoint
-def analyse(ckpt: Checkpoint) -> CtAnalysis:
-    """The integer compressed-tensors weights of ``ckpt`` (memoized per checkpoint object).
+def analyze(ckpt: Checkpoint) -> Analysis[CtLinear]:
+    """The integer compressed-tensors weights of ``ckpt`` by logical key (``X.weight``),
+    and every physical key that is this format's component, used or orphaned
+    (memoized per checkpoint object).
 
     :raises FormatError: on a weight that is clearly this format's but broken.
     """
-    return _analyse(ckpt)
-
-
-def linear_of(ckpt: Checkpoint, logical_key: str) -> CtLinear:
-    """The layout of a logical key this format claimed."""
-    try:
-        return analyse(ckpt).linears[logical_key]
-    except KeyError:
-        raise FormatError(
-            f"{ckpt.path}: {logical_key!r} is not a compressed-tensors integer weight "
-            f"(format {FORMAT_NAME!r})"
-        ) from None
-
-
-def _analyse(ckpt: Checkpoint) -> CtAnalysis:
     config = read_config(ckpt)
     other_method = config is None and bool(ckpt.quantization_config.get("quant_method"))
     linears: dict[str, CtLinear] = {}
@@ -96,7 +69,9 @@ def _analyse(ckpt: Checkpoint) -> CtAnalysis:
         linears[lin.key] = lin
     used = {k for lin in linears.values() for k in lin.sources}
     orphans = {k for k in ckpt.tensors if k not in used and _is_orphan(ckpt, k)}
-    return CtAnalysis(linears, frozenset(used | orphans), _natural_dtype(ckpt, linears))
+    dtype = _natural_dtype(ckpt, linears)
+    tensors = {k: replace(lin, dtype=dtype) for k, lin in linears.items()}
+    return Analysis(tensors, frozenset(used | orphans))
 
 
 def _is_orphan(ckpt: Checkpoint, key: str) -> bool:
@@ -197,16 +172,30 @@ class _Finder:
         block0, candidates = self.grid(args, strategy, scale, out_f, packing.counts(width))
         in_f = self.in_features(shape, out_f, candidates, bits)
         block = self.block(block0, strategy, out_f, in_f, args)
+        return self.linear(PACK, args, strategy, scale, (out_f, in_f), block, packing, shape.key)
+
+    def linear(
+        self,
+        kind: Kind,
+        args: WeightArgs | None,
+        strategy: str,
+        scale: TensorInfo,
+        shape: tuple[int, int],
+        block: tuple[int, int],
+        packing: Packing,
+        shape_key: str | None,
+    ) -> CtLinear:
+        """The layout of the module's checked weight, with its zero point and g_idx checked."""
+        out_f, in_f = shape
         zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, packing)
-        gidx = self.group_index(args, strategy, in_f)
         return CtLinear(
             key=f"{self.module}.weight",
-            kind=PACK,
-            weight_key=key,
+            kind=kind,
+            weight_key=self.weight.key,
             scale_key=scale.key,
             out_features=out_f,
             in_features=in_f,
-            bits=bits,
+            bits=packing.bits,
             block=block,
             scale_grid=self.grid_shape(scale),
             scale_shape=scale.shape,
@@ -214,8 +203,8 @@ class _Finder:
             zero=zero,
             zero_key=zkey,
             zero_dtype=zdtype,
-            shape_key=shape.key,
-            gidx_key=gidx,
+            shape_key=shape_key,
+            gidx_key=self.group_index(args, strategy, in_f),
             dense=packing.dense,
         )
 
@@ -379,26 +368,7 @@ class _Finder:
             block = self.block(block, strategy, out_f, in_f, args)
         else:
             strategy, block = self.infer(scale, out_f, in_f)
-        zero, zkey, zdtype = self.zero_point(args, strategy, scale, out_f, Packing(8))
-        gidx = self.group_index(args, strategy, in_f)
-        return CtLinear(
-            key=key,
-            kind=INT,
-            weight_key=key,
-            scale_key=scale.key,
-            out_features=out_f,
-            in_features=in_f,
-            bits=8,
-            block=block,
-            scale_grid=self.grid_shape(scale),
-            scale_shape=scale.shape,
-            scale_dtype=scale.dtype,
-            zero=zero,
-            zero_key=zkey,
-            zero_dtype=zdtype,
-            shape_key=None,
-            gidx_key=gidx,
-        )
+        return self.linear(INT, args, strategy, scale, (out_f, in_f), block, Packing(8), None)
 
     def infer(self, scale: TensorInfo, out_f: int, in_f: int) -> tuple[str, tuple[int, int]]:
         """Strategy and block from the scale's shape alone (no quantization config)."""

@@ -1,9 +1,9 @@
 """Quantize float32 ``[out, in]`` weights into compressed-tensors integer checkpoint tensors.
 
-For round-trip tests, ``flexq demo`` and :func:`flexq_ct_int.plugin.flexq_encode`;
-real checkpoints come from llm-compressor. The tensors are laid out exactly as
-compressed-tensors 0.19.0 writes them (names, dtypes, shapes, packing, the
-``2^(bits-1)`` offset, zero points packed along out for group and channel
+For round-trip tests, ``flexq demo`` and the format's ``flexq_encode``
+(``flexq_ct_int.plugin.DEMO_SCHEME``); real checkpoints come from llm-compressor. The
+tensors are laid out exactly as compressed-tensors 0.19.0 writes them (names, dtypes,
+shapes, packing, the ``2^(bits-1)`` offset, zero points packed along out for group and channel
 strategies), with its min-max parameters per scale block::
 
     symmetric:  s = max(|min|, |max|) / ((2^bits - 1) / 2),  z = 0
@@ -233,12 +233,25 @@ def save_ct_int_checkpoint(
 ) -> Path:
     """Quantize every ``X.weight`` of ``weights`` with one scheme (keywords of
     :func:`quantize`; no ``g_idx``) and write the checkpoint with its config.json."""
-    tensors: dict[str, RawTensor] = dict(others or {})
+    tensors = {**(others or {}), **quantize_all(weights, **scheme)}
+    return save_checkpoint(directory, tensors, config=checkpoint_config(config, **scheme))
+
+
+def quantize_all(weights: Mapping[str, np.ndarray], **scheme: Any) -> dict[str, RawTensor]:
+    """The tensors of every ``X.weight`` of ``weights`` quantized with one scheme
+    (keywords of :func:`quantize`; no ``g_idx``)."""
+    tensors: dict[str, RawTensor] = {}
     for key, w in weights.items():
         tensors.update(quantize(w, prefix=key.removesuffix(".weight"), **scheme))
+    return tensors
+
+
+def checkpoint_config(config: Mapping[str, Any] | None = None, **scheme: Any) -> dict[str, Any]:
+    """config.json of a checkpoint of one scheme (keywords of :func:`quantize`): ``config``
+    (a llama in bfloat16 by default) with the scheme's ``quantization_config``."""
     cfg_keys = ("fmt", "bits", "strategy", "group_size", "block", "symmetric")
     version = "0.19.0" if scheme.get("dense", True) else "0.17.1"
     qc = quantization_config(**{k: v for k, v in scheme.items() if k in cfg_keys}, version=version)
     full = {"model_type": "llama", "torch_dtype": "bfloat16", **(config or {})}
     full["quantization_config"] = qc
-    return save_checkpoint(directory, tensors, config=full)
+    return full

@@ -37,6 +37,7 @@ class CtLinear:
     :ivar gidx_key: ``X.weight_g_idx`` (group act-order only).
     :ivar dense: odd widths packed as one bit stream (compressed-tensors >= 0.18),
         else ``32 // bits`` codes per word (0.17); see :mod:`flexq_ct_int.packing`.
+    :ivar dtype: natural Paddle dtype of the logical weight (one per checkpoint).
     """
 
     key: str
@@ -56,6 +57,7 @@ class CtLinear:
     shape_key: str | None
     gidx_key: str | None
     dense: bool = True
+    dtype: str = "bfloat16"
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flexq.formatkit import pack_words
+
 #: Widths pack-quantized can hold.
 SUPPORTED_BITS = (1, 2, 3, 4, 5, 6, 7, 8)
 #: The first compressed-tensors release that packs odd widths densely.
@@ -97,35 +99,13 @@ def pack_rows(codes: np.ndarray, packing: Packing) -> np.ndarray:
         raise ValueError(f"codes must be 2-D, got shape {codes.shape}")
     if codes.size and (codes.min() < 0 or codes.max() >= 1 << bits):
         raise ValueError(f"codes must lie in 0..{(1 << bits) - 1}")
-    rows, cols = codes.shape
-    width = packing.width(cols)
-    # One spare word: a dense code may spill into the word after the last.
-    words = np.zeros((rows, width + 1), dtype=np.uint64)
-    pos = packing.bit_of(np.arange(cols))
-    for j in range(cols):
-        word, shift = int(pos[j]) // 32, np.uint64(int(pos[j]) % 32)
-        value = codes[:, j].astype(np.uint64) << shift
-        words[:, word] |= value & np.uint64(0xFFFFFFFF)
-        words[:, word + 1] |= value >> np.uint64(32)
-    return words[:, :width].astype(np.uint32).view(np.int32)
+    dense = packing.dense or packing.aligned
+    return pack_words(codes, bits, axis=1, per_word=None if dense else packing.per_word)
 
 
 def pack_cols(codes: np.ndarray, packing: Packing) -> np.ndarray:
     """Pack unsigned codes ``[R, C]`` along dim 0 (zero points): words ``[width(R), C]``."""
     return np.ascontiguousarray(pack_rows(np.asarray(codes).T, packing).T)
-
-
-def byte_table(bits: int) -> np.ndarray:
-    """Every byte's ``8 / bits`` codes (low bits first) as float32: ``[256, 8 // bits]``
-    (for widths dividing 8).
-
-    A little-endian int32 row read as bytes is the row's codes in order, so
-    looking its bytes up in this table unpacks the row.
-    """
-    per = 8 // bits
-    b = np.arange(256, dtype=np.uint32)[:, None]
-    shifts = (np.arange(per, dtype=np.uint32) * bits)[None, :]
-    return ((b >> shifts) & np.uint32((1 << bits) - 1)).astype(np.float32)
 
 
 def parse_version(value: object) -> tuple[int, ...] | None:

@@ -1,8 +1,8 @@
 """The array operations the GPTQ decoder needs beyond :class:`flexq.formatkit.ArrayOps`.
 
 Unpacking ``bits``-bit codes from int32 words along either axis (with the GPTQ
-v1 zero offset undone on the words or on the fields), taking rows by a group
-index, and a 2-D transpose, for numpy arrays and Paddle tensors. All are exact
+v1 zero offset undone on the words or on the fields) and taking rows by a group
+index, for numpy arrays and Paddle tensors. All are exact
 integer or data-movement operations, so both give identical bits.
 """
 
@@ -33,9 +33,6 @@ class GptqOps(Protocol):
     def take_rows(self, x: Any, index: np.ndarray) -> Any:
         """``x[index]`` along axis 0 (``index`` is a host int64 array)."""
 
-    def transpose(self, x: Any) -> Any:
-        """A 2-D array with its axes swapped (contiguous)."""
-
 
 class NumpyGptqOps:
     """:class:`GptqOps` on numpy arrays."""
@@ -64,9 +61,6 @@ class NumpyGptqOps:
 
     def take_rows(self, x: Any, index: np.ndarray) -> Any:
         return np.take(np.asarray(x), index, axis=0)
-
-    def transpose(self, x: Any) -> Any:
-        return np.ascontiguousarray(np.asarray(x).T)
 
 
 class PaddleGptqOps:
@@ -116,9 +110,6 @@ class PaddleGptqOps:
     def take_rows(self, x: Any, index: np.ndarray) -> Any:
         pd = self._paddle
         return pd.index_select(x, pd.to_tensor(index, dtype="int64", place=x.place), axis=0)
-
-    def transpose(self, x: Any) -> Any:
-        return self._paddle.transpose(x, [1, 0])
 
 
 _NUMPY = NumpyGptqOps()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq import Checkpoint, FormatError, ReadPlan
-from flexq.formatkit import RUNS_PER_TASK, is_paddle, lookup_into, ops_for, row_runs, run_parts
+from flexq.formatkit import RUNS_PER_TASK, ops_for, row_runs, run_parts, to_numpy, unpack_into
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
 from flexq_gptq.packing import Packing
@@ -72,8 +72,7 @@ def group_index(
     (_, i0), (_, ni) = plan.target.global_offset, plan.target.local_shape
     (g0, _), (ng, _) = plan.source_slices[linear.scales]
     if linear.has_g_idx:
-        raw = sources[linear.g_idx]
-        host = raw.numpy() if is_paddle(raw) else np.asarray(raw)
+        host = to_numpy(sources[linear.g_idx])
         (start,), _ = plan.source_slices[linear.g_idx]
         values = host[i0 - start : i0 - start + ni].astype(np.int64)
         check_groups(ckpt, linear, values, i0)
@@ -129,24 +128,12 @@ def dequantize(
             return _banded(qw, np.asarray(z), np.asarray(scales), rows, linear.bits, out)
         q = gops.unpack(qw, linear.bits, 0, (0,) * p.unit_words, 0)[first : first + ni]
         if ni == 0 or no == 0:
-            return gops.transpose(q[:, :no])
+            return ops.transpose(q[:, :no])
         wt = q - gops.take_rows(z, rows)
         wt = wt * gops.take_rows(scales, rows)
-        return gops.transpose(wt)
+        return ops.transpose(wt)
 
 
-def _byte_table(bits: int) -> np.ndarray:
-    """For each byte value, the float32 codes it holds in stream order, as one item of
-    ``4 * 8 / bits`` bytes (float32, uint64 or complex128), so one ``np.take`` per
-    byte copies them all (a copy of bits, no arithmetic)."""
-    per = 8 // bits
-    b = np.arange(256)
-    codes = np.stack([(b >> (bits * j)) & ((1 << bits) - 1) for j in range(per)], axis=-1)
-    item = {1: np.float32, 2: np.uint64, 4: np.complex128}[per]
-    return np.ascontiguousarray(codes.astype(np.float32)).view(item).reshape(256)
-
-
-_BYTE_TABLES = {bits: _byte_table(bits) for bits in (2, 4, 8)}
 _THREE_BIT_FIELDS = Packing(3).fields()
 
 
@@ -163,12 +150,7 @@ def _unpack_rows_into(words_t: np.ndarray, bits: int, out: np.ndarray) -> None:
             code &= np.uint32(7)
             fields[:, :, k] = code
         return
-    codes = words_t.view(np.uint8)  # little-endian: stream order, byte by byte
-    if bits == 8:
-        lookup_into(_BYTE_TABLES[8], codes, out)
-        return
-    table = _BYTE_TABLES[bits]
-    np.take(table, codes, out=out.view(table.dtype).reshape(codes.shape), mode="clip")
+    unpack_into(words_t, bits, out)  # little-endian: stream order, byte by byte
 
 
 def _banded(

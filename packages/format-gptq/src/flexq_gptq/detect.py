@@ -22,30 +22,17 @@ Rules (each pinned by a test):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, natural_dtype, per_checkpoint, qweight_analysis
 from flexq_gptq.config import FORMAT_NAME, GptqConfig, parse_config, quant_config_of
 from flexq_gptq.layout import COMPONENTS, SCALE_DTYPES, GptqLinear
 from flexq_gptq.packing import Packing
 
 
-@dataclass(frozen=True)
-class GptqCheckpoint:
-    """Everything the hooks need about one GPTQ checkpoint."""
-
-    config: GptqConfig
-    #: logical key (``X.weight``) -> its linear.
-    linears: Mapping[str, GptqLinear]
-    #: every physical key that is a GPTQ component, used or not.
-    recognized: frozenset[str]
-
-
 @per_checkpoint
-def analyze(ckpt: Checkpoint) -> GptqCheckpoint | None:
-    """The GPTQ linears of ``ckpt``, or None when it is not a GPTQ checkpoint.
+def analyze(ckpt: Checkpoint) -> Analysis[GptqLinear] | None:
+    """The GPTQ linears of ``ckpt`` by logical key (``X.weight``) and every key that is
+    a GPTQ component, used or not; None when it is not a GPTQ checkpoint.
 
     :raises FormatError: on a bad config or a broken linear.
     """
@@ -53,20 +40,14 @@ def analyze(ckpt: Checkpoint) -> GptqCheckpoint | None:
     if config is None:
         _refuse_unconfigured(ckpt)
         return None
-    suffixes = tuple(f".{c}" for c in COMPONENTS)
-    recognized = frozenset(k for k in ckpt.tensors if k.endswith(suffixes))
-    linears = {}
-    for key in sorted(ckpt.tensors):
-        if key.endswith(".qweight"):
-            linear = _linear(ckpt, config, key.removesuffix(".qweight"))
-            linears[linear.logical_key] = linear
-    if not linears:
-        dtypes = ", ".join(sorted({t.dtype for t in ckpt.tensors.values()}))
-        raise FormatError(
-            f"{config.where}: quant_method {config.method!r}, but no tensor is a GPTQ "
-            f"'<module>.qweight' (tensor dtypes: {dtypes}) (format {FORMAT_NAME!r})"
-        )
-    return GptqCheckpoint(config, linears, recognized)
+    return qweight_analysis(
+        ckpt,
+        COMPONENTS,
+        lambda prefix: _linear(ckpt, config, prefix),
+        where=config.where,
+        method=config.method,
+        format_name=FORMAT_NAME,
+    )
 
 
 def _refuse_unconfigured(ckpt: Checkpoint) -> None:

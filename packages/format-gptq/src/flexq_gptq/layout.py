@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flexq.formatkit import QLinearKeys
 from flexq_gptq.packing import Packing
 
 COMPONENTS = ("qweight", "qzeros", "scales", "g_idx")
@@ -20,8 +21,8 @@ SCALE_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
 
 
 @dataclass(frozen=True)
-class GptqLinear:
-    """Geometry of one GPTQ linear.
+class GptqLinear(QLinearKeys):
+    """Geometry of one GPTQ linear (its keys from :class:`flexq.formatkit.QLinearKeys`).
 
     :ivar prefix: the module name (``model.layers.0.mlp.down_proj``).
     :ivar group_size: input columns per group (``in`` for group_size -1).
@@ -48,24 +49,13 @@ class GptqLinear:
         return Packing(self.bits)
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """The logical weight's shape, ``(out, in)``."""
+        return self.out_features, self.in_features
+
+    @property
     def n_groups(self) -> int:
         return -(-self.in_features // self.group_size)
-
-    @property
-    def logical_key(self) -> str:
-        return f"{self.prefix}.weight"
-
-    @property
-    def qweight(self) -> str:
-        return f"{self.prefix}.qweight"
-
-    @property
-    def qzeros(self) -> str:
-        return f"{self.prefix}.qzeros"
-
-    @property
-    def scales(self) -> str:
-        return f"{self.prefix}.scales"
 
     @property
     def g_idx(self) -> str:

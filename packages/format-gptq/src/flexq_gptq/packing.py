@@ -20,6 +20,8 @@ from math import gcd
 
 import numpy as np
 
+from flexq.formatkit import pack_words
+
 #: Bit widths GPTQ packs (AutoGPTQ, GPTQModel, auto-round).
 BITS = (2, 3, 4, 8)
 WORD_BITS = 32
@@ -96,13 +98,4 @@ def pack_codes(codes: np.ndarray, bits: int, axis: int) -> np.ndarray:
         raise ValueError(f"cannot pack {n} {bits}-bit codes into whole units of int32 words")
     if c.size and (c.min() < 0 or c.max() > packing.mask):
         raise ValueError(f"{bits}-bit codes must lie in 0..{packing.mask}")
-    units = c.reshape(n // packing.unit_codes, packing.unit_codes, *c.shape[1:])
-    out = np.zeros((n // packing.unit_codes, packing.unit_words, *c.shape[1:]), np.uint64)
-    for k, (word, shift, _) in enumerate(packing.fields()):
-        # Shift the code into the unit's bit stream; the low part lands in its
-        # word, the part past bit 31 in the next one.
-        out[:, word] |= (units[:, k].astype(np.uint64) << np.uint64(shift)) & np.uint64(0xFFFFFFFF)
-        if shift + bits > WORD_BITS:
-            out[:, word + 1] |= units[:, k].astype(np.uint64) >> np.uint64(WORD_BITS - shift)
-    flat = out.reshape(words, *c.shape[1:]).astype(np.uint32).view(np.int32)
-    return np.ascontiguousarray(np.moveaxis(flat, 0, axis))
+    return pack_words(codes, bits, axis=axis)  # one dense bit stream along ``axis``

@@ -2,8 +2,8 @@
 
 The ``nvfp4`` flexq format: compressed-tensors ``nvfp4-pack-quantized``
 (llm-compressor, auto-round) and NVIDIA ModelOpt ``NVFP4`` checkpoints. The hooks
-live in :mod:`flexq_nvfp4.plugin`, found through the ``flexq`` entry point group;
-:func:`quantize` writes NVFP4 tensors.
+are the :class:`flexq.formatkit.Format` ``flexq_nvfp4.plugin:plugin``, found through
+the ``flexq`` entry point group; :func:`quantize` writes NVFP4 tensors.
 """
 
 from __future__ import annotations

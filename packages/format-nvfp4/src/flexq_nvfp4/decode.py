@@ -22,39 +22,36 @@ run the same operations and give bit-identical results.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from flexq import Checkpoint, FormatError, ReadPlan
 from flexq.formatkit import (
     E2M1_PAIRS,
     E2M1_VALUES,
     E4M3_TO_FLOAT32,
-    for_bands,
+    check_scales,
     is_paddle,
+    lookup_scaled,
+    nibble_blocks,
+    nibble_pairs,
     ops_for,
+    pair_items,
 )
-from flexq_nvfp4.layout import BLOCK, Producer
+from flexq_nvfp4.config import FORMAT
+from flexq_nvfp4.layout import BLOCK, Nvfp4Tensor, Producer
 
 #: ModelOpt's own E2M1 table: code 8 is +0.0 (the kit's, compressed-tensors', is -0.0).
 E2M1_VALUES_MODELOPT = np.where(np.arange(16) == 8, np.float32(0.0), E2M1_VALUES).astype(np.float32)
 
 
-def _pair_table(values: np.ndarray) -> np.ndarray:
-    """byte -> (element 2b from the low nibble, element 2b+1 from the high nibble)."""
-    codes = np.arange(256)
-    return np.stack([values[codes & 0x0F], values[codes >> 4]], axis=-1).astype(np.float32)
-
-
+#: producer -> byte -> (element 2b from the low nibble, element 2b+1 from the high nibble).
 PAIRS: dict[str, np.ndarray] = {
     "compressed-tensors": E2M1_PAIRS,
-    "modelopt": _pair_table(E2M1_VALUES_MODELOPT),
+    "modelopt": nibble_pairs(E2M1_VALUES_MODELOPT),
 }
-
-
-def _items(pairs: np.ndarray) -> np.ndarray:
-    """A pair table's rows as one 8-byte item each: a byte's two float32 values in one copy."""
-    return np.ascontiguousarray(pairs, dtype=np.float32).view(np.uint64).reshape(256)
 
 
 def _quad_table(pairs: np.ndarray) -> np.ndarray:
@@ -94,7 +91,7 @@ def element_pairs(producer: Producer, global_scale: Any) -> np.ndarray:
     g = _scalar(global_scale.numpy() if is_paddle(global_scale) else global_scale)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         r = np.float32(0.0) if g == 0 else np.float32(1.0) / g
-        return _pair_table(E2M1_VALUES * r)
+        return nibble_pairs(E2M1_VALUES * r)
 
 
 def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
@@ -135,6 +132,37 @@ def _scalar(x: Any) -> np.float32:
     return np.float32(np.asarray(x, dtype=np.float32).reshape(()))
 
 
+def dequantize_box(
+    ckpt: Checkpoint, t: Nvfp4Tensor, sources: Mapping[str, Any], plan: ReadPlan, out: Any
+) -> Any:
+    """The float32 ``plan.target`` box of ``t`` from its planned sources (the format's
+    ``decode``): checks the sources' shapes against the plan, warns about non-finite
+    scales (:func:`flexq.formatkit.check_scales`), then :func:`dequantize`.
+
+    :raises FormatError: naming the tensor when a source arrived in another shape.
+    """
+    packed, scales, glob = (sources[k] for k in t.sources)
+    target = plan.target
+    (_, codes_shape), (_, scales_shape), trim = nibble_blocks(target, BLOCK, t.n)
+    want = {t.packed_key: codes_shape, t.scale_key: scales_shape, t.global_key: t.global_shape}
+    for key, shape in want.items():
+        if tuple(sources[key].shape) != shape:
+            raise FormatError(
+                f"{ckpt.path}: format {FORMAT!r}: {t.key!r} got {key!r} of shape "
+                f"{tuple(sources[key].shape)}, its plan needs {shape}"
+            )
+    pairs = element_pairs(t.producer, glob)
+    scale = effective_scales(t.producer, scales, glob)
+    check_scales(
+        scales_to_check(scale, pairs),
+        scale=ckpt.info(t.scale_key),
+        logical_key=t.key,
+        format_name=FORMAT,
+        offset=plan.source_slices.get(t.scale_key, ((), ()))[0],
+    )
+    return dequantize(pairs, packed, scale, trim, target.local_shape[-1], out)
+
+
 def dequantize(
     pairs: np.ndarray, packed: Any, scale: Any, trim: int, size: int, out: Any = None
 ) -> Any:
@@ -160,7 +188,7 @@ def dequantize(
     if isinstance(packed, np.ndarray):
         if packed.flags.c_contiguous and n == nblk * BLOCK and trim == 0 and size == n:
             return _whole_blocks(pairs, packed, scale, out)
-        values = _items(pairs)[packed].view(np.float32)
+        values = pair_items(pairs)[packed].view(np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             if n == nblk * BLOCK:
                 blocks = values.reshape((*lead, nblk, BLOCK))
@@ -210,16 +238,7 @@ def _whole_blocks(
     blocks = result.reshape((*lead, nblk, BLOCK))
     quad = _quads(pairs, packed.size)
     if quad is None:
-        items, result_items = _items(pairs), blocks.view(np.uint64)
+        lookup_scaled(pair_items(pairs), codes, blocks.view(np.uint64), side)
     else:
-        items, codes, result_items = quad, codes.view(np.uint16), blocks.view(np.complex128)
-
-    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
-        np.take(items, c, out=o, mode="clip")
-        values = o.view(np.float32)
-        # Products above float32's range are infinity by definition: no warning.
-        with np.errstate(over="ignore", invalid="ignore"):
-            values *= s
-
-    for_bands(work, codes, result_items, side)
+        lookup_scaled(quad, codes.view(np.uint16), blocks.view(np.complex128), side)
     return result

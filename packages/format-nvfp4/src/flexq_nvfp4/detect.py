@@ -1,6 +1,6 @@
 """Find the NVFP4 tensors of a checkpoint from its header inventory and config.
 
-Used by the plugin hooks (memoized per :class:`flexq.Checkpoint`). The rules,
+The format's ``analyze`` (memoized per :class:`flexq.Checkpoint`). The rules,
 chosen so that NVFP4 next to FP8, MXFP4 or INT4 tensors goes to the right format:
 
 - A tensor is claimed only as a *triple*: U8 codes, an F8_E4M3 block scale and
@@ -24,10 +24,10 @@ chosen so that NVFP4 next to FP8, MXFP4 or INT4 tensors goes to the right format
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
 from flexq_nvfp4.config import CT_FORMAT, FORMAT, MODELOPT_ALGOS, Nvfp4Config, read_config
 from flexq_nvfp4.layout import (
     CT_GLOBAL,
@@ -45,27 +45,16 @@ from flexq_nvfp4.layout import (
 )
 
 
-@dataclass(frozen=True)
-class Analysis:
-    """What this format found in one checkpoint.
-
-    :ivar tensors: logical key -> its components.
-    :ivar recognized: every physical key of this format, used or orphaned.
-    :ivar dtype: natural dtype of the logical tensors (the model's dtype, else bfloat16).
-    """
-
-    tensors: dict[str, Nvfp4Tensor]
-    recognized: frozenset[str]
-    dtype: str
-
-
 @per_checkpoint
-def analyze(ckpt: Checkpoint) -> Analysis:
-    """The NVFP4 tensors of ``ckpt`` (computed once per checkpoint).
+def analyze(ckpt: Checkpoint) -> Analysis[Nvfp4Tensor]:
+    """The NVFP4 tensors of ``ckpt`` by logical key, and every physical key of this
+    format, used or orphaned (computed once per checkpoint). Their natural dtype is
+    the model's, else bfloat16.
 
     :raises FormatError: on incomplete or malformed NVFP4 tensors, or ones the config excludes.
     """
     config = read_config(ckpt)
+    dtype = natural_dtype(ckpt)
     tensors: dict[str, Nvfp4Tensor] = {}
     for key, info in ckpt.tensors.items():
         found = _ct_triple(ckpt, key, info, config) or _modelopt_triple(ckpt, key, info, config)
@@ -78,20 +67,10 @@ def analyze(ckpt: Checkpoint) -> Analysis:
                 f"but {config.where}.{hit[0]} lists {hit[1]!r} as not quantized "
                 f"(format {FORMAT!r})"
             )
-        tensors[found.key] = found
+        tensors[found.key] = replace(found, dtype=dtype)
     used = {k for t in tensors.values() for k in t.sources}
     orphans = {k for k in ckpt.tensors if k not in used and _is_global_scale(k, config)}
-    return Analysis(tensors, frozenset(used | orphans), natural_dtype(ckpt))
-
-
-def tensor_of(ckpt: Checkpoint, logical_key: str) -> Nvfp4Tensor:
-    """The components of a logical key this format claimed."""
-    try:
-        return analyze(ckpt).tensors[logical_key]
-    except KeyError:
-        raise FormatError(
-            f"{ckpt.path}: format {FORMAT!r} has no logical tensor {logical_key!r}"
-        ) from None
+    return Analysis(tensors, frozenset(used | orphans))
 
 
 def _ct_triple(

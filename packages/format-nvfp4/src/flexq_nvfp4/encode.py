@@ -1,7 +1,7 @@
 """The NVFP4 encoder: float arrays -> NVFP4 checkpoint tensors (compressed-tensors or ModelOpt).
 
-For round-trip tests, demos and :func:`flexq_nvfp4.plugin.flexq_encode`. It follows
-each producer's recipe, in float32 like they do:
+For round-trip tests, demos and the format's ``flexq_encode``
+(``flexq_nvfp4.plugin``). It follows each producer's recipe, in float32 like they do:
 
 - compressed-tensors / llm-compressor (``generate_gparam``, ``calculate_qparams``):
   ``g = 448 * 6 / amax(W)`` (amax at least float32's smallest normal; a non-finite

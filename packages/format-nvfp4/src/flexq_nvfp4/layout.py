@@ -1,4 +1,4 @@
-"""Where the bytes of one NVFP4 logical tensor live, for the detector, the planner and apply.
+"""Where the bytes of one NVFP4 logical tensor live, for the detector, the planner and the decoder.
 
 Producers store NVFP4 (16 E2M1 elements along the last axis share one E4M3
 scale byte, and the whole tensor shares one float32 scale) under two sets of
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 #: elements sharing one E4M3 scale.
 BLOCK = 16
-#: bytes holding one block of E2M1 codes.
-BLOCK_BYTES = BLOCK // 2
 
 #: Whose names and whose dequantization order a tensor follows.
 Producer = Literal["compressed-tensors", "modelopt", "auto-round"]
@@ -47,6 +45,7 @@ class Nvfp4Tensor:
     :ivar producer: which layout (and which global-scale rule) it uses.
     :ivar shape: logical shape [..., n]; n is the element count of the last axis.
     :ivar global_shape: stored shape of the global scale (one element).
+    :ivar dtype: natural Paddle dtype of the logical tensor (the model's, else bfloat16).
     """
 
     key: str
@@ -56,6 +55,7 @@ class Nvfp4Tensor:
     global_key: str
     shape: tuple[int, ...]
     global_shape: tuple[int, ...]
+    dtype: str = "bfloat16"
 
     @property
     def n(self) -> int:
@@ -65,21 +65,6 @@ class Nvfp4Tensor:
     @property
     def sources(self) -> list[str]:
         return [self.packed_key, self.scale_key, self.global_key]
-
-    def packed_box(
-        self, lead_off: tuple[int, ...], lead_shape: tuple[int, ...], first: int, count: int
-    ) -> Box:
-        """Box of the packed codes holding blocks [first, first+count) of a lead box."""
-        start = first * BLOCK_BYTES
-        # The last block may be partial when n % 16 != 0.
-        size = min(count * BLOCK_BYTES, self.n // 2 - start)
-        return (*lead_off, start), (*lead_shape, size)
-
-    def scale_box(
-        self, lead_off: tuple[int, ...], lead_shape: tuple[int, ...], first: int, count: int
-    ) -> Box:
-        """Box of the block scales for blocks [first, first+count) of a lead box."""
-        return (*lead_off, first), (*lead_shape, count)
 
     def global_box(self) -> Box:
         """The whole global scale (one element, read by every plan)."""

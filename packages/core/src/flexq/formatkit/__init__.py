@@ -4,44 +4,74 @@ A format package (see docs/plugin-guide.md) imports the value types and errors
 from :mod:`flexq` and the rest from here:
 
 - arrays: :class:`ArrayOps` / :func:`ops_for` (one set of exact operations over
-  numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`;
+  numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`,
+  :func:`to_numpy`;
 - fast CPU decoding: :func:`for_bands`, :func:`row_runs`, :func:`lookup_into`,
-  :func:`run_parts`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads);
-- elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`,
+  :func:`lookup_scaled`, :func:`pair_items`, :func:`run_parts`, :data:`RUNS_PER_TASK`
+  (cache-sized bands on worker threads);
+- elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
   :func:`check_scales` (the non-finite-scale warning every format raises the same way);
 - configs: :class:`QuantConfig` / :func:`parse_quant_config` (pydantic models of
-  ``quantization_config`` with errors naming file and field), :class:`IgnoreList`
+  ``quantization_config`` with errors naming file and field; :func:`parse_json_model`
+  for JSON stored in a tensor), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
-- planning: :func:`block_cover`, :func:`ceil_div`;
+- packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
+  LSB-first into little-endian words, unpacked by one table lookup per byte) and
+  :func:`pack_words` (any width, for encoders);
+- planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
+  with one scale per block along the last axis);
+- :class:`QLinearKeys`, :func:`qweight_analysis`: the keys and the analysis of linears
+  stored as ``X.qweight`` + ``X.qzeros`` + ``X.scales`` (GPTQ, AWQ);
 - :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
-  :class:`Format` object).
+  :class:`Format` object); :class:`Encoder`: its ``encode`` from its quantizer.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flexq.formatkit.arrays import is_paddle
-from flexq.formatkit.bands import RUNS_PER_TASK, for_bands, lookup_into, row_runs
+from flexq.formatkit.arrays import is_paddle, to_numpy
+from flexq.formatkit.bands import (
+    RUNS_PER_TASK,
+    for_bands,
+    lookup_into,
+    lookup_scaled,
+    pair_items,
+    row_runs,
+)
+from flexq.formatkit.blocks import nibble_blocks
 from flexq.formatkit.cache import per_checkpoint
-from flexq.formatkit.elements import E2M1_PAIRS, E2M1_VALUES, E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
-from flexq.formatkit.format import Analysis, Format, Layout
+from flexq.formatkit.elements import (
+    E2M1_PAIRS,
+    E2M1_VALUES,
+    E4M3_TO_FLOAT32,
+    E8M0_TO_FLOAT32,
+    nibble_pairs,
+)
+from flexq.formatkit.format import Analysis, Encoder, Format, Layout
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
+from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
 from flexq.formatkit.scales import NONFINITE_SCALES_ENV, check_scales, scale_to_float32
 from flexq.formatkit.threads import run_parts, thread_count
+from flexq.formatkit.words import code_table, pack_words, unpack_into
 from flexq.plan import block_cover, ceil_div
 
 if TYPE_CHECKING:
-    from flexq.formatkit.config import QuantConfig, natural_dtype, parse_quant_config
+    from flexq.formatkit.config import (
+        QuantConfig,
+        natural_dtype,
+        parse_json_model,
+        parse_quant_config,
+    )
 
 #: Names from :mod:`flexq.formatkit.config`, imported on first use: pydantic costs a
 #: fresh process about 0.1 s to import, which a load of a format that never parses
 #: its config with it need not pay.
-_CONFIG_NAMES = frozenset({"QuantConfig", "natural_dtype", "parse_quant_config"})
+_CONFIG_NAMES = frozenset({"QuantConfig", "natural_dtype", "parse_json_model", "parse_quant_config"})
 
 
 def __getattr__(name: str) -> Any:
@@ -62,24 +92,36 @@ __all__ = [
     "RUNS_PER_TASK",
     "Analysis",
     "ArrayOps",
+    "Encoder",
     "Format",
     "IgnoreList",
     "Layout",
     "NumpyOps",
     "PaddleOps",
+    "QLinearKeys",
     "QuantConfig",
     "block_cover",
     "ceil_div",
     "check_scales",
+    "code_table",
     "for_bands",
     "is_paddle",
     "lookup_into",
+    "lookup_scaled",
     "natural_dtype",
+    "nibble_blocks",
+    "nibble_pairs",
     "ops_for",
+    "pack_words",
+    "pair_items",
+    "parse_json_model",
     "parse_quant_config",
     "per_checkpoint",
+    "qweight_analysis",
     "row_runs",
     "run_parts",
     "scale_to_float32",
     "thread_count",
+    "to_numpy",
+    "unpack_into",
 ]

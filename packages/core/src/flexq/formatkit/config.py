@@ -2,13 +2,15 @@
 
 For formats: :func:`parse_quant_config` validates ``quantization_config``
 against the format's pydantic model, so a bad value fails with the file, the
-field and the format named; :func:`natural_dtype` is the dtype the unquantized
+field and the format named (:func:`parse_json_model` does the same for JSON a
+format stores in a tensor); :func:`natural_dtype` is the dtype the unquantized
 twin of the checkpoint has (what a logical tensor is when no dtype is asked).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+import json
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -40,12 +42,38 @@ def parse_quant_config(model: type[M], ckpt: Checkpoint, format_name: str) -> M:
     try:
         return model.model_validate(ckpt.quantization_config)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        field, err = _first_error(exc)
         raise FormatError(
             f"{ckpt.path / 'config.json'}: quantization_config.{field}: {err['msg']} "
             f"(got {err.get('input')!r}; format {format_name!r})"
         ) from None
+
+
+def parse_json_model(model: type[M], raw: bytes, where: str) -> M:
+    """UTF-8 JSON bytes holding one object (a blob a producer stores in a U8 tensor,
+    such as bitsandbytes' quant state) validated as ``model``.
+
+    :param where: names the file, tensor and format in the errors.
+    :raises FormatError: ``{where} does not hold JSON (...)``, ``{where} holds JSON
+        list, not an object``, or ``{where}: field 'x': <what is wrong>``.
+    """
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{where} does not hold JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{where} holds JSON {type(doc).__name__}, not an object")
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        field, err = _first_error(exc)
+        raise FormatError(f"{where}: field {field!r}: {err['msg']}") from None
+
+
+def _first_error(exc: ValidationError) -> tuple[str, Any]:
+    """The dotted field of pydantic's first error, and the error."""
+    err = exc.errors()[0]
+    return ".".join(str(p) for p in err["loc"]) or "(top level)", err
 
 
 def natural_dtype(ckpt: Checkpoint, default: str = "bfloat16") -> str:

@@ -14,11 +14,25 @@ E2M1_VALUES = np.array(
     dtype=np.float32,
 )
 
+
+def nibble_pairs(values: np.ndarray, *, high_first: bool = False) -> np.ndarray:
+    """byte -> the two 4-bit codes it holds, decoded by ``values`` (16 entries): [256, 2]
+    float32, so one lookup per byte decodes two elements (with
+    :meth:`ArrayOps.lut_pairs <flexq.formatkit.ArrayOps.lut_pairs>` or, as 8-byte items,
+    :func:`flexq.formatkit.pair_items`).
+
+    :param high_first: element 2b sits in the HIGH nibble of byte b (bitsandbytes);
+        by default in the LOW nibble (OCP MX, gpt-oss, compressed-tensors, NVFP4).
+    """
+    table = np.asarray(values, dtype=np.float32)
+    byte = np.arange(256)
+    low, high = table[byte & 0x0F], table[byte >> 4]
+    return np.stack([high, low] if high_first else [low, high], axis=-1).astype(np.float32)
+
+
 #: byte -> (E2M1 of its low nibble, E2M1 of its high nibble): element 2b sits in the
 #: LOW nibble of byte b (OCP MX, gpt-oss, compressed-tensors, NVFP4). [256, 2].
-E2M1_PAIRS = np.stack(
-    [E2M1_VALUES[np.arange(256) & 0x0F], E2M1_VALUES[np.arange(256) >> 4]], axis=-1
-).astype(np.float32)
+E2M1_PAIRS = nibble_pairs(E2M1_VALUES)
 
 
 def _e4m3_table() -> np.ndarray:

@@ -14,7 +14,8 @@ object::
 
 and its entry point names that object (``fp8 = "flexq_fp8.plugin:plugin"``; the
 one-module example of docs/plugin-guide.md: ``int8row = "flexq_int8row:plugin"``).
-A format that can write checkpoints passes ``encode`` (see :class:`Format`).
+A format that can write checkpoints passes ``encode`` (see :class:`Format`); an
+:class:`Encoder` makes one from the format's quantizer, config and tolerance.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from flexq.errors import FormatError
+from flexq.io.writer import save_checkpoint
 from flexq.markers import hookimpl
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 
@@ -70,6 +72,30 @@ class Analysis(Generic[L]):
 #: Writes a checkpoint of the format into an empty directory; returns the smallest
 #: logits cosine it promises (``flexq demo`` and the cross-package tests check it).
 Encode = Callable[[Path, Mapping[str, np.ndarray], Mapping[str, "RawTensor"]], float]
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """An :data:`Encode` (a format's ``flexq_encode``) from its quantizer.
+
+    Called with a directory, float32 weights and the other (passed-through) tensors,
+    it writes the others and ``quantize(weights)`` with ``config`` as config.json and
+    returns ``tolerance``.
+
+    :ivar quantize: float32 weights by key -> the format's checkpoint tensors.
+    :ivar config: the config.json to write (its ``quantization_config`` included).
+    :ivar tolerance: the smallest logits cosine a model loaded from it keeps.
+    """
+
+    quantize: Callable[[Mapping[str, np.ndarray]], Mapping[str, RawTensor]]
+    config: Mapping[str, Any]
+    tolerance: float
+
+    def __call__(
+        self, directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+    ) -> float:
+        save_checkpoint(directory, {**others, **self.quantize(weights)}, config=self.config)
+        return self.tolerance
 
 
 class Format(Generic[L]):

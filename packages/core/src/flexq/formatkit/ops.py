@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from flexq.formatkit.arrays import is_paddle
-from flexq.formatkit.bands import banded_lookup, pairable
+from flexq.formatkit.bands import banded_lookup, pair_items, pairable
 from flexq.formatkit.rounding import bfloat16_bits_to_float32
 
 
@@ -97,8 +97,7 @@ class NumpyOps:
     def lut_pairs(self, table: np.ndarray, codes: Any) -> Any:
         # A pair of float32 is one 8-byte item: a single fancy-index gather with
         # uint8 indexes is ~2x faster than np.take on a [256, 2] table.
-        wide = np.ascontiguousarray(table, dtype=np.float32).view(np.uint64).reshape(-1)
-        return wide[codes].view(np.float32)
+        return pair_items(table)[codes].view(np.float32)
 
     def mul_into(self, a: Any, b: Any) -> Any:
         # Products above float32's range are infinity by definition: no warning

@@ -1,0 +1,80 @@
+"""Linears stored as ``X.qweight`` beside ``X.qzeros`` and ``X.scales`` (GPTQ, AWQ).
+
+For formats of the AutoGPTQ / AutoAWQ lineage, whose every quantized module
+``X`` stores its packed codes as ``X.qweight`` and whose logical tensor is
+``X.weight``: :class:`QLinearKeys` names a module's keys, and
+:func:`qweight_analysis` finds every such linear of a checkpoint the format's
+config claims (refusing a config that claims a method but stores no qweight,
+which would otherwise load the model silently unquantized).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from flexq.errors import FormatError
+from flexq.formatkit.format import Analysis, Layout
+
+if TYPE_CHECKING:
+    from flexq.io.checkpoint import Checkpoint
+
+L = TypeVar("L", bound=Layout)
+
+
+class QLinearKeys:
+    """The keys of one ``X.qweight`` linear, from its module name ``prefix``.
+
+    Mix it into a format's layout dataclass that has a ``prefix`` field.
+    """
+
+    prefix: str
+
+    @property
+    def logical_key(self) -> str:
+        """``X.weight``, the logical tensor."""
+        return f"{self.prefix}.weight"
+
+    @property
+    def qweight(self) -> str:
+        return f"{self.prefix}.qweight"
+
+    @property
+    def qzeros(self) -> str:
+        return f"{self.prefix}.qzeros"
+
+    @property
+    def scales(self) -> str:
+        return f"{self.prefix}.scales"
+
+
+def qweight_analysis(
+    ckpt: Checkpoint,
+    components: Sequence[str],
+    build: Callable[[str], L],
+    *,
+    where: str,
+    method: str,
+    format_name: str,
+) -> Analysis[L]:
+    """Every ``X.qweight`` linear of a checkpoint whose config claims the format.
+
+    :param components: the component names (``"qweight"``, ``"qzeros"``, ...): every
+        key ending in one is recognized, so one without its linear is an orphan.
+    :param build: checks module ``X`` and returns its layout (logical key ``X.weight``);
+        called in sorted key order.
+    :param where: the config's place, for the error (``.../config.json: quantization_config``).
+    :raises FormatError: when no tensor is a ``<module>.qweight``.
+    """
+    tensors = ckpt.tensors
+    suffixes = tuple(f".{c}" for c in components)
+    recognized = frozenset(k for k in tensors if k.endswith(suffixes))
+    prefixes = [k.removesuffix(".qweight") for k in sorted(tensors) if k.endswith(".qweight")]
+    found = {f"{prefix}.weight": build(prefix) for prefix in prefixes}
+    if not found:
+        dtypes = ", ".join(sorted({t.dtype for t in tensors.values()}))
+        raise FormatError(
+            f"{where}: quant_method {method!r}, but no tensor is a '<module>.qweight' "
+            f"(tensor dtypes: {dtypes}) (format {format_name!r})"
+        )
+    return Analysis(found, recognized)

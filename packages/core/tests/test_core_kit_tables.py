@@ -1,0 +1,205 @@
+"""The kit's code tables: nibble pairs, pair items, banded block lookups and packed words."""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import pydantic
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import flexq
+from flexq.formatkit import (
+    E2M1_PAIRS,
+    E2M1_VALUES,
+    NumpyOps,
+    PaddleOps,
+    code_table,
+    lookup_scaled,
+    nibble_blocks,
+    nibble_pairs,
+    pack_words,
+    pair_items,
+    parse_json_model,
+    to_numpy,
+    unpack_into,
+)
+
+BOOK = np.arange(16, dtype=np.float32) * np.float32(0.25) - np.float32(2.0)
+
+
+def test_nibble_pairs_decode_the_low_nibble_first_unless_told() -> None:
+    low = nibble_pairs(BOOK)
+    high = nibble_pairs(BOOK, high_first=True)
+    assert low.shape == high.shape == (256, 2)
+    assert low.dtype == np.float32
+    # byte 0x3A: low nibble 0xA, high nibble 0x3
+    assert low[0x3A].tolist() == [BOOK[0xA], BOOK[0x3]]
+    assert high[0x3A].tolist() == [BOOK[0x3], BOOK[0xA]]
+    np.testing.assert_array_equal(nibble_pairs(E2M1_VALUES), E2M1_PAIRS)
+
+
+def test_pair_items_gather_both_values_of_a_byte_in_one_item() -> None:
+    pairs = nibble_pairs(BOOK)
+    items = pair_items(pairs)
+    assert items.shape == (256,)
+    assert items.itemsize == 8
+    codes = np.array([[0x00, 0xFF, 0x3A]], np.uint8)
+    np.testing.assert_array_equal(items[codes].view(np.float32), pairs[codes].reshape(1, 6))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lead=st.integers(0, 5),
+    blocks=st.integers(0, 9),
+    width=st.sampled_from([1, 4, 8]),
+    seed=st.integers(0, 2**16),
+)
+def test_lookup_scaled_equals_lookup_then_block_multiply(
+    lead: int, blocks: int, width: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    pairs = nibble_pairs(BOOK)
+    codes = rng.integers(0, 256, (lead, blocks, width), dtype=np.uint8)
+    scale = rng.standard_normal((lead, blocks, 1)).astype(np.float32)
+    result = np.empty((lead, blocks, 2 * width), np.float32)
+    items = result.view(np.uint64)
+    assert lookup_scaled(pair_items(pairs), codes, items, scale) is items
+    want = pairs[codes].reshape(lead, blocks, 2 * width) * scale
+    np.testing.assert_array_equal(result, want)
+
+
+def test_lookup_scaled_makes_overflow_inf_without_a_warning() -> None:
+    items = pair_items(nibble_pairs(np.full(16, 3e38, np.float32)))
+    out = np.empty((1, 1, 2), np.float32)
+    with np.errstate(all="raise"):
+        lookup_scaled(
+            items,
+            np.zeros((1, 1, 1), np.uint8),
+            out.view(np.uint64),
+            np.full((1, 1, 1), 10, np.float32),
+        )
+    assert np.isinf(out).all()
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_code_table_lists_each_bytes_codes_low_bits_first(bits: int) -> None:
+    table = code_table(bits)
+    per = 8 // bits
+    assert table.shape == (256, per)
+    byte = 0b1011_0110
+    want = [(byte >> (bits * j)) & ((1 << bits) - 1) for j in range(per)]
+    assert table[byte].tolist() == want
+    np.testing.assert_array_equal(code_table(bits, 3.0), table - 3)
+    assert code_table(bits) is table  # built once
+
+
+def test_code_table_refuses_widths_that_do_not_divide_a_byte() -> None:
+    with pytest.raises(ValueError, match="not 3"):
+        code_table(3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=st.sampled_from([1, 2, 4, 8]),
+    rows=st.integers(0, 6),
+    width=st.integers(0, 5),
+    minus=st.sampled_from([0.0, 8.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_unpack_into_equals_the_kits_shift_unpack_and_paddles(
+    bits: int, rows: int, width: int, minus: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    words = rng.integers(-(2**31), 2**31, (rows, width), dtype=np.int64).astype(np.int32)
+    k = 32 // bits
+    out = np.empty((rows, width * k), np.float32)
+    unpack_into(words, bits, out, minus)
+    want = NumpyOps().unpack(words, bits, range(k), False) - np.float32(minus)
+    np.testing.assert_array_equal(out, want)
+    if words.size:
+        on_paddle = paddle.to_tensor(words)
+        device = PaddleOps().unpack(on_paddle, bits, range(k), False).numpy()
+        np.testing.assert_array_equal(out, device - np.float32(minus))
+
+
+def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    assert to_numpy(x) is x
+    np.testing.assert_array_equal(to_numpy(paddle.to_tensor(x)), x)
+
+
+def test_nibble_blocks_cover_the_target_and_trim_inside_the_first_block() -> None:
+    target = flexq.TargetSlice((4, 40), (2, 10), (1, 13), "float32")
+    codes, scales, trim = nibble_blocks(target, 16, 40)
+    # elements 13..22 lie in blocks 0 and 1: bytes 0..15, scales 0..1
+    assert codes == ((1, 0), (2, 16))
+    assert scales == ((1, 0), (2, 2))
+    assert trim == 13
+
+
+def test_nibble_blocks_read_only_the_bytes_of_a_partial_last_block() -> None:
+    target = flexq.TargetSlice((3, 40), (3, 8), (0, 32), "float32")
+    codes, scales, trim = nibble_blocks(target, 16, 40)
+    assert codes == ((0, 16), (3, 4))
+    assert scales == ((0, 2), (3, 1))
+    assert trim == 0
+    empty = flexq.TargetSlice((3, 40), (3, 0), (0, 40), "float32")
+    assert nibble_blocks(empty, 16, 40)[1][1] == (3, 0)
+
+
+class Blob(pydantic.BaseModel):
+    size: int = pydantic.Field(gt=0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"{not json", r"^t.bin: tensor 'b' does not hold JSON \("),
+        (b"[1, 2]", r"^t.bin: tensor 'b' holds JSON list, not an object$"),
+        (b'{"size": 0}', r"^t.bin: tensor 'b': field 'size': Input should be greater than 0$"),
+    ],
+)
+def test_parse_json_model_names_where_and_the_field(raw: bytes, message: str) -> None:
+    with pytest.raises(flexq.FormatError, match=message):
+        parse_json_model(Blob, raw, "t.bin: tensor 'b'")
+
+
+def test_parse_json_model_returns_the_model() -> None:
+    assert parse_json_model(Blob, b'{"size": 3}', "here") == Blob(size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=st.integers(1, 8),
+    rows=st.integers(0, 4),
+    cols=st.integers(1, 40),
+    axis=st.sampled_from([0, 1]),
+    seed=st.integers(0, 2**16),
+)
+def test_pack_words_writes_one_dense_stream_that_unpacks_back(
+    bits: int, rows: int, cols: int, axis: int, seed: int
+) -> None:
+    codes = np.random.default_rng(seed).integers(0, 1 << bits, (rows, cols), dtype=np.int64)
+    packed = pack_words(codes if axis == 1 else codes.T, bits, axis=axis)
+    words = packed if axis == 1 else packed.T
+    assert words.dtype == np.int32
+    assert words.shape == (rows, -(-cols * bits // 32))
+    stream = np.unpackbits(np.ascontiguousarray(words).view(np.uint8), axis=1, bitorder="little")
+    got = sum(stream[:, b::bits][:, :cols].astype(np.int64) << b for b in range(bits))
+    np.testing.assert_array_equal(got, codes)
+    if 8 % bits == 0:
+        out = np.empty((rows, words.shape[1] * (32 // bits)), np.float32)
+        unpack_into(np.ascontiguousarray(words), bits, out)
+        np.testing.assert_array_equal(out[:, :cols], codes)
+
+
+def test_pack_words_pads_words_when_told_how_many_codes_each_holds() -> None:
+    # 3-bit codes ten per word, the top two bits of each word unused
+    codes = (np.arange(12) % 8).reshape(1, 12)
+    words = pack_words(codes, 3, axis=1, per_word=10).view(np.uint32)
+    assert words.shape == (1, 2)
+    assert [(int(words[0, 0]) >> (3 * j)) & 7 for j in range(10)] == codes[0, :10].tolist()
+    assert int(words[0, 0]) >> 30 == 0
+    assert [(int(words[0, 1]) >> (3 * j)) & 7 for j in range(2)] == codes[0, 10:].tolist()
