@@ -71,7 +71,9 @@ if TYPE_CHECKING:
 #: Names from :mod:`flexq.formatkit.config`, imported on first use: pydantic costs a
 #: fresh process about 0.1 s to import, which a load of a format that never parses
 #: its config with it need not pay.
-_CONFIG_NAMES = frozenset({"QuantConfig", "natural_dtype", "parse_json_model", "parse_quant_config"})
+_CONFIG_NAMES = frozenset(
+    {"QuantConfig", "natural_dtype", "parse_json_model", "parse_quant_config"}
+)
 
 
 def __getattr__(name: str) -> Any:
