@@ -198,20 +198,27 @@ def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
             if tolerance is None:
                 continue
             params, seconds = _load(path, [name])
-            error = max(
-                float(np.abs(params[k].numpy() - reference[k].numpy()).max()) for k in params
-            )
-            rows.append(
-                DemoRow(
-                    name,
-                    sum(f.stat().st_size for f in path.iterdir()),
-                    seconds,
-                    error,
-                    cosine(forward(params, tokens).numpy(), ref_logits),
-                    float(tolerance),
-                )
-            )
+            logits = forward(params, tokens).numpy()
+            rows.append(row(name, path, seconds, params, reference, logits, ref_logits, tolerance))
     return rows
+
+
+def row(
+    name: str,
+    path: Path,
+    seconds: float,
+    params: dict[str, Any],
+    reference: dict[str, Any],
+    logits: np.ndarray,
+    ref_logits: np.ndarray,
+    tolerance: float,
+    model: str = "a tiny Llama",
+) -> DemoRow:
+    """The table row of format ``name``: its checkpoint's size, load time, largest weight
+    error against ``reference`` and logits cosine against ``ref_logits``."""
+    error = max(float(np.abs(params[k].numpy() - reference[k].numpy()).max()) for k in params)
+    size = sum(f.stat().st_size for f in path.iterdir())
+    return DemoRow(name, size, seconds, error, cosine(logits, ref_logits), float(tolerance), model)
 
 
 def print_table(rows: list[DemoRow]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flexq.cli.demo import DemoRow, cosine
+from flexq.cli.demo import DemoRow, row
 from flexq.compose import compose
 from flexq.io.writer import RawTensor
 from flexq.paddleformers import from_pretrained
@@ -37,6 +37,8 @@ CONFIG = {
     "tie_word_embeddings": False,
 }
 SEQ = 32
+#: What the demo table says the rows were loaded into.
+MODEL = "a PaddleFormers LlamaForCausalLM"
 
 
 def available() -> bool:
@@ -84,19 +86,20 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
             start = time.perf_counter()
             loaded = from_pretrained(LlamaForCausalLM, path, dtype="float32")
             seconds = time.perf_counter() - start
+            logits = _logits(loaded, tokens)
+            model_name = "a PaddleFormers LlamaForCausalLM"
             params = loaded.state_dict()
-            error = max(
-                float(np.abs(params[k].numpy() - ref_params[k].numpy()).max()) for k in params
-            )
             rows.append(
-                DemoRow(
+                row(
                     name,
-                    sum(f.stat().st_size for f in path.iterdir()),
+                    path,
                     seconds,
-                    error,
-                    cosine(_logits(loaded, tokens), ref_logits),
-                    float(tolerance),
-                    "a PaddleFormers LlamaForCausalLM",
+                    params,
+                    ref_params,
+                    logits,
+                    ref_logits,
+                    tolerance,
+                    model_name,
                 )
             )
     return rows
