@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("paddleformers")
 
 from flexq.cli import demo, demo_paddleformers
+from flexq.cli.main import main
 from flexq.plugin.manager import registry
 
 
@@ -22,8 +23,10 @@ def test_the_demo_loads_a_paddleformers_llama_in_every_format_within_tolerance(
         return rows
 
     monkeypatch.setattr(demo_paddleformers, "run", spy)
-    rows = demo.run()
-    assert ran == [rows]  # the PaddleFormers model, not the demo's own mini model
+    assert main(["demo"]) == 0
+    assert len(ran) == 1  # the PaddleFormers model, not the demo's own mini model
+    (rows,) = ran
+    assert isinstance(rows, list)
     assert [r.format for r in rows] == registry.encoders()
     for r in rows:
         assert r.ok, (r.format, r.logits_cosine, r.tolerance)

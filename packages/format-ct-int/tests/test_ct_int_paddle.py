@@ -15,7 +15,7 @@ import pytest
 
 from flexq import TargetSlice, compose
 from flexq.formatkit.arrays import to_numpy
-from flexq.formatkit.testing import source_to_paddle
+from flexq.testing import source_to_paddle
 
 LAYOUTS = [
     dict(fmt="pack-quantized", bits=4, strategy="group", group=16, symmetric=False),

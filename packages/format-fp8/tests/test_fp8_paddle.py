@@ -16,7 +16,7 @@ import pytest
 import flexq
 from flexq import RawTensor, TargetSlice
 from flexq.formatkit.arrays import to_numpy
-from flexq.formatkit.testing import source_to_paddle
+from flexq.testing import source_to_paddle
 
 
 def bits_with_one_nan(x: np.ndarray, out: str) -> np.ndarray:

@@ -54,7 +54,7 @@ def test_whole_decode_equals_the_oracle(oracle: Any, case: dict[str, Any], dtype
 @settings(max_examples=30, deadline=None)
 @given(case=linears())
 def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, Any]) -> None:
-    from flexq.formatkit.testing import source_to_paddle
+    from flexq.testing import source_to_paddle
 
     rng = np.random.default_rng(case["seed"])
     lin = oracle.random_gptq(

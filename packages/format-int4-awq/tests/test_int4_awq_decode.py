@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flexq import RawTensor, TargetSlice, compose
-from flexq.formatkit.testing import source_to_paddle
+from flexq.testing import source_to_paddle
 
 # (version, out, in, group_size): out != in everywhere, so a missing transpose fails.
 CASES = [

@@ -97,7 +97,7 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_words(
 def test_paddle_sources_of_a_local_plan_match_numpy(
     built: Built, oracle: Any, box: tuple[int, int, int, int, int]
 ) -> None:
-    from flexq.formatkit.testing import source_to_paddle
+    from flexq.testing import source_to_paddle
 
     case, o0, no, i0, ni = box
     _, out_f, in_f, _ = CASES[case]

@@ -160,19 +160,15 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
-    """Write, load and compare the model in every installed format that can encode: a
-    PaddleFormers Llama when PaddleFormers is installed, this module's own model
-    otherwise (and always with ``keep``).
+    """Write, load and compare the model in every installed format that can encode
+    (``flexq demo`` runs :mod:`flexq.cli.demo_paddleformers` instead where PaddleFormers
+    is installed).
 
-    :param keep: write this module's checkpoints into this new (or empty) directory,
-        one subdirectory per format plus ``unquantized``, and leave them there.
+    :param keep: write the checkpoints into this new (or empty) directory, one
+        subdirectory per format plus ``unquantized``, and leave them there.
     """
     import paddle
 
-    from flexq.cli import demo_paddleformers
-
-    if keep is None and demo_paddleformers.available():
-        return demo_paddleformers.run(workdir)
     if keep is not None:
         if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
             raise FlexqError(f"{keep}: --keep needs a new or empty directory")

@@ -211,9 +211,15 @@ def _demo(args: argparse.Namespace) -> int:
     except ModuleNotFoundError:
         raise FlexqError(f"flexq demo needs PaddlePaddle, which is not installed: "
                          f"{PADDLE_INSTALL}") from None  # fmt: skip
-    from flexq.cli.demo import print_table, run
+    from flexq.cli import demo, demo_paddleformers
 
-    rows = run(keep=args.keep)
+    # A real PaddleFormers Llama where PaddleFormers is installed; the demo's own tiny
+    # model otherwise, and always when its checkpoints are to be kept.
+    if args.keep is None and demo_paddleformers.available():
+        rows = demo_paddleformers.run()
+    else:
+        rows = demo.run(keep=args.keep)
+    print_table = demo.print_table
     print_table(rows)
     if args.keep is not None:
         print(f"checkpoints kept in {args.keep}/ (one directory per format)")
