@@ -31,12 +31,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
+from flexq.formatkit import FLOAT_SCALE_DTYPES, Analysis, natural_dtype, per_checkpoint
 from flexq_ct_int.config import FORMAT_NAME, INT, PACK, CtConfig, WeightArgs, read_config
 from flexq_ct_int.layout import CtLinear, Kind, ZeroKind
 from flexq_ct_int.packing import DENSE_SINCE, SUPPORTED_BITS, Packing, parse_version
 
-SCALE_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+SCALE_DTYPES = FLOAT_SCALE_DTYPES
 ZERO_DTYPES = ("I8", "I16", "I32")
 SHAPE_DTYPES = ("I64", "I32")
 GIDX_DTYPES = ("I32", "I64")

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flexq.formatkit import QLinearKeys
+from flexq.formatkit import FLOAT_SCALE_DTYPES, QLinearKeys
 from flexq_gptq.packing import Packing
 
 COMPONENTS = ("qweight", "qzeros", "scales", "g_idx")
 #: Scale dtypes the decoder reads, and the Paddle dtype each one implies.
-SCALE_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
+SCALE_DTYPES = FLOAT_SCALE_DTYPES
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flexq.formatkit import ceil_div
+from flexq.formatkit import FLOAT_SCALE_DTYPES, ceil_div
 
 if TYPE_CHECKING:
     from flexq_int4_awq.config import Version
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 PACK = 8  # 4-bit codes per int32
 COMPONENTS = ("qweight", "qzeros", "scales")
 #: safetensors dtype of the scales -> Paddle dtype name of the logical weight.
-SCALE_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
+SCALE_DTYPES = FLOAT_SCALE_DTYPES
 #: GEMM: logical element AWQ_ORDER[i] of a group of eight is stored in slot i.
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 #: GEMM: logical element j of a group of eight is read from slot AWQ_REVERSE[j].

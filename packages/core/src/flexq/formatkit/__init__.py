@@ -55,7 +55,12 @@ from flexq.formatkit.format import Analysis, Encoder, Format, Layout
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.formatkit.scales import NONFINITE_SCALES_ENV, check_scales, scale_to_float32
+from flexq.formatkit.scales import (
+    FLOAT_SCALE_DTYPES,
+    NONFINITE_SCALES_ENV,
+    check_scales,
+    scale_to_float32,
+)
 from flexq.formatkit.threads import run_parts, thread_count
 from flexq.formatkit.words import code_table, pack_words, unpack_into
 from flexq.plan import block_cover, ceil_div
@@ -89,6 +94,7 @@ __all__ = [
     "E2M1_VALUES",
     "E4M3_TO_FLOAT32",
     "E8M0_TO_FLOAT32",
+    "FLOAT_SCALE_DTYPES",
     "IGNORE_FIELDS",
     "NONFINITE_SCALES_ENV",
     "RUNS_PER_TASK",

@@ -18,10 +18,18 @@ import numpy as np
 from flexq.errors import ScaleWarning
 from flexq.formatkit.arrays import is_paddle
 from flexq.formatkit.elements import E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
+from flexq.io.dtypes import DTYPES
 
 if TYPE_CHECKING:
     from flexq.formatkit.ops import ArrayOps
     from flexq.io.header import TensorInfo
+
+#: The float storage dtypes scales are stored in -> the Paddle dtype of their values
+#: (what a format's logical tensor takes when its scales say the model dtype), read
+#: off the one dtype table.
+FLOAT_SCALE_DTYPES: dict[str, str] = {
+    d.name: d.paddle for d in DTYPES.values() if d.kind == "float" and d.bits <= 32 and d.paddle
+}
 
 #: Set to "error" to make a NaN or infinite scale a FormatError instead of a ScaleWarning.
 NONFINITE_SCALES_ENV = "FLEXQ_NONFINITE_SCALES"
