@@ -28,7 +28,7 @@ MIN_LOGITS_COSINE = 0.90
 
 plugin = Format(
     FORMAT,
-    "NVFP4: compressed-tensors ``nvfp4-pack-quantized``, NVIDIA ModelOpt ``NVFP4`` and auto-round.",
+    "NVFP4: compressed-tensors `nvfp4-pack-quantized`, NVIDIA ModelOpt `NVFP4` and auto-round.",
     methods=(f"compressed-tensors/{CT_FORMAT}", "modelopt", "auto-round"),
     analyze=analyze,
     plan=local_plan,

@@ -30,6 +30,7 @@ PUBLISHED: dict[str, tuple[tuple[str, str], ...]] = {
     "awq": (_AWQ,),
     "gptq": (_GPTQ,),
     "auto-round": (_GPTQ, _FP8, _NVFP4),
+    "intel/auto-round": (_GPTQ,),
     "compressed-tensors/pack-quantized": (_CT_INT,),
     "compressed-tensors/int-quantized": (_CT_INT,),
     "compressed-tensors/nvfp4-pack-quantized": (_NVFP4,),
