@@ -74,13 +74,9 @@ def _split(
     to be in flight whole. Cuts fall on multiples of ``ROW_ALIGN`` rows where they
     can, so block formats re-read few scale blocks."""
     shape = tuple(int(d) for d in src.local_shape)
-    nbytes = 4 * math.prod(shape)
-    if not shape or nbytes <= max_bytes:
+    if not shape or 4 * math.prod(shape) <= max_bytes:
         return [(src, dst)]
-    row_bytes = nbytes // shape[0] if shape[0] else nbytes
-    rows = max(1, max_bytes // max(1, row_bytes))
-    if rows >= ROW_ALIGN:
-        rows -= rows % ROW_ALIGN
+    rows = rows_per_cut(shape, max_bytes)
     dst_axis = _axes(len(shape), transposes).index(0)
     out = []
     for start in range(0, shape[0], rows):
@@ -91,6 +87,16 @@ def _split(
 
 #: Chunk boundaries of split pieces fall on multiples of this many rows when possible.
 ROW_ALIGN = 128
+
+
+def rows_per_cut(shape: tuple[int, ...], max_bytes: int) -> int:
+    """Rows of a box of ``shape`` that fit ``max_bytes`` of float32 (one at least), a
+    multiple of ``ROW_ALIGN`` where that many fit, so block formats re-read few scale
+    blocks."""
+    nbytes = 4 * math.prod(shape)
+    row_bytes = nbytes // shape[0] if shape[0] else nbytes
+    rows = max(1, max_bytes // max(1, row_bytes))
+    return rows - rows % ROW_ALIGN if rows >= ROW_ALIGN else rows
 
 
 def _cut(desc: Any, axis: int, start: int, size: int) -> Any:

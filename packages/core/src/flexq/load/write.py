@@ -23,7 +23,7 @@ import numpy as np
 
 from flexq.formatkit.arrays import host_view
 from flexq.formatkit.rounding import to_paddle
-from flexq.load.aoa import ROW_ALIGN
+from flexq.load.aoa import rows_per_cut
 from flexq.load.report import LoadReport
 from flexq.plan import TargetSlice
 from flexq.plugin.passthrough import NAME as PASSTHROUGH
@@ -85,7 +85,8 @@ def fill(
                 # C-contiguous region AOA does not transpose).
                 into = None
                 if view is not None and not options.atomic and not p.transposes:
-                    into = view[box] if view[box].flags.c_contiguous else None
+                    into = view[box]
+                    into = into if into.flags.c_contiguous else None
                 # Host targets in another float dtype are rounded from one float32 buffer.
                 work = None
                 if view is not None and p.target.dtype != "float32":
@@ -136,9 +137,7 @@ def probe_plan(ct: ComposedTransform, p: Piece) -> ReadPlan:
     shape = tuple(int(d) for d in p.src_desc.local_shape)
     if not shape or p.nbytes <= PROBE_BYTES or shape[0] < 2:
         return p.plan
-    rows = max(1, PROBE_BYTES // (p.nbytes // shape[0]))
-    if rows >= ROW_ALIGN:
-        rows -= rows % ROW_ALIGN
+    rows = rows_per_cut(shape, PROBE_BYTES)
     box = TargetSlice(
         tuple(int(d) for d in p.src_desc.global_shape),
         (rows, *shape[1:]),
