@@ -21,11 +21,16 @@ nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-def install_workspace(session: nox.Session, *groups: str) -> None:
-    """Install every workspace member (editable) and the named dependency groups."""
+def install_workspace(session: nox.Session, *groups: str, pins: tuple[str, ...] = ()) -> None:
+    """Install every workspace member (editable) and the named dependency groups.
+
+    ``pins`` go into the same resolve, so every other dependency is chosen to fit
+    them (installed afterwards, a pin would leave e.g. an ml_dtypes built for
+    numpy 2 beside numpy 1.26).
+    """
     editable = [arg for m in MEMBERS for arg in ("-e", m)]
     extra = [dep for g in groups for dep in nox.project.dependency_groups(PYPROJECT, g)]
-    session.install(*editable, *extra)
+    session.install(*editable, *extra, *pins)
 
 
 #: numpy versions the suite runs under: the newest, and 1.26.4, which
@@ -38,9 +43,8 @@ NUMPY = ["latest", "1.26.4"]
 def tests(session: nox.Session, numpy: str) -> None:
     """The whole test suite (unit, property, plugin-install and multi-rank tests),
     under each numpy of ``NUMPY``."""
-    install_workspace(session, "test")
-    if numpy != "latest":
-        session.install(f"numpy=={numpy}")
+    install_workspace(session, "test", pins=() if numpy == "latest" else (f"numpy=={numpy}",))
+    session.run("python", "-c", "import ml_dtypes, numpy; print('numpy', numpy.__version__)")
     session.run("pytest", *session.posargs)
 
 
@@ -54,8 +58,7 @@ def paddleformers(session: nox.Session) -> None:
     AWQ / MXFP4 twins, bf16 and float32. (``tests-1.26.4`` runs the rest of the
     suite under that numpy.)
     """
-    install_workspace(session, "test")
-    session.install("paddleformers==1.2.0")
+    install_workspace(session, "test", pins=("paddleformers==1.2.0",))
     session.run(
         "python", "-c", "import numpy; assert numpy.__version__ == '1.26.4', numpy.__version__"
     )
