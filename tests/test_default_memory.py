@@ -12,7 +12,7 @@ import paddle
 import pytest
 
 import flexq
-from flexq.load import write
+from flexq.load import aoa
 from flexq_fp8 import save_fp8_checkpoint
 
 from .conftest import LINEARS, weights
@@ -67,28 +67,33 @@ def test_a_default_load_lets_each_pieces_file_pages_go_once_it_is_written(
         np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)
 
 
+@pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
 def test_the_check_before_the_first_write_decodes_only_the_first_rows_of_the_smallest_piece(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
     path = fp8_checkpoint(tmp_path)
     # 32 rows of 64 float32 columns: a probe of at most 8 KiB.
-    monkeypatch.setattr(write, "PROBE_BYTES", 32 * 64 * 4)
+    monkeypatch.setattr(aoa, "PROBE_BYTES", 32 * 64 * 4)
     calls = fp8_apply_calls(monkeypatch)
     sd = plain_targets()
-    flexq.load_state_dict(sd, path)
+    # Either source hands out the probe's boxes, which lie inside the piece's own.
+    assert flexq.load_state_dict(sd, path, engine=engine).engine == engine  # type: ignore[arg-type]
     smallest = min(LINEARS, key=lambda k: (np.prod(LINEARS[k]), sorted(LINEARS).index(k)))
     first_key, first_box = calls[0]
     assert np.prod(LINEARS[first_key]) == np.prod(LINEARS[smallest])
     assert first_box == (32, LINEARS[first_key][1])
     # then every piece once, whole (no piece is decoded twice)
     assert sorted(calls[1:]) == sorted((k, s) for k, s in LINEARS.items())
+    ct = flexq.compose(path)
+    for key, t in sd.items():
+        np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)
 
 
 def test_a_format_that_ignores_the_planned_box_fails_before_anything_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = fp8_checkpoint(tmp_path)
-    monkeypatch.setattr(write, "PROBE_BYTES", 32 * 64 * 4)
+    monkeypatch.setattr(aoa, "PROBE_BYTES", 32 * 64 * 4)
     impl = next(
         i
         for i in flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
@@ -116,4 +121,4 @@ def test_a_probe_plan_is_the_pieces_own_when_the_piece_is_small(tmp_path: Path) 
     ct = flexq.compose(fp8_checkpoint(tmp_path))
     options = LoadOptions(None, 1 << 30, False, None, False, {})
     pieces = plan_pieces(ct, describe(plain_targets()), options)
-    assert all(write.probe_plan(ct, p) is p.plan for p in pieces)
+    assert all(p.probe is p.plan for p in pieces)

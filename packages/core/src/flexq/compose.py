@@ -21,7 +21,7 @@ import numpy as np
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
 from flexq.formatkit.arrays import host_to_numpy, is_paddle
 from flexq.formatkit.ops import ops_for
-from flexq.formatkit.rounding import round_numpy, round_paddle, to_paddle
+from flexq.formatkit.rounding import round_numpy, to_paddle
 from flexq.formatkit.scales import check_scales, scale_to_float32
 from flexq.io.checkpoint import Checkpoint
 from flexq.io.dtypes import FLOAT_DTYPES, paddle_dtype_name
@@ -229,10 +229,12 @@ class ComposedTransform:
         output_dtype: str,
         out: np.ndarray | None = None,
         scratch: np.ndarray | None = None,
+        host: bool = True,
     ) -> Any:
         """Run the owner's apply for ``plan`` and round once to ``output_dtype``.
 
-        Returns numpy (bfloat16 as uint16 bits) for numpy sources, Paddle for Paddle ones.
+        Returns numpy (bfloat16 as uint16 bits) for numpy sources, Paddle for Paddle
+        ones, and a Paddle tensor in any case when not ``host``.
         ``out`` (a C-contiguous numpy array of the box in the output's storage
         dtype, often the target's own memory) receives the result, which is then
         ``out`` itself or a view of it. For a float32 output it is offered to the
@@ -250,8 +252,8 @@ class ComposedTransform:
             output_dtype,
             out if output_dtype == "float32" else scratch,
         )
-        if is_paddle(result):
-            return round_paddle(result, output_dtype)
+        if not host or is_paddle(result):
+            return to_paddle(result, output_dtype)
         result = np.asarray(result)
         if out is not None and np.may_share_memory(result, out):
             return result  # the format wrote the float32 result into ``out``

@@ -13,19 +13,17 @@ ever written into the directory.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flexq.errors import CheckpointError
 from flexq.io.dtypes import byte_length, dtype
-from flexq.io.header import TensorInfo, read_header
-from flexq.io.hub import allowed_link_root, resolve
+from flexq.io.header import TensorInfo, read_headers
+from flexq.io.hub import locate
 from flexq.plan import box_inside
 
 if TYPE_CHECKING:
@@ -34,8 +32,6 @@ if TYPE_CHECKING:
 
 CONFIG_NAME = "config.json"
 QUANT_CONFIG_NAME = "quant_config.json"
-INDEX_SUFFIX = ".safetensors.index.json"
-PREFERRED_INDEX = "model.safetensors.index.json"
 
 
 class Checkpoint:
@@ -49,13 +45,14 @@ class Checkpoint:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = resolve(path)
-        self._root = self.path.resolve()
-        self._link_root = allowed_link_root(self.path)
-        self.config: dict[str, Any] = self._read_json(CONFIG_NAME)
+        files = locate(path)
+        self.path = files.path
+        self.config: dict[str, Any] = files.read_json(CONFIG_NAME)
         # Older AutoAWQ checkpoints keep their settings beside config.json.
-        self._quant_file = self._read_json(QUANT_CONFIG_NAME)
-        self.tensors: dict[str, TensorInfo] = self._read_headers(self._data_files())
+        self._quant_file = files.read_json(QUANT_CONFIG_NAME)
+        #: data file name -> its checked path (and the keys its index assigns to it)
+        self._files = files.data_files()
+        self.tensors: dict[str, TensorInfo] = read_headers(self._files, self.path)
         #: bytes copied out of the files by :meth:`read`, in total and per file.
         self.bytes_read = 0
         self.bytes_read_by_file: Counter[str] = Counter()
@@ -207,88 +204,9 @@ class Checkpoint:
 
     def _map(self, file: str) -> mmap.mmap:
         if file not in self._maps:
-            with open(self._safe_path(file), "rb") as fh:
-                self._maps[file] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                with open(self._files[file][0], "rb") as fh:
+                    self._maps[file] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except OSError as exc:
+                raise CheckpointError(f"{self.path}: cannot read {file!r} ({exc})") from None
         return self._maps[file]
-
-    def _safe_path(self, name: object) -> Path:
-        """Resolve a file name from the index, refusing anything outside the directory
-        (or, for a cache snapshot, outside its ``models--*`` tree)."""
-        if (
-            not isinstance(name, str)
-            or not name
-            or name in (".", "..")
-            or "/" in name
-            or "\\" in name
-            or "\0" in name
-        ):
-            raise CheckpointError(f"{self.path}: file name {name!r} is not a plain file name")
-        resolved = (self._root / name).resolve()
-        inside_tree = self._link_root is not None and self._link_root in resolved.parents
-        if resolved.parent != self._root and not inside_tree:
-            raise CheckpointError(
-                f"{self.path}: {name!r} resolves to {resolved}, outside the checkpoint directory"
-            )
-        if not resolved.is_file():
-            raise CheckpointError(f"{self.path}: file {name!r} is missing")
-        return resolved
-
-    def _read_json(self, name: str) -> dict[str, Any]:
-        """An optional JSON object file of the checkpoint ({} when absent)."""
-        if not (self.path / name).exists():
-            return {}
-        raw = self._safe_path(name).read_bytes()
-        try:
-            doc = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{self.path / name}: not valid JSON ({exc})") from None
-        if not isinstance(doc, dict):
-            raise CheckpointError(f"{self.path / name}: not a JSON object")
-        return doc
-
-    def _data_files(self) -> dict[str, set[str] | None]:
-        """Data file names, each with the keys the index assigns to it (None: no index)."""
-        indexes = sorted(p.name for p in self.path.glob(f"*{INDEX_SUFFIX}"))
-        if PREFERRED_INDEX in indexes:
-            indexes = [PREFERRED_INDEX]
-        if len(indexes) > 1:
-            raise CheckpointError(f"{self.path}: several index files {indexes}")
-        if not indexes:
-            names = sorted(p.name for p in self.path.glob("*.safetensors"))
-            if not names:
-                raise CheckpointError(f"{self.path}: no *.safetensors files")
-            return dict.fromkeys(names)
-        index = self.path / indexes[0]
-        try:
-            weight_map = json.loads(self._safe_path(indexes[0]).read_bytes())["weight_map"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index}: not an index with a weight_map ({exc})") from None
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: weight_map is not a JSON object")
-        files: dict[str, set[str] | None] = {}
-        for key, name in weight_map.items():
-            self._safe_path(name)
-            keys = files.setdefault(name, set())
-            assert keys is not None
-            keys.add(key)
-        return files
-
-    def _read_headers(self, files: dict[str, set[str] | None]) -> dict[str, TensorInfo]:
-        tensors: dict[str, TensorInfo] = {}
-        for name, indexed in files.items():
-            path = self._safe_path(name)
-            with open(path, "rb") as fh:
-                header = read_header(fh, os.fstat(fh.fileno()).st_size, name)
-            for key, info in header.tensors.items():
-                if key in tensors:
-                    raise CheckpointError(
-                        f"{self.path}: tensor {key!r} is in both {tensors[key].file} and {name}"
-                    )
-                tensors[key] = info
-            missing = sorted((indexed or set()) - header.tensors.keys())
-            if missing:
-                raise CheckpointError(
-                    f"{self.path}: the index puts {missing[0]!r} in {name}, "
-                    "which has no such tensor"
-                )
-        return tensors

@@ -10,9 +10,12 @@ by a number from the file before it has been checked against the file size.
 from __future__ import annotations
 
 import json
+import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 from typing import BinaryIO
 
 from flexq.errors import CheckpointError
@@ -51,6 +54,30 @@ class Header:
     file: str
     tensors: dict[str, TensorInfo]
     metadata: dict[str, str]
+
+
+def read_headers(
+    files: Mapping[str, tuple[Path, set[str] | None]], where: Path
+) -> dict[str, TensorInfo]:
+    """Every tensor of the data files of checkpoint ``where`` (file name -> (path, keys
+    its index assigns to it, or None)): one key in one file, each file holding the
+    keys its index assigns to it."""
+    tensors: dict[str, TensorInfo] = {}
+    for name, (path, indexed) in files.items():
+        with open(path, "rb") as fh:
+            header = read_header(fh, os.fstat(fh.fileno()).st_size, name)
+        for key, info in header.tensors.items():
+            if key in tensors:
+                raise CheckpointError(
+                    f"{where}: tensor {key!r} is in both {tensors[key].file} and {name}"
+                )
+            tensors[key] = info
+        missing = sorted((indexed or set()) - header.tensors.keys())
+        if missing:
+            raise CheckpointError(
+                f"{where}: the index puts {missing[0]!r} in {name}, which has no such tensor"
+            )
+    return tensors
 
 
 def read_header(stream: BinaryIO, file_size: int, file: str) -> Header:

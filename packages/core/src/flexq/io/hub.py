@@ -1,4 +1,4 @@
-"""Turn what a user has into a checkpoint directory.
+"""Turn what a user has into a checkpoint directory, and name the files in it a reader may open.
 
 For every entry point that takes a checkpoint path (:class:`flexq.Checkpoint`,
 and through it :func:`flexq.compose`, :func:`flexq.load_state_dict`,
@@ -11,22 +11,118 @@ and through it :func:`flexq.compose`, :func:`flexq.load_state_dict`,
 - a hub repo id ``org/name[@revision]``, resolved through ``huggingface_hub``:
   from the cache when ``HF_HUB_OFFLINE`` is set or the hub cannot be reached,
   downloaded otherwise (only the ``*.safetensors`` and ``*.json`` files).
+
+:func:`locate` gives the reader that directory as :class:`Files`: its data
+files (from the ``*.safetensors.index.json`` or the directory listing) and its
+JSON files, each checked to be a plain name that stays inside the directory or
+its cache tree.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from flexq.errors import CheckpointError
 
 #: ``org/name`` with an optional ``@revision`` (branch, tag or commit).
 REPO_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
+INDEX_SUFFIX = ".safetensors.index.json"
+PREFERRED_INDEX = "model.safetensors.index.json"
 #: The files a checkpoint needs: tensors, indexes, config.json, quant_config.json,
 #: tokenizer and generation configs.
 DOWNLOADED = ["*.safetensors", "*.json"]
 _TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+@dataclass(frozen=True)
+class Files:
+    """The files of one checkpoint directory that the reader may open.
+
+    :ivar path: the directory (a repo id already resolved to its cache snapshot).
+    :ivar link_root: where its files may point besides itself: the ``models--*``
+        tree of a Hugging Face cache snapshot (see :func:`allowed_link_root`), else None.
+    """
+
+    path: Path
+    link_root: Path | None
+
+    def safe_path(self, name: object) -> Path:
+        """Resolve a file name from the index, refusing anything outside the directory
+        (or, for a cache snapshot, outside its ``models--*`` tree)."""
+        if (
+            not isinstance(name, str)
+            or not name
+            or name in (".", "..")
+            or "/" in name
+            or "\\" in name
+            or "\0" in name
+        ):
+            raise CheckpointError(f"{self.path}: file name {name!r} is not a plain file name")
+        root = self.path.resolve()
+        resolved = (root / name).resolve()
+        inside_tree = self.link_root is not None and self.link_root in resolved.parents
+        if resolved.parent != root and not inside_tree:
+            raise CheckpointError(
+                f"{self.path}: {name!r} resolves to {resolved}, outside the checkpoint directory"
+            )
+        if not resolved.is_file():
+            raise CheckpointError(f"{self.path}: file {name!r} is missing")
+        return resolved
+
+    def read_json(self, name: str) -> dict[str, Any]:
+        """An optional JSON object file of the checkpoint ({} when absent)."""
+        if not (self.path / name).exists():
+            return {}
+        raw = self.safe_path(name).read_bytes()
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{self.path / name}: not valid JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise CheckpointError(f"{self.path / name}: not a JSON object")
+        return doc
+
+    def data_files(self) -> dict[str, tuple[Path, set[str] | None]]:
+        """Data file name -> (its checked path, the keys the index assigns to it, or
+        None without an index)."""
+        indexes = sorted(p.name for p in self.path.glob(f"*{INDEX_SUFFIX}"))
+        if PREFERRED_INDEX in indexes:
+            indexes = [PREFERRED_INDEX]
+        if len(indexes) > 1:
+            raise CheckpointError(f"{self.path}: several index files {indexes}")
+        if not indexes:
+            names = sorted(p.name for p in self.path.glob("*.safetensors"))
+            if not names:
+                raise CheckpointError(f"{self.path}: no *.safetensors files")
+            return {name: (self.safe_path(name), None) for name in names}
+        index = self.path / indexes[0]
+        try:
+            weight_map = json.loads(self.safe_path(indexes[0]).read_bytes())["weight_map"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{index}: not an index with a weight_map ({exc})") from None
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: weight_map is not a JSON object")
+        files: dict[str, tuple[Path, set[str] | None]] = {}
+        for key, name in weight_map.items():
+            _, keys = files.setdefault(name, (self.safe_path(name), set()))
+            assert keys is not None
+            keys.add(key)
+        return files
+
+
+def locate(path: str | os.PathLike[str]) -> Files:
+    """The checkpoint directory ``path`` names (see :func:`resolve`) and where its
+    files may point.
+
+    :raises CheckpointError: as :func:`resolve`.
+    """
+    directory = resolve(path)
+    return Files(directory, allowed_link_root(directory))
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:

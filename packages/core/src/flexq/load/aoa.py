@@ -45,6 +45,10 @@ class Piece:
     owner: str
     #: the owner's read plan for the logical box.
     plan: ReadPlan
+    #: the owner's plan for the box's first rows (at most :data:`PROBE_BYTES` of
+    #: float32, boxes inside ``plan``'s), or ``plan`` itself: what the check before
+    #: the first write decodes of a format's smallest piece.
+    probe: ReadPlan
     #: (target key, checkpoint dtype, target dtype) when a plain tensor is cast.
     cast: tuple[str, str, str] | None = None
 
@@ -87,6 +91,8 @@ def _split(
 
 #: Chunk boundaries of split pieces fall on multiples of this many rows when possible.
 ROW_ALIGN = 128
+#: Float32 bytes a probe decodes at most (more when one row of the piece is larger).
+PROBE_BYTES = 4 << 20
 
 
 def rows_per_cut(shape: tuple[int, ...], max_bytes: int) -> int:
@@ -97,6 +103,16 @@ def rows_per_cut(shape: tuple[int, ...], max_bytes: int) -> int:
     row_bytes = nbytes // shape[0] if shape[0] else nbytes
     rows = max(1, max_bytes // max(1, row_bytes))
     return rows - rows % ROW_ALIGN if rows >= ROW_ALIGN else rows
+
+
+def _head(box: TargetSlice) -> TargetSlice:
+    """The first rows of ``box``, at most :data:`PROBE_BYTES` of float32 (``box`` itself
+    when it is that small already), cut along the first axis as :func:`_split` cuts."""
+    shape = box.local_shape
+    if not shape or 4 * math.prod(shape) <= PROBE_BYTES or shape[0] < 2:
+        return box
+    rows = rows_per_cut(shape, PROBE_BYTES)
+    return replace(box, local_shape=(rows, *shape[1:]))
 
 
 def _cut(desc: Any, axis: int, start: int, size: int) -> Any:
@@ -120,7 +136,7 @@ def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptio
         k: [ShardedWeightDesc(k, e.shape, e.shape, (0,) * len(e.shape), _NEUTRAL)]
         for k, e in ct.entries.items()
     }
-    dest = {t.key: [replace(t.desc(), dtype=_NEUTRAL)] for t in targets}
+    dest = {t.key: [_neutral(t)] for t in targets}
     config = dict(aoa_config or {})
     statements = list(config.setdefault("aoa_statements", []))
     check_statements(ct, statements, source, dest)
@@ -213,7 +229,7 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) ->
             f"built from {built} (format {', '.join(owners)}) in {ct.checkpoint.path}"
         )
     try:
-        mappings = engine.find_shard_sources(replace(t.desc(), dtype=_NEUTRAL))
+        mappings = engine.find_shard_sources(_neutral(t))
     except Exception as exc:
         raise TargetError(f"{where}: AOA failed: {type(exc).__name__}: {exc}") from None
     covered = sum(math.prod(m.target_slice.local_shape) for m in mappings)
@@ -250,5 +266,26 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) ->
             box = TargetSlice(
                 tuple(s.global_shape), tuple(s.local_shape), tuple(s.global_offset), t.dtype
             )
-            out.append(Piece(t, key, s, d, transposes, entry.owner, ct.plan(key, box), cast))
+            # One plan when the piece is its own probe (``probe is plan`` then).
+            plans = [ct.plan(key, b) for b in dict.fromkeys((box, _head(box)))]
+            plan, probe = plans[0], plans[-1]
+            # The probe reads inside the piece's own boxes (a source hands out no others).
+            inside = all(
+                k in plan.source_slices
+                and all(
+                    o <= i and i + n <= o + m
+                    for i, n, o, m in zip(*b, *plan.source_slices[k], strict=True)
+                )
+                for k, b in probe.source_slices.items()
+            )
+            out.append(
+                Piece(t, key, s, d, transposes, entry.owner, plan, probe if inside else plan, cast)
+            )
     return out
+
+
+def _neutral(t: Target) -> Any:
+    """Paddle's ShardedWeightDesc of target ``t``, in AOA's neutral dtype."""
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeightDesc
+
+    return ShardedWeightDesc(t.key, t.local_shape, t.global_shape, t.offset, _NEUTRAL)

@@ -20,16 +20,16 @@ import inspect
 import logging
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from flexq.errors import FlexqError
-from flexq.load import native, write
-from flexq.load import sources as sources_mod
+from flexq.load import native
 from flexq.load.aoa import plan_pieces
 from flexq.load.report import LoadOptions, LoadReport
-from flexq.load.sources import DirectSource, FlexCheckpointSource, Source
+from flexq.load.sources import CARRIED, DirectSource, FlexCheckpointSource, Source
 from flexq.load.targets import describe
+from flexq.load.write import fill
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -75,11 +75,7 @@ def choose(
             log.info("flexq: engine %r (%s)", chosen, why)
     if chosen == "native":
         return NativeEngine()
-    if chosen == "direct":
-        return FlexqEngine(DirectSource(ct))
-    return FlexqEngine(
-        FlexCheckpointSource(ct, options.process_group, options.offload, options.paddle_options)
-    )
+    return FlexqEngine(DirectSource if chosen == "direct" else FlexCheckpointSource)
 
 
 def _auto(ct: ComposedTransform, has_native: bool, paddle: Any, state_dict: Any) -> tuple[str, str]:
@@ -88,8 +84,8 @@ def _auto(ct: ComposedTransform, has_native: bool, paddle: Any, state_dict: Any)
     # call .cuda() unconditionally: with several processes on a CPU-only build they
     # cannot run.
     cpu_only = not paddle.is_compiled_with_cuda() and not paddle.device.get_all_custom_device_type()
-    components = {s for e in ct.entries.values() for s in e.sources}
-    carried = sources_mod.transportable(ct.checkpoint, components)
+    tensors = ct.checkpoint.tensors
+    carried = all(tensors[s].dtype in CARRIED for e in ct.entries.values() for s in e.sources)
     if has_native and carried and not (ranks > 1 and cpu_only):
         return "native", "Paddle has load_transform"
     if ranks == 1:
@@ -116,17 +112,18 @@ def replicated_share(state_dict: Any) -> float:
     return whole / total if total else 0.0
 
 
+@dataclass(frozen=True)
 class FlexqEngine:
-    """flexq's own pipeline over one source of boxes: plan every piece, then fill the targets."""
+    """flexq's own pipeline over one kind of source: plan every piece, then fill the
+    targets from a source opened over those plans."""
 
-    def __init__(self, source: Source) -> None:
-        self.source = source
+    source: type[Source]
 
     def load(
         self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
         pieces = plan_pieces(ct, describe(state_dict), options)
-        return write.fill(ct, pieces, self.source, options)
+        return fill(ct, pieces, self.source, options)
 
 
 class NativeEngine:

@@ -60,7 +60,7 @@ def load(
     from paddle.distributed.flex_checkpoint.dcp import load_state_dict as lsd
 
     components = {s for p in pieces for s in ct.entry(p.logical_key).sources}
-    bad = sorted(k for k in components if not sources.transportable(ct.checkpoint, {k}))
+    bad = sorted(k for k in components if ct.checkpoint.info(k).dtype not in sources.CARRIED)
     if bad:
         raise FlexqError(
             f"{ct.checkpoint.path}: {bad[0]!r} is {ct.checkpoint.info(bad[0]).dtype}, which "
@@ -75,7 +75,7 @@ def load(
             for batch in batches:
                 lsd._metadata_manager.clear()
                 lsd.load_state_dict(
-                    {t.key: t.sharded() for t in batch},
+                    {t.key: t.sharded for t in batch},
                     scratch,
                     process_group=process_group,
                     offload=offload,

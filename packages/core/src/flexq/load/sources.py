@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flexq.errors import FlexqError
 from flexq.formatkit.arrays import host_to_numpy
-from flexq.io.dtypes import dtype
+from flexq.io.dtypes import DTYPES, dtype
 from flexq.load.quiet import quiet_paddle
 
 if TYPE_CHECKING:
@@ -33,25 +33,35 @@ if TYPE_CHECKING:
 
     from flexq.compose import ComposedTransform
     from flexq.io.checkpoint import Checkpoint
+    from flexq.load.report import LoadOptions
     from flexq.plan import Box, ReadPlan
+
+#: safetensors dtypes Paddle 3.3.1's FlexCheckpoint loader can carry.
+CARRIED = frozenset(name for name, d in DTYPES.items() if d.transport is not None)
 
 
 class Source(Protocol):
-    """Gives the load engine the source boxes of its read plans."""
+    """Gives the load engine the source boxes of its read plans.
+
+    Opened once per load with every read plan of this rank, before the first box
+    is asked for and before any target is written (collective sources fetch then).
+    """
 
     #: the engine name reports and logs use.
     name: str
 
-    def prepare(self, plans: Sequence[ReadPlan]) -> None:
-        """Called once with every plan of this rank before the first box is asked for
-        (and before any target is written); collective sources fetch here."""
+    def __init__(
+        self, ct: ComposedTransform, plans: Sequence[ReadPlan], options: LoadOptions
+    ) -> None: ...
 
     def boxes(
         self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
     ) -> Mapping[str, Any]:
-        """The source boxes of ``plans[index]`` (numpy where they are in host memory),
-        all of them or those of ``keys``. ``keep``: the checks before the first write
-        read them; hold them for the piece's own decode, so no box is read twice."""
+        """The source boxes of ``plan`` (numpy where they are in host memory), all of
+        them or those of ``keys``: ``plans[index]`` itself, or a plan whose boxes lie
+        inside those of ``plans[index]`` (the first rows the checks decode). ``keep``:
+        the checks before the first write read them; hold them for the piece's own
+        decode, so no box is read twice."""
 
     def release(self) -> None:
         """A batch is done: let go of what it read."""
@@ -70,19 +80,24 @@ class DirectSource:
 
     name = "direct"
 
-    def __init__(self, ct: ComposedTransform) -> None:
+    def __init__(
+        self, ct: ComposedTransform, plans: Sequence[ReadPlan], options: LoadOptions
+    ) -> None:
         self._ct = ct
-        self.planned_bytes = 0
+        self._plans = plans
+        self.planned_bytes = planned_bytes(ct.checkpoint, plans)
         self._held: dict[int, dict[str, Any]] = {}
-
-    def prepare(self, plans: Sequence[ReadPlan]) -> None:
-        self.planned_bytes = planned_bytes(self._ct.checkpoint, plans)
 
     def boxes(
         self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
     ) -> Mapping[str, Any]:
-        held = self._held.get(index, {}) if keep else self._held.pop(index, {})
         read = self._ct.checkpoint.read
+        if plan is not self._plans[index]:
+            # Boxes inside the piece's own (views of the mapped file): read, never held.
+            return {
+                k: read(k, *plan.source_slices[k], copy=False) for k in keys or plan.source_slices
+            }
+        held = self._held.get(index, {}) if keep else self._held.pop(index, {})
         for k in plan.source_slices if keys is None else keys:
             if k not in held:
                 held[k] = read(k, *plan.source_slices[k], copy=False)
@@ -106,28 +121,26 @@ class FlexCheckpointSource:
     name = "flexcheckpoint"
 
     def __init__(
-        self, ct: ComposedTransform, process_group: Any, offload: bool, options: dict[str, Any]
+        self, ct: ComposedTransform, plans: Sequence[ReadPlan], options: LoadOptions
     ) -> None:
-        self._ckpt = ct.checkpoint
-        self._process_group = process_group
-        self._offload = offload
-        self._options = options
-        self._fetched: list[dict[str, Any]] = []
-        self.planned_bytes = 0
-
-    def prepare(self, plans: Sequence[ReadPlan]) -> None:
+        self._plans = plans
         # One collective call for every rank's plans: ranks may need different numbers
         # of batches, and 3.3.1 reads whole files per rank anyway.
         self._fetched = fetch(
-            self._ckpt, plans, self._process_group, self._offload, **self._options
+            ct.checkpoint,
+            plans,
+            options.process_group,
+            options.offload,
+            **options.paddle_options,
         )
-        self.planned_bytes = planned_bytes(self._ckpt, plans)
+        self.planned_bytes = planned_bytes(ct.checkpoint, plans)
 
     def boxes(
         self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
     ) -> Mapping[str, Any]:
-        fetched = self._fetched[index]
-        return host_to_numpy(fetched if keys is None else {k: fetched[k] for k in keys})
+        fetched, have = self._fetched[index], self._plans[index].source_slices
+        wanted = plan.source_slices if keys is None else keys
+        return host_to_numpy({k: _crop(fetched[k], have[k], plan.source_slices[k]) for k in wanted})
 
     def release(self) -> None:
         return None
@@ -154,11 +167,6 @@ def transport(st_dtype: str) -> str | None:
 
 _ONE_BYTE_ALIASES = ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 METADATA_NAME = "flex-ckpt.auto_generated.metadata"
-
-
-def transportable(ckpt: Checkpoint, keys: set[str]) -> bool:
-    """Whether every tensor in ``keys`` can travel through FlexCheckpoint on 3.3.1."""
-    return all(transport(ckpt.info(k).dtype) is not None for k in keys)
 
 
 @contextlib.contextmanager

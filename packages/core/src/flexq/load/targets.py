@@ -23,7 +23,8 @@ from flexq.io.dtypes import paddle_dtype_name
 class Target:
     """One target shard: ``tensor`` holds the box ``offset`` + ``local_shape`` of ``key``.
 
-    :ivar lazy: the tensor has no storage yet (see :meth:`allocate`).
+    :ivar lazy: the tensor has no storage yet (a parameter created under
+        ``paddle.LazyGuard``): the load gives it storage once every check has passed.
     """
 
     key: str
@@ -34,20 +35,7 @@ class Target:
     dtype: str
     lazy: bool = False
 
-    def allocate(self) -> None:
-        """Give a lazy tensor its storage (zeros, on the default device), in place."""
-        import paddle
-
-        self.tensor.set_value(paddle.zeros(list(self.local_shape), self.dtype))
-
-    def desc(self) -> Any:
-        """Paddle's ShardedWeightDesc of this target."""
-        from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeightDesc
-
-        return ShardedWeightDesc(
-            self.key, self.local_shape, self.global_shape, self.offset, self.dtype
-        )
-
+    @property
     def sharded(self) -> Any:
         """Paddle's ShardedWeight over the tensor this target writes into."""
         from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight

@@ -22,56 +22,43 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.formatkit.arrays import host_view
-from flexq.formatkit.rounding import to_paddle
-from flexq.load.aoa import rows_per_cut
+from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.load.report import LoadReport
-from flexq.plan import TargetSlice
 from flexq.plugin.passthrough import NAME as PASSTHROUGH
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
 
     from flexq.compose import ComposedTransform
     from flexq.load.aoa import Piece
     from flexq.load.report import LoadOptions
     from flexq.load.sources import Source
-    from flexq.plan import Box, ReadPlan
+    from flexq.plan import ReadPlan
 
 
 def fill(
-    ct: ComposedTransform, pieces: list[Piece], source: Source, options: LoadOptions
+    ct: ComposedTransform, pieces: list[Piece], source_type: type[Source], options: LoadOptions
 ) -> LoadReport:
-    """Check what can be checked, then decode every piece from ``source`` and write it
-    into its target. On a failure part-way the regions written so far are restored
-    when ``options.atomic`` (and stay written otherwise)."""
+    """Check what can be checked, then decode every piece from a source of ``source_type``
+    and write it into its target. On a failure part-way the regions written so far are
+    restored when ``options.atomic`` (and stay written otherwise)."""
     batches = list(_batches(pieces, options.max_inflight_bytes))
-    # The smallest piece of every format (the passthrough owner aside).
-    probes: dict[str, int] = {}
-    for i, p in enumerate(pieces):
-        if p.owner != PASSTHROUGH and (
-            p.owner not in probes or p.nbytes < pieces[probes[p.owner]].nbytes
-        ):
-            probes[p.owner] = i
-    source.prepare([p.plan for p in pieces])
+    probes = _smallest(pieces)
+    source = source_type(ct, [p.plan for p in pieces], options)
     for i, p in enumerate(pieces):
         # What scales can reveal fails here, before the first write: only the failures
-        # decoding itself finds need the undo copies of ``atomic``.
-        if p.plan.scales:
-            ct.check_scales(
-                p.logical_key, p.plan, source.boxes(i, p.plan, p.plan.scales, keep=True)
-            )
-        # A format that cannot decode at all (it raises, or returns the wrong shape or
-        # dtype) fails here too: the first rows of its smallest piece are decoded and
-        # dropped (a few MiB, so the check costs neither time nor memory at any size).
-        if probes.get(p.owner) == i:
-            plan = probe_plan(ct, p)
-            held = source.boxes(i, p.plan, keep=True)
-            ct.dequantize(p.logical_key, crop(held, p.plan, plan), plan, "float32")
+        # decoding itself finds need the undo copies of ``atomic``. A format that cannot
+        # decode at all (it raises, or returns the wrong shape or dtype) fails here too:
+        # the first rows of its smallest piece are decoded and dropped (a few MiB, so
+        # the check costs neither time nor memory at any size).
+        _decode(ct, source, i, p, p.probe if i in probes else None, "float32", check=True)
     source.release()
     # Every check has passed: only now do lazy targets get their storage (filled below).
+    import paddle
+
     for target in {id(p.target): p.target for p in pieces}.values():
         if target.lazy:
-            target.allocate()
+            target.tensor.set_value(paddle.zeros(list(target.local_shape), target.dtype))
     undo: list[tuple[Piece, Any]] = []
     scratch = Scratch()
     try:
@@ -79,46 +66,43 @@ def fill(
             staged = []
             for i in batch:
                 p = pieces[i]
-                view = target_view(p.target.tensor)
-                box = _target_box(p)
-                # Without atomicity a format may decode straight into the target (a
+                view = host_view(p.target.tensor) if p.target.dtype in FLOAT_DTYPES else None
+                # Float host targets are written through a numpy view of their memory;
+                # without atomicity a format may decode straight into it (a
                 # C-contiguous region AOA does not transpose).
                 into = None
                 if view is not None and not options.atomic and not p.transposes:
-                    into = view[box]
+                    into = view[_target_box(p)]
                     into = into if into.flags.c_contiguous else None
                 # Host targets in another float dtype are rounded from one float32 buffer.
                 work = None
                 if view is not None and p.target.dtype != "float32":
                     work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
-                found = source.boxes(i, p.plan)
-                value = ct.dequantize(
-                    p.logical_key, found, p.plan, p.target.dtype, out=into, scratch=work
+                value = _decode(
+                    ct, source, i, p, p.plan, p.target.dtype, into, work, host=view is not None
                 )
-                if view is None:
-                    value = to_paddle(value, p.target.dtype)
                 if into is not None and np.may_share_memory(value, into):
                     source.release()
                     continue
                 if options.atomic:
-                    staged.append((p, value))
+                    staged.append((p, value, view))
                 else:
-                    write(p, value)
+                    write(p, value, view)
                     # The piece is in its target: let its file pages go now, so memory
                     # above the targets stays near one piece, not one batch.
                     source.release()
             # An atomic batch is staged whole before its first write, so only the
             # batches written before a later failure need restoring.
             keep = n < len(batches) - 1
-            for p, value in staged:
+            for p, value, view in staged:
                 if keep:
                     undo.append((p, host_copy(region(p))))
-                write(p, value)
+                write(p, value, view)
             del staged
             source.release()
     except BaseException:
         for p, old in reversed(undo):
-            write(p, old.to(p.target.tensor.place), transposed=False)
+            write(p, old.to(p.target.tensor.place), None, transposed=False)
         raise
     casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
     return LoadReport(
@@ -126,48 +110,44 @@ def fill(
     )
 
 
-#: Float32 bytes a probe decodes at most (more when one row of the piece is larger).
-PROBE_BYTES = 4 << 20
+def _smallest(pieces: list[Piece]) -> set[int]:
+    """The index of the smallest piece of every format (the passthrough owner aside)."""
+    probes: dict[str, int] = {}
+    for i, p in enumerate(pieces):
+        if p.owner != PASSTHROUGH and (
+            p.owner not in probes or p.nbytes < pieces[probes[p.owner]].nbytes
+        ):
+            probes[p.owner] = i
+    return set(probes.values())
 
 
-def probe_plan(ct: ComposedTransform, p: Piece) -> ReadPlan:
-    """The owner's plan for the first rows of ``p``'s logical box, at most
-    :data:`PROBE_BYTES` of float32 (``p``'s own plan when it is that small already):
-    cut along the first axis as :func:`flexq.load.aoa.plan_pieces` cuts large tensors."""
-    shape = tuple(int(d) for d in p.src_desc.local_shape)
-    if not shape or p.nbytes <= PROBE_BYTES or shape[0] < 2:
-        return p.plan
-    rows = rows_per_cut(shape, PROBE_BYTES)
-    box = TargetSlice(
-        tuple(int(d) for d in p.src_desc.global_shape),
-        (rows, *shape[1:]),
-        tuple(int(d) for d in p.src_desc.global_offset),
-        p.plan.target.dtype,
-    )
-    plan = ct.plan(p.logical_key, box)
-    inside = all(
-        k in p.plan.source_slices and _within(b, p.plan.source_slices[k])
-        for k, b in plan.source_slices.items()
-    )
-    return plan if inside else p.plan
-
-
-def _within(inner: Box, outer: Box) -> bool:
-    return all(
-        o <= i and i + n <= o + m
-        for i, n, o, m in zip(inner[0], inner[1], outer[0], outer[1], strict=True)
-    )
-
-
-def crop(found: Mapping[str, Any], plan: ReadPlan, sub: ReadPlan) -> dict[str, Any]:
-    """The boxes of ``sub`` cut out of ``found``, the boxes of ``plan`` (which hold them)."""
-    out = {}
-    for key, (offset, shape) in sub.source_slices.items():
-        have = plan.source_slices[key][0]
-        out[key] = found[key][
-            tuple(slice(o - h, o - h + n) for o, h, n in zip(offset, have, shape, strict=True))
-        ]
-    return out
+def _decode(
+    ct: ComposedTransform,
+    source: Source,
+    index: int,
+    p: Piece,
+    plan: ReadPlan | None,
+    dtype: str,
+    into: np.ndarray | None = None,
+    work: np.ndarray | None = None,
+    *,
+    check: bool = False,
+    host: bool = True,
+) -> Any:
+    """Piece ``p``'s box of ``plan`` (``p.plan`` or its probe) from ``source``, dequantized
+    to ``dtype`` (numpy for ``host`` targets, else Paddle). With ``check`` the piece's
+    scales are checked too (and held for its own decode, as a decoded probe's boxes
+    are), and ``plan`` may be None: nothing is decoded."""
+    scales = source.boxes(index, p.plan, p.plan.scales, keep=True) if check else {}
+    found = source.boxes(index, plan, keep=check) if plan is not None else {}
+    value = None
+    if plan is not None:
+        value = ct.dequantize(p.logical_key, found, plan, dtype, out=into, scratch=work, host=host)
+    # Checks run before the first write, so a probe may decode before its scales are
+    # checked: a non-finite scale decodes to non-finite values, never to an exception.
+    if check:
+        ct.check_scales(p.logical_key, p.plan, scales)
+    return value
 
 
 def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
@@ -209,16 +189,6 @@ class Scratch:
         return self._buffer[:n].reshape(shape)
 
 
-def target_view(tensor: Any) -> np.ndarray | None:
-    """A writable numpy view of a float host tensor's memory (bfloat16 as uint16 bits),
-    or None (device tensors, other dtypes: written through Paddle)."""
-    import paddle
-
-    if tensor.dtype not in (paddle.float32, paddle.float16, paddle.bfloat16):
-        return None
-    return host_view(tensor)
-
-
 def region(p: Piece) -> Any:
     """The slice of the target tensor that ``p`` writes (a Paddle view)."""
     import paddle
@@ -237,13 +207,14 @@ def host_copy(t: Any) -> Any:
     return t.clone() if t.place.is_cpu_place() else t.cpu()
 
 
-def write(p: Piece, value: Any, transposed: bool = True) -> None:
-    """Write ``value`` (the piece's logical box, or an undo copy) into its target region."""
+def write(p: Piece, value: Any, view: np.ndarray | None, transposed: bool = True) -> None:
+    """Write ``value`` (the piece's logical box, or an undo copy) into its target region:
+    through ``view``, the numpy view of a float host target's memory (bfloat16 as
+    uint16 bits), when there is one and ``value`` is numpy; else through Paddle."""
     from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
     from paddle.distributed.flex_checkpoint.dcp.utils import assign_sharded_slice
 
-    view = target_view(p.target.tensor) if isinstance(value, np.ndarray) else None
-    if view is not None:
+    if view is not None and isinstance(value, np.ndarray):
         # One copy straight into the target's memory, AOA's transposes as numpy views.
         src = np.transpose(value, p.axes) if transposed and p.transposes else value
         dst = view[_target_box(p)]
@@ -261,4 +232,4 @@ def write(p: Piece, value: Any, transposed: bool = True) -> None:
         tuple(src_desc.global_shape),
         tuple(src_desc.global_offset),
     )
-    assign_sharded_slice(src_desc, src, p.dst_desc, p.target.sharded(), post)
+    assign_sharded_slice(src_desc, src, p.dst_desc, p.target.sharded, post)
