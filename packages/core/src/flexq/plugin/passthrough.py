@@ -75,15 +75,16 @@ def flexq_logical_metadata(checkpoint: Checkpoint) -> dict[str, LogicalTensor]:
     return found
 
 
+# pluggy passes a hookimpl only the arguments it names: each below takes what it reads.
+
+
 @hookimpl
-def flexq_source_keys(checkpoint: Checkpoint, logical_key: str) -> list[str]:
+def flexq_source_keys(logical_key: str) -> list[str]:
     return [logical_key]
 
 
 @hookimpl
-def flexq_read_plan(
-    checkpoint: Checkpoint, logical_key: str, target: TargetSlice, force_global: bool
-) -> ReadPlan:
+def flexq_read_plan(logical_key: str, target: TargetSlice, force_global: bool) -> ReadPlan:
     if force_global:
         whole = TargetSlice.whole(target.global_shape, target.dtype)
         return ReadPlan("global", {logical_key: whole.box}, whole)
@@ -92,12 +93,7 @@ def flexq_read_plan(
 
 @hookimpl
 def flexq_apply(
-    checkpoint: Checkpoint,
-    logical_key: str,
-    sources: Mapping[str, Any],
-    plan: ReadPlan,
-    output_dtype: str,
-    out: Any,
+    checkpoint: Checkpoint, logical_key: str, sources: Mapping[str, Any], output_dtype: str
 ) -> Any:
     x = sources[logical_key]
     # numpy holds BF16 as raw bits: widen them (exactly) before any other rounding.
