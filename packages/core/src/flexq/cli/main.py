@@ -299,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=summary, description=description, formatter_class=_Help, parents=[common]
         )
 
+    def composing(p: argparse.ArgumentParser) -> None:
+        """The options of every command that composes a checkpoint (compose's arguments)."""
+        p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
+        p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
+
     p = command(
         "list-formats",
         "list installed quantization formats",
@@ -317,8 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("path", metavar="PATH", help="checkpoint directory")
     p.add_argument("--json", action="store_true", help="print JSON (docs/schema/inspect.json)")
-    p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
-    p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
+    composing(p)
     p.set_defaults(func=_inspect)
 
     p = command(
@@ -337,14 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="dtype of every float tensor (default: each tensor's own dtype in SRC, "
         "e.g. float16 for AWQ)",
     )
-    p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
     p.add_argument("--max-shard-size", default="5GB", metavar="SIZE", help="largest output shard")
     p.add_argument(
         "--force",
         action="store_true",
         help="replace a DST that an earlier flexq convert wrote",
     )
-    p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
+    composing(p)
     p.set_defaults(func=_convert)
 
     p = command(
