@@ -53,8 +53,7 @@ def analyze(checkpoint: flexq.Checkpoint) -> Analysis[RowScaled]:
             raise flexq.FormatError(
                 f"{info.file}: int8row weight {key!r} needs a [{info.shape[0]}] scale {base + S!r}"
             )
-        if (hit := ignored.match(base)) is not None:
-            raise flexq.FormatError(f"{info.file}: {key!r} is int8, but {hit[0]} lists {hit[1]!r}")
+        ignored.refuse(base, file=info.file, tensor=key, stored="int8", format_name=METHOD)
         tensors[base + ".weight"] = RowScaled(base, info.shape, dtype)
     return Analysis(tensors, frozenset(k for k in checkpoint.tensors if k.endswith(S)))
 
