@@ -11,7 +11,7 @@ which would otherwise load the model silently unquantized).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from flexq.errors import FormatError
 from flexq.formatkit.format import Analysis, Layout
@@ -22,6 +22,23 @@ if TYPE_CHECKING:
 L = TypeVar("L", bound=Layout)
 
 
+class _ModuleKey:
+    """A read-only attribute of a :class:`QLinearKeys`: the key ``{prefix}.{name}``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"``X.{name}``"
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _ModuleKey: ...
+
+    @overload
+    def __get__(self, obj: QLinearKeys, owner: type) -> str: ...
+
+    def __get__(self, obj: QLinearKeys | None, owner: type) -> _ModuleKey | str:
+        return self if obj is None else f"{obj.prefix}.{self.name}"
+
+
 class QLinearKeys:
     """The keys of one ``X.qweight`` linear, from its module name ``prefix``.
 
@@ -29,23 +46,11 @@ class QLinearKeys:
     """
 
     prefix: str
-
-    @property
-    def logical_key(self) -> str:
-        """``X.weight``, the logical tensor."""
-        return f"{self.prefix}.weight"
-
-    @property
-    def qweight(self) -> str:
-        return f"{self.prefix}.qweight"
-
-    @property
-    def qzeros(self) -> str:
-        return f"{self.prefix}.qzeros"
-
-    @property
-    def scales(self) -> str:
-        return f"{self.prefix}.scales"
+    #: ``X.weight``, the logical tensor.
+    logical_key = _ModuleKey("weight")
+    qweight = _ModuleKey("qweight")
+    qzeros = _ModuleKey("qzeros")
+    scales = _ModuleKey("scales")
 
 
 def qweight_analysis(
