@@ -26,7 +26,8 @@ from :mod:`flexq` and the rest from here:
 - :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
-  :class:`Format` object); :class:`Encoder`: its ``encode`` from its quantizer.
+  :class:`Format` object; ``decode`` reads one box's :class:`Sources`);
+  :class:`Encoder`: its ``encode`` from its quantizer.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from flexq.formatkit.elements import (
     E8M0_TO_FLOAT32,
     nibble_pairs,
 )
-from flexq.formatkit.format import Analysis, Encoder, Format, Layout
+from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
@@ -108,6 +109,7 @@ __all__ = [
     "PaddleOps",
     "QLinearKeys",
     "QuantConfig",
+    "Sources",
     "block_cover",
     "ceil_div",
     "check_scales",

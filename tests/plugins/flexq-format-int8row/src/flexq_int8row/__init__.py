@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 import flexq
-from flexq.formatkit import Analysis, Format, IgnoreList, natural_dtype, ops_for, per_checkpoint
+from flexq.formatkit import (
+    Analysis,
+    Format,
+    IgnoreList,
+    Sources,
+    natural_dtype,
+    ops_for,
+    per_checkpoint,
+)
 
 __version__ = "0.4.0"
 METHOD, Q, S = "int8row", ".weight_q", ".weight_qscale"
@@ -67,13 +75,7 @@ def local_plan(tensor: RowScaled, target: flexq.TargetSlice) -> flexq.ReadPlan:
 
 
 # decode: the math once, for numpy arrays and Paddle tensors alike, in float32
-def dequantize(
-    checkpoint: flexq.Checkpoint,
-    tensor: RowScaled,
-    sources: Mapping[str, Any],
-    plan: flexq.ReadPlan,
-    out: Any,
-) -> Any:
+def dequantize(tensor: RowScaled, sources: Sources, out: Any) -> Any:
     q, s = (sources[k] for k in tensor.sources)
     ops = ops_for(q)
     return ops.float32(q, "I8") * ops.reshape(ops.float32(s, "F32"), (-1, 1))
