@@ -103,24 +103,17 @@ def _check_book(ckpt: Checkpoint, t: FourBit, stored: Any) -> None:
 
 
 def _int8(t: Int8, sources: Sources, out: Any) -> Any:
-    codes, scb = sources[t.key], sources[t.scb_key]
-    ckpt, plan = sources.checkpoint, sources.plan
     if t.format_key is not None:
         fmt = to_numpy(sources[t.format_key]).reshape(-1)
         if fmt.size != 1 or int(fmt[0]) != ROW_FORMAT:
             raise FormatError(
-                f"{ckpt.info(t.format_key).file}: tensor {t.format_key!r} is "
+                f"{sources.checkpoint.info(t.format_key).file}: tensor {t.format_key!r} is "
                 f"{fmt.tolist()}; bitsandbytes loads only row-major int8 weights "
                 f"(weight_format {ROW_FORMAT}) (format {FORMAT!r})"
             )
-    rows = plan.target.local_shape[0]
-    if tuple(scb.shape) != (rows,) or tuple(codes.shape) != tuple(plan.target.local_shape):
-        raise FormatError(
-            f"{ckpt.info(t.key).file}: format {FORMAT!r}: {t.key!r} got codes "
-            f"{tuple(codes.shape)} and SCB {tuple(scb.shape)} for a box of "
-            f"{plan.target.local_shape}"
-        )
-    return dequantize_int8(codes, scb, out)
+    box = sources.target.local_shape
+    sources.expect({t.key: box, t.scb_key: box[:1]}, logical_key=t.key, format_name=FORMAT)
+    return dequantize_int8(sources[t.key], sources[t.scb_key], out)
 
 
 def absmax_values(t: FourBit, absmax: Any, nested_absmax: Any, nested_map: Any, first: int) -> Any:
