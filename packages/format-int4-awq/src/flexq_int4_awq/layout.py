@@ -44,7 +44,7 @@ def slots_for(version: str) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class AwqLinear(QLinearKeys):
     """One quantized linear: the logical ``X.weight`` [out, in] and its three components
-    (their keys from :class:`flexq.formatkit.QLinearKeys`).
+    (their keys and the shape from :class:`flexq.formatkit.QLinearKeys`).
 
     :ivar group_size: resolved group size (never -1).
     :ivar scale_dtype: safetensors dtype of ``X.scales``.
@@ -56,11 +56,6 @@ class AwqLinear(QLinearKeys):
     in_features: int
     group_size: int
     scale_dtype: str
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """The logical weight's shape, nn.Linear's [out, in]."""
-        return self.out_features, self.in_features
 
     @property
     def dtype(self) -> str:

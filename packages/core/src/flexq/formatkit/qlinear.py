@@ -40,17 +40,26 @@ class _ModuleKey:
 
 
 class QLinearKeys:
-    """The keys of one ``X.qweight`` linear, from its module name ``prefix``.
+    """The keys of one ``X.qweight`` linear, from its module name ``prefix``, and the
+    logical weight's shape.
 
-    Mix it into a format's layout dataclass that has a ``prefix`` field.
+    Mix it into a format's layout dataclass that has ``prefix``, ``out_features`` and
+    ``in_features`` fields.
     """
 
     prefix: str
+    out_features: int
+    in_features: int
     #: ``X.weight``, the logical tensor.
     logical_key = _ModuleKey("weight")
     qweight = _ModuleKey("qweight")
     qzeros = _ModuleKey("qzeros")
     scales = _ModuleKey("scales")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The logical weight's shape, nn.Linear's ``(out, in)``."""
+        return self.out_features, self.in_features
 
 
 def qweight_analysis(
