@@ -30,12 +30,10 @@ import numpy as np
 
 from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
-    RUNS_PER_TASK,
     ArrayOps,
+    for_row_runs,
     lookup_into,
     ops_for,
-    row_runs,
-    run_parts,
     to_numpy,
     unpack_into,
 )
@@ -277,7 +275,7 @@ def _banded(
             with np.errstate(invalid="ignore", over="ignore"):
                 _apply(dst, s, z, affine, index)
 
-    run_parts(work, row_runs(no, ni), RUNS_PER_TASK)
+    for_row_runs(work, no, ni)
     return out
 
 

@@ -31,11 +31,9 @@ import numpy as np
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import (
-    RUNS_PER_TASK,
     Sources,
+    for_row_runs,
     ops_for,
-    row_runs,
-    run_parts,
     to_numpy,
     unpack_into,
 )
@@ -200,5 +198,5 @@ def _banded(
         with np.errstate(invalid="ignore", over="ignore"):
             work(runs)
 
-    run_parts(guarded, row_runs(no, ni), RUNS_PER_TASK)
+    for_row_runs(guarded, no, ni)
     return result

@@ -20,12 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.formatkit import (
-    RUNS_PER_TASK,
     ArrayOps,
     block_cover,
+    for_row_runs,
     ops_for,
-    row_runs,
-    run_parts,
 )
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
@@ -142,7 +140,7 @@ def _banded(
             with np.errstate(invalid="ignore", over="ignore"):
                 affine(rows)
 
-    run_parts(work, row_runs(src.shape[0], step * ni), RUNS_PER_TASK)
+    for_row_runs(work, src.shape[0], step * ni)
     return result
 
 

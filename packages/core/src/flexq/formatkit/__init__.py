@@ -6,7 +6,7 @@ from :mod:`flexq` and the rest from here:
 - arrays: :class:`ArrayOps` / :func:`ops_for` (one set of exact operations over
   numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`,
   :func:`to_numpy`;
-- fast CPU decoding: :func:`for_bands`, :func:`row_runs`, :func:`lookup_into`,
+- fast CPU decoding: :func:`for_bands`, :func:`row_runs`, :func:`for_row_runs`, :func:`lookup_into`,
   :func:`lookup_scaled`, :func:`pair_items`, :func:`run_parts`, :data:`RUNS_PER_TASK`
   (cache-sized bands on worker threads);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
@@ -38,6 +38,7 @@ from flexq.formatkit.arrays import is_paddle, to_numpy
 from flexq.formatkit.bands import (
     RUNS_PER_TASK,
     for_bands,
+    for_row_runs,
     lookup_into,
     lookup_scaled,
     pair_items,
@@ -115,6 +116,7 @@ __all__ = [
     "check_scales",
     "code_table",
     "for_bands",
+    "for_row_runs",
     "is_paddle",
     "lookup_into",
     "lookup_scaled",
