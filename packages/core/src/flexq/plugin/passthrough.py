@@ -6,7 +6,8 @@ tensors no format uses; it reads each tensor's box unchanged and leaves the one
 cast to the target dtype to the core (exact widening, one rounding when
 narrowing). It never passes through what looks quantized (DESIGN invariant 8):
 :func:`looks_quantized` says why a tensor looks so, and the composer refuses
-such tensors unless the caller opted in.
+such tensors unless the caller opted in. Its hook implementations take only the
+arguments they read (pluggy passes a hookimpl the ones it names).
 """
 
 from __future__ import annotations
@@ -73,9 +74,6 @@ def flexq_logical_metadata(checkpoint: Checkpoint) -> dict[str, LogicalTensor]:
         if paddle is not None:
             found[key] = LogicalTensor(info.shape, paddle)
     return found
-
-
-# pluggy passes a hookimpl only the arguments it names: each below takes what it reads.
 
 
 @hookimpl
