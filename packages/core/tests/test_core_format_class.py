@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.formatkit import Analysis, Encoder, Format, ops_for, per_checkpoint
+from flexq.formatkit import Analysis, Encoder, Format, Sources, ops_for, per_checkpoint
 from flexq.plugin.manager import registry
 
 
@@ -44,9 +44,7 @@ def plan(t: RowScaled, target: flexq.TargetSlice) -> flexq.ReadPlan:
     return flexq.ReadPlan("local", {q: target.box, rs: ((r0,), (nr,))}, target, scales=(rs,))
 
 
-def decode(
-    ckpt: flexq.Checkpoint, t: RowScaled, sources: Mapping[str, Any], p: flexq.ReadPlan, out: Any
-) -> Any:
+def decode(t: RowScaled, sources: Sources, out: Any) -> Any:
     q, rs = (sources[k] for k in t.sources)
     ops = ops_for(q)
     return ops.float32(q, "I8") * ops.reshape(ops.float32(rs, "F32"), (-1, 1))
@@ -126,6 +124,26 @@ def test_missing_sources_in_apply_name_them(rowscaled: str, tmp_path: Path) -> N
     plan_ = ct.plan("lin", flexq.TargetSlice.whole((2, 2), "float32"))
     with pytest.raises(flexq.FormatError, match=r"needs \['lin.rs'\]"):
         ct.dequantize("lin", {"lin.q": np.ones((2, 2), np.int8)}, plan_, "float32")
+
+
+def test_sources_map_the_boxes_and_name_a_box_of_the_wrong_shape(
+    rowscaled: str, tmp_path: Path
+) -> None:
+    registry.encode(rowscaled, tmp_path, {"lin": np.ones((6, 5), np.float32)}, {})
+    ct = flexq.compose(tmp_path)
+    plan_ = ct.plan("lin", flexq.TargetSlice((6, 5), (2, 5), (3, 0), "float32"))
+    sources = Sources(ct.checkpoint, plan_, ct.read_sources(plan_))
+    assert sorted(sources) == ["lin.q", "lin.rs"]
+    assert len(sources) == 2
+    assert sources.target is plan_.target
+    assert sources.offset("lin.rs") == (3,)
+    sources.expect({"lin.q": (2, 5), "lin.rs": (2,)}, logical_key="lin", format_name="rowscaled")
+    with pytest.raises(
+        flexq.FormatError,
+        match=r"^model.safetensors: tensor 'lin.rs' arrived with shape \(2,\), the plan for "
+        r"'lin' needs \(3,\) \(format 'rowscaled'\)$",
+    ):
+        sources.expect({"lin.rs": (3,)}, logical_key="lin", format_name="rowscaled")
 
 
 def test_an_encoder_writes_others_and_quantized_tensors_with_its_config(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The kit's qweight linears: module keys and the analysis of X.qweight checkpoints."""
+"""The kit's qweight linears: module keys, shape and the analysis of X.qweight checkpoints."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from flexq.formatkit import QLinearKeys, qweight_analysis
 @dataclass(frozen=True)
 class Lin(QLinearKeys):
     prefix: str
-    shape: tuple[int, ...] = (1, 1)
+    out_features: int = 2
+    in_features: int = 3
     dtype: str = "float16"
 
     @property
@@ -31,6 +32,7 @@ def written(tmp_path: Path, keys: list[str]) -> flexq.Checkpoint:
 def test_keys_follow_the_module_prefix() -> None:
     lin = Lin("model.layers.0.mlp.up_proj")
     assert lin.logical_key == "model.layers.0.mlp.up_proj.weight"
+    assert lin.shape == (2, 3)
     assert lin.sources == [
         "model.layers.0.mlp.up_proj.qweight",
         "model.layers.0.mlp.up_proj.qzeros",

@@ -156,8 +156,8 @@ class Blob(pydantic.BaseModel):
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        (b"{not json", r"^t.bin: tensor 'b' does not hold JSON \("),
-        (b"[1, 2]", r"^t.bin: tensor 'b' holds JSON list, not an object$"),
+        (b"{not json", r"^t.bin: tensor 'b': not valid JSON \("),
+        (b"[1, 2]", r"^t.bin: tensor 'b': not a JSON object \(an array\)$"),
         (b'{"size": 0}', r"^t.bin: tensor 'b': field 'size': Input should be greater than 0$"),
     ],
 )

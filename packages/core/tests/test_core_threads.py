@@ -15,6 +15,7 @@ import pytest
 
 import flexq
 from flexq.errors import FlexqError
+from flexq.formatkit import RUNS_PER_TASK, for_row_runs
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
 from flexq.formatkit.threads import run_parts, thread_count
 
@@ -105,3 +106,20 @@ def test_the_cli_reports_a_bad_flexq_threads_in_one_line(tmp_path: Path) -> None
         == "flexq: error: FLEXQ_THREADS='0': expected a positive whole number of threads\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_row_runs_cover_every_row_once_on_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEXQ_THREADS", "2")
+    rows: list[int] = []
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def work(runs: Sequence[range]) -> None:
+        with lock:
+            calls.append(len(runs))
+            rows.extend(r for run in runs for r in run)
+
+    for_row_runs(work, 5000, 4096)  # 64 rows per cache-sized run: 79 runs
+    assert sorted(rows) == list(range(5000))
+    assert max(calls) <= RUNS_PER_TASK
+    assert len(calls) > 1

@@ -14,21 +14,20 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from flexq import ComposedTransform, ReadPlan, TargetSlice, compose
-from flexq_ct_int import save_ct_int_checkpoint
+from flexq_ct_int import WeightScheme, save_ct_int_checkpoint
 
 OUT_FEATURES = 4096
 IN_FEATURES = 4096
 ROUNDS = 5
-SCHEMES: dict[str, dict[str, Any]] = {
-    "w4a16": dict(bits=4, strategy="group", group_size=128),
-    "w4a16_asym": dict(bits=4, strategy="group", group_size=128, symmetric=False),
-    "w8a16": dict(bits=8, strategy="group", group_size=128),
-    "w8a8": dict(fmt="int-quantized", bits=8, strategy="channel"),
+SCHEMES = {
+    "w4a16": WeightScheme(bits=4, strategy="group", group_size=128),
+    "w4a16_asym": WeightScheme(bits=4, strategy="group", group_size=128, symmetric=False),
+    "w8a16": WeightScheme(bits=8, strategy="group", group_size=128),
+    "w8a8": WeightScheme(fmt="int-quantized", bits=8, strategy="channel"),
 }
 
 
@@ -56,7 +55,7 @@ def measure() -> dict[str, float]:
     runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
     with tempfile.TemporaryDirectory() as tmp:
         for name, scheme in SCHEMES.items():
-            path = save_ct_int_checkpoint(f"{tmp}/{name}", {"fc.weight": w}, **scheme)
+            path = save_ct_int_checkpoint(f"{tmp}/{name}", {"fc.weight": w}, scheme)
             ct = compose(path, ["ct-int"])
             plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
             sources = ct.read_sources(plan)

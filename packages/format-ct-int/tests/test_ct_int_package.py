@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import flexq
+from flexq_ct_int import WeightScheme, quantization_config, quantize, save_ct_int_checkpoint
 from flexq_ct_int import plugin as package_plugin
-from flexq_ct_int import quantization_config, quantize, save_ct_int_checkpoint
 
 
 def test_entry_point_registers_the_format_and_its_quant_methods() -> None:
@@ -42,7 +42,7 @@ def test_encoder_round_trips_through_the_oracle_and_the_loader(
 ) -> None:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((48, 96)).astype(np.float32)
-    path = save_ct_int_checkpoint(tmp_path, {"fc.weight": w}, **scheme)
+    path = save_ct_int_checkpoint(tmp_path, {"fc.weight": w}, WeightScheme(**scheme))
     got = flexq.compose(path, ["ct-int"]).load("fc.weight", "float32")
     # The loader decodes what the oracle decodes from the same tensors ...
     ckpt = flexq.Checkpoint(path)
@@ -64,22 +64,22 @@ def test_encoder_round_trips_through_the_oracle_and_the_loader(
 
 def test_encoder_writes_the_compressed_tensors_names_dtypes_and_shapes() -> None:
     w = np.linspace(-1, 1, 20 * 64, dtype=np.float32).reshape(20, 64)
-    t = quantize(w, bits=4, group_size=32, symmetric=False, prefix="m")
+    t = quantize(w, WeightScheme(bits=4, group_size=32, symmetric=False), prefix="m")
     assert {k: (v.dtype, v.data.shape) for k, v in t.items()} == {
         "m.weight_packed": ("I32", (20, 8)),
         "m.weight_scale": ("BF16", (20, 2)),
         "m.weight_shape": ("I64", (2,)),
         "m.weight_zero_point": ("I32", (3, 2)),
     }
-    t8 = quantize(w, fmt="int-quantized", bits=8, strategy="channel", prefix="m")
+    t8 = quantize(w, WeightScheme(fmt="int-quantized", bits=8, strategy="channel"), prefix="m")
     assert {k: (v.dtype, v.data.shape) for k, v in t8.items()} == {
         "m.weight": ("I8", (20, 64)),
         "m.weight_scale": ("BF16", (20, 1)),
     }
     gi = np.arange(64, dtype=np.int32)[::-1] // 32
-    ta = quantize(w, bits=4, group_size=32, g_idx=gi, prefix="m")
+    ta = quantize(w, WeightScheme(bits=4, group_size=32), g_idx=gi, prefix="m")
     assert ta["m.weight_g_idx"].dtype == "I32"
-    qc = quantization_config(bits=4, group_size=32, act_order=True)
+    qc = quantization_config(WeightScheme(bits=4, group_size=32), act_order=True)
     assert qc["config_groups"]["group_0"]["weights"]["actorder"] == "group"
 
 
@@ -104,9 +104,9 @@ def test_act_order_encoding_round_trips(tmp_path: Path) -> None:
     w = rng.standard_normal((24, 64)).astype(np.float32)
     g_idx = np.empty(64, np.int32)
     g_idx[rng.permutation(64)] = np.arange(64) // 16
-    tensors = quantize(w, bits=4, group_size=16, symmetric=False, g_idx=g_idx, prefix="fc")
-    config = {"quantization_config": quantization_config(bits=4, group_size=16, symmetric=False,
-                                                          act_order=True)}  # fmt: skip
+    scheme = WeightScheme(bits=4, group_size=16, symmetric=False)
+    tensors = quantize(w, scheme, g_idx=g_idx, prefix="fc")
+    config = {"quantization_config": quantization_config(scheme, act_order=True)}
     path = flexq.save_checkpoint(tmp_path, tensors, config=config)
     got = flexq.compose(path, ["ct-int"]).load("fc.weight", "float32")
     s = np.abs(w).max() / 7.5

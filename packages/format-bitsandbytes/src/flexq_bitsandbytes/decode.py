@@ -16,12 +16,11 @@ Exactly bitsandbytes 0.50.2's float32 operations, in its order:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import Checkpoint, FormatError, ReadPlan
+from flexq import Checkpoint, FormatError
 from flexq.formatkit import (
     ArrayOps,
     for_bands,
@@ -39,6 +38,7 @@ from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range,
 
 if TYPE_CHECKING:
     from flexq import TargetSlice
+    from flexq.formatkit import Sources
 
 #: quant type -> byte -> its two decoded codes (element 2k in the HIGH nibble).
 PAIR_TABLES = {name: nibble_pairs(book, high_first=True) for name, book in CODE_BOOKS.items()}
@@ -62,33 +62,23 @@ def _pairs(ops: ArrayOps, quant_type: str, packed: Any) -> Any:
     return ops.reshape(ops.lut_pairs(PAIR_TABLES[quant_type], packed), (-1,))
 
 
-def dequantize(
-    ckpt: Checkpoint, t: FourBit | Int8, sources: Mapping[str, Any], plan: ReadPlan, out: Any
-) -> Any:
-    """The float32 ``plan.target`` box of ``t`` from its planned sources (the format's
-    ``decode``), after checking what arrived: each source's shape against the plan, the
-    stored code book, the ``weight_format`` of an int8 weight.
+def dequantize(t: FourBit | Int8, sources: Sources, out: Any) -> Any:
+    """The format's ``decode``, after checking what arrived: each source's shape against
+    the target, the stored code book, the ``weight_format`` of an int8 weight.
 
     NaN and infinite scales were checked by the core before any write (the plan
     declares them in ``ReadPlan.scales``).
     """
     if isinstance(t, Int8):
-        return _int8(ckpt, t, sources, plan, out)
-    return _four_bit(ckpt, t, sources, plan, out)
+        return _int8(t, sources, out)
+    return _four_bit(t, sources, out)
 
 
-def _four_bit(
-    ckpt: Checkpoint, t: FourBit, sources: Mapping[str, Any], plan: ReadPlan, out: Any
-) -> Any:
-    target = plan.target
-    for key, (_, shape) in four_bit_boxes(t, target).items():  # the blob's box too
-        got = tuple(sources[key].shape)
-        if got != tuple(shape):
-            raise FormatError(
-                f"{ckpt.info(key).file}: format {FORMAT!r}: {t.key!r} got {key!r} of shape "
-                f"{got}, its plan needs {tuple(shape)}"
-            )
-    _check_book(ckpt, t, sources[t.quant_map_key])
+def _four_bit(t: FourBit, sources: Sources, out: Any) -> Any:
+    target = sources.target
+    boxes = {key: shape for key, (_, shape) in four_bit_boxes(t, target).items()}  # blob too
+    sources.expect(boxes, logical_key=t.key, format_name=FORMAT)
+    _check_book(sources.checkpoint, t, sources[t.quant_map_key])
     first, _ = covering_blocks(t, target)
     nested = t.nested
     scale = absmax_values(
@@ -112,24 +102,18 @@ def _check_book(ckpt: Checkpoint, t: FourBit, stored: Any) -> None:
         )
 
 
-def _int8(ckpt: Checkpoint, t: Int8, sources: Mapping[str, Any], plan: ReadPlan, out: Any) -> Any:
-    codes, scb = sources[t.key], sources[t.scb_key]
+def _int8(t: Int8, sources: Sources, out: Any) -> Any:
     if t.format_key is not None:
         fmt = to_numpy(sources[t.format_key]).reshape(-1)
         if fmt.size != 1 or int(fmt[0]) != ROW_FORMAT:
             raise FormatError(
-                f"{ckpt.info(t.format_key).file}: tensor {t.format_key!r} is "
+                f"{sources.checkpoint.info(t.format_key).file}: tensor {t.format_key!r} is "
                 f"{fmt.tolist()}; bitsandbytes loads only row-major int8 weights "
                 f"(weight_format {ROW_FORMAT}) (format {FORMAT!r})"
             )
-    rows = plan.target.local_shape[0]
-    if tuple(scb.shape) != (rows,) or tuple(codes.shape) != tuple(plan.target.local_shape):
-        raise FormatError(
-            f"{ckpt.info(t.key).file}: format {FORMAT!r}: {t.key!r} got codes "
-            f"{tuple(codes.shape)} and SCB {tuple(scb.shape)} for a box of "
-            f"{plan.target.local_shape}"
-        )
-    return dequantize_int8(codes, scb, out)
+    box = sources.target.local_shape
+    sources.expect({t.key: box, t.scb_key: box[:1]}, logical_key=t.key, format_name=FORMAT)
+    return dequantize_int8(sources[t.key], sources[t.scb_key], out)
 
 
 def absmax_values(t: FourBit, absmax: Any, nested_absmax: Any, nested_map: Any, first: int) -> Any:

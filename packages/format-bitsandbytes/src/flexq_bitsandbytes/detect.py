@@ -201,10 +201,10 @@ def _check_skipped(ckpt: Checkpoint, tensors: dict[str, FourBit | Int8]) -> None
     where = f"{ckpt.path / 'config.json'}: quantization_config"
     skipped = IgnoreList.from_config(ckpt.quantization_config, where, SKIP_FIELDS)
     for key, t in tensors.items():
-        hit = skipped.match(key)
-        if hit is not None:
-            raise FormatError(
-                f"{ckpt.info(t.key).file}: tensor {key!r} is stored quantized ({FORMAT}), "
-                f"but its module matches {hit[1]!r} of {hit[0]}, which lists modules "
-                "the producer left unquantized"
-            )
+        skipped.refuse(
+            key,
+            file=ckpt.info(t.key).file,
+            tensor=key,
+            stored="stored quantized",
+            format_name=FORMAT,
+        )

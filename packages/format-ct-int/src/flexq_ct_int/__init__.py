@@ -3,18 +3,20 @@
 Installing this package registers the ``ct-int`` format through the ``flexq``
 entry-point group (the :class:`flexq.formatkit.Format` ``flexq_ct_int.plugin:plugin``).
 For producing test checkpoints it exports :func:`quantize` (one weight -> its compressed-tensors
-tensors), :func:`quantization_config` and :func:`save_ct_int_checkpoint`.
+tensors), :func:`quantization_config` and :func:`save_ct_int_checkpoint`, all of one
+:class:`WeightScheme`.
 """
 
 from __future__ import annotations
 
-from flexq_ct_int.encode import quantization_config, quantize, save_ct_int_checkpoint
+from flexq_ct_int.encode import WeightScheme, quantization_config, quantize, save_ct_int_checkpoint
 from flexq_ct_int.packing import Packing, pack_cols, pack_rows
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Packing",
+    "WeightScheme",
     "__version__",
     "pack_cols",
     "pack_rows",

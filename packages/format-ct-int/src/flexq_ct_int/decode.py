@@ -30,12 +30,10 @@ import numpy as np
 
 from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
-    RUNS_PER_TASK,
     ArrayOps,
+    for_row_runs,
     lookup_into,
     ops_for,
-    row_runs,
-    run_parts,
     to_numpy,
     unpack_into,
 )
@@ -43,6 +41,7 @@ from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for
 from flexq_ct_int.config import FORMAT_NAME
 
 if TYPE_CHECKING:
+    from flexq.formatkit import Sources
     from flexq_ct_int.layout import CtLinear
 
 _NUMPY_CT = NumpyCtOps()
@@ -69,23 +68,16 @@ class _Affine:
     index: Any
 
 
-def dequantize(
-    ckpt: Checkpoint, linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any = None
-) -> Any:
-    """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
+def dequantize(linear: CtLinear, sources: Sources, out: Any = None) -> Any:
+    """The format's ``decode``: the float32 box ``sources.target`` of ``linear``'s weight.
 
-    :param out: None, or a C-contiguous float32 numpy array of the box to fill.
     :raises FormatError: naming the file when a source arrived in another shape than
         its plan box, ``weight_shape`` disagrees with the headers, or ``g_idx`` names
         a group that does not exist.
     """
-    for key, (_, shape) in plan.source_slices.items():
-        if tuple(sources[key].shape) != tuple(shape):
-            raise FormatError(
-                f"{ckpt.path}: tensor {key!r} arrived with shape "
-                f"{tuple(sources[key].shape)}, the plan for {linear.key!r} needs {shape} "
-                f"(format {FORMAT_NAME!r})"
-            )
+    ckpt, plan = sources.checkpoint, sources.plan
+    boxes = {key: shape for key, (_, shape) in plan.source_slices.items()}
+    sources.expect(boxes, logical_key=linear.key, format_name=FORMAT_NAME)
     if linear.shape_key is not None and linear.shape_key in sources:
         _check_shape(ckpt, linear.shape_key, sources[linear.shape_key], linear.shape)
     try:
@@ -283,7 +275,7 @@ def _banded(
             with np.errstate(invalid="ignore", over="ignore"):
                 _apply(dst, s, z, affine, index)
 
-    run_parts(work, row_runs(no, ni), RUNS_PER_TASK)
+    for_row_runs(work, no, ni)
     return out
 
 

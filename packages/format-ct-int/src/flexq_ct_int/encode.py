@@ -18,6 +18,7 @@ half-to-even, as in torch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,31 +30,40 @@ from flexq_ct_int.config import INT, PACK, QUANT_METHOD
 from flexq_ct_int.packing import SUPPORTED_BITS, Packing, offset_of, pack_cols, pack_rows
 
 
+@dataclass(frozen=True)
+class WeightScheme:
+    """One integer weight scheme, as both the tensors (:func:`quantize`) and the config
+    (:func:`quantization_config`) of a checkpoint spell it.
+
+    :ivar fmt: ``"pack-quantized"`` (``weight_packed`` I32 + ``weight_shape``) or
+        ``"int-quantized"`` (``weight`` I8; bits must be 8).
+    :ivar strategy: ``tensor``, ``channel``, ``group`` (``group_size``) or ``block`` (``block``).
+    :ivar scale_dtype: the stored scales' dtype (``BF16``, ``F16``, ``F32``).
+    :ivar dense: odd widths as compressed-tensors >= 0.18 packs them (one bit stream),
+        else as 0.17 did (``32 // bits`` per word); the config's version follows it.
+    """
+
+    fmt: str = PACK
+    bits: int = 4
+    strategy: str = "group"
+    group_size: int | None = 128
+    block: tuple[int, int] | None = None
+    symmetric: bool = True
+    scale_dtype: str = "BF16"
+    dense: bool = True
+
+
 def quantize(
-    weight: np.ndarray,
-    *,
-    fmt: str = PACK,
-    bits: int = 4,
-    strategy: str = "group",
-    group_size: int | None = 128,
-    block: tuple[int, int] | None = None,
-    symmetric: bool = True,
-    g_idx: np.ndarray | None = None,
-    scale_dtype: str = "BF16",
-    dense: bool = True,
-    prefix: str = "",
+    weight: np.ndarray, scheme: WeightScheme, *, g_idx: np.ndarray | None = None, prefix: str = ""
 ) -> dict[str, RawTensor]:
     """compressed-tensors tensors for one linear's float32 ``weight`` ``[out, in]``.
 
-    :param fmt: ``"pack-quantized"`` (``weight_packed`` I32 + ``weight_shape``) or
-        ``"int-quantized"`` (``weight`` I8; bits must be 8).
-    :param strategy: ``tensor``, ``channel``, ``group`` (``group_size``) or ``block`` (``block``).
     :param g_idx: group act-order (group strategy): the group of each input column.
-    :param dense: odd widths as compressed-tensors >= 0.18 packs them (one bit stream),
-        else as 0.17 did (``32 // bits`` per word); the config's version must agree.
     :param prefix: module name; keys are ``f"{prefix}.weight_packed"`` etc.
     :raises ValueError: on arguments no compressed-tensors layout has.
     """
+    fmt, bits, strategy, symmetric = scheme.fmt, scheme.bits, scheme.strategy, scheme.symmetric
+    scale_dtype, dense = scheme.scale_dtype, scheme.dense
     w = np.asarray(weight, dtype=np.float32)
     if w.ndim != 2 or 0 in w.shape:
         raise ValueError(f"weight must be a non-empty [out, in] array, got shape {w.shape}")
@@ -62,7 +72,7 @@ def quantize(
     if fmt not in (PACK, INT) or bits not in SUPPORTED_BITS or (fmt == INT and bits != 8):
         raise ValueError(f"no {fmt} layout with {bits}-bit codes")
     out_f, in_f = w.shape
-    b0, b1 = _block(strategy, group_size, block, out_f, in_f)
+    b0, b1 = _block(strategy, scheme.group_size, scheme.block, out_f, in_f)
     if g_idx is not None and strategy != "group":
         raise ValueError("g_idx needs the group strategy")
     q, s, z = quantize_codes(w, bits, (b0, b1), symmetric, g_idx, scale_dtype)
@@ -172,28 +182,24 @@ def _stored(s: np.ndarray, dtype: str) -> RawTensor:
 
 
 def quantization_config(
+    scheme: WeightScheme,
     *,
-    fmt: str = PACK,
-    bits: int = 4,
-    strategy: str = "group",
-    group_size: int | None = 128,
-    block: tuple[int, int] | None = None,
-    symmetric: bool = True,
     act_order: bool = False,
     ignore: Sequence[str] = ("lm_head",),
     targets: Sequence[str] = ("Linear",),
-    version: str = "0.19.0",
 ) -> dict[str, Any]:
-    """The ``quantization_config`` llm-compressor writes for one weight scheme."""
+    """The ``quantization_config`` llm-compressor writes for one weight scheme (its
+    ``version`` is the compressed-tensors release that packs as ``scheme.dense`` says)."""
+    fmt, strategy, block = scheme.fmt, scheme.strategy, scheme.block
     weights = {
         "actorder": "group" if act_order else None,
         "block_structure": list(block) if strategy == "block" and block else None,
         "dynamic": False,
-        "group_size": group_size if strategy == "group" else None,
-        "num_bits": bits,
+        "group_size": scheme.group_size if strategy == "group" else None,
+        "num_bits": scheme.bits,
         "observer": "minmax",
         "strategy": strategy,
-        "symmetric": symmetric,
+        "symmetric": scheme.symmetric,
         "type": "int",
     }
     activations = None
@@ -219,39 +225,37 @@ def quantization_config(
         "kv_cache_scheme": None,
         "quant_method": QUANT_METHOD,
         "quantization_status": "compressed",
-        "version": version,
+        "version": "0.19.0" if scheme.dense else "0.17.1",
     }
 
 
 def save_ct_int_checkpoint(
     directory: str | Path,
     weights: Mapping[str, np.ndarray],
+    scheme: WeightScheme,
     *,
     others: Mapping[str, RawTensor] | None = None,
     config: Mapping[str, Any] | None = None,
-    **scheme: Any,
 ) -> Path:
-    """Quantize every ``X.weight`` of ``weights`` with one scheme (keywords of
-    :func:`quantize`; no ``g_idx``) and write the checkpoint with its config.json."""
-    tensors = {**(others or {}), **quantize_all(weights, **scheme)}
-    return save_checkpoint(directory, tensors, config=checkpoint_config(config, **scheme))
+    """Quantize every ``X.weight`` of ``weights`` with ``scheme`` and write the
+    checkpoint with its config.json."""
+    tensors = {**(others or {}), **quantize_all(weights, scheme)}
+    return save_checkpoint(directory, tensors, config=checkpoint_config(scheme, config))
 
 
-def quantize_all(weights: Mapping[str, np.ndarray], **scheme: Any) -> dict[str, RawTensor]:
-    """The tensors of every ``X.weight`` of ``weights`` quantized with one scheme
-    (keywords of :func:`quantize`; no ``g_idx``)."""
+def quantize_all(weights: Mapping[str, np.ndarray], scheme: WeightScheme) -> dict[str, RawTensor]:
+    """The tensors of every ``X.weight`` of ``weights`` quantized with ``scheme``."""
     tensors: dict[str, RawTensor] = {}
     for key, w in weights.items():
-        tensors.update(quantize(w, prefix=key.removesuffix(".weight"), **scheme))
+        tensors.update(quantize(w, scheme, prefix=key.removesuffix(".weight")))
     return tensors
 
 
-def checkpoint_config(config: Mapping[str, Any] | None = None, **scheme: Any) -> dict[str, Any]:
-    """config.json of a checkpoint of one scheme (keywords of :func:`quantize`): ``config``
-    (a llama in bfloat16 by default) with the scheme's ``quantization_config``."""
-    cfg_keys = ("fmt", "bits", "strategy", "group_size", "block", "symmetric")
-    version = "0.19.0" if scheme.get("dense", True) else "0.17.1"
-    qc = quantization_config(**{k: v for k, v in scheme.items() if k in cfg_keys}, version=version)
+def checkpoint_config(
+    scheme: WeightScheme, config: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """config.json of a checkpoint of ``scheme``: ``config`` (a llama in bfloat16 by
+    default) with the scheme's ``quantization_config``."""
     full = {"model_type": "llama", "torch_dtype": "bfloat16", **(config or {})}
-    full["quantization_config"] = qc
+    full["quantization_config"] = quantization_config(scheme)
     return full

@@ -11,13 +11,12 @@ the math in :mod:`flexq_ct_int.decode`.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 from flexq.formatkit import Encoder, Format
 from flexq_ct_int.config import FORMAT_NAME, FORMATS, QUANT_METHOD
 from flexq_ct_int.decode import dequantize
 from flexq_ct_int.detect import analyze
-from flexq_ct_int.encode import checkpoint_config, quantize_all
+from flexq_ct_int.encode import WeightScheme, checkpoint_config, quantize_all
 from flexq_ct_int.plan import local_plan
 
 __all__ = ["FORMAT_NAME", "MIN_LOGITS_COSINE", "plugin"]
@@ -26,7 +25,7 @@ __all__ = ["FORMAT_NAME", "MIN_LOGITS_COSINE", "plugin"]
 #: 4-bit, group-32 symmetric weights (15 levels per group, as AWQ's 0.95).
 MIN_LOGITS_COSINE = 0.95
 #: The scheme ``flexq_encode`` writes: 4-bit, group-32 symmetric pack-quantized.
-DEMO_SCHEME: dict[str, Any] = {"bits": 4, "strategy": "group", "group_size": 32}
+DEMO_SCHEME = WeightScheme(bits=4, strategy="group", group_size=32)
 
 plugin = Format(
     FORMAT_NAME,
@@ -36,6 +35,6 @@ plugin = Format(
     plan=local_plan,
     decode=dequantize,
     encode=Encoder(
-        partial(quantize_all, **DEMO_SCHEME), checkpoint_config(**DEMO_SCHEME), MIN_LOGITS_COSINE
+        partial(quantize_all, scheme=DEMO_SCHEME), checkpoint_config(DEMO_SCHEME), MIN_LOGITS_COSINE
     ),
 )

@@ -10,15 +10,15 @@ output dtype. :func:`apply` is the format's decode (:data:`flexq_fp8.plugin.plug
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import Checkpoint, FormatError, ReadPlan
 from flexq.formatkit import (
     E4M3_TO_FLOAT32,
     ArrayOps,
+    Sources,
     for_bands,
     lookup_into,
     ops_for,
@@ -30,30 +30,18 @@ if TYPE_CHECKING:
     from flexq_fp8.layout import Fp8Layout
 
 
-def apply(
-    ckpt: Checkpoint, layout: Fp8Layout, sources: Mapping[str, Any], plan: ReadPlan, out: Any
-) -> Any:
-    """The ``plan.target`` box of ``layout``'s weight from the planned sources, as float32.
-
-    Checks that the sources are the boxes the plan named (the kit's
-    :class:`flexq.formatkit.Format` has checked that both are there, the core
-    that the scales the plan declares are finite).
+def apply(layout: Fp8Layout, sources: Sources, out: Any) -> Any:
+    """The format's ``decode``: checks that the weight and scale boxes are the ones the
+    target needs (the core has checked that the declared scales are finite), then
+    :func:`dequantize`.
 
     :raises FormatError: on a source box of the wrong shape.
     """
-    key = layout.weight_key
-    weight, scale = sources[key], sources[layout.scale_key]
-    target = plan.target
+    key, target = layout.weight_key, sources.target
     grid_box = layout.grid_cover(target.global_offset, target.local_shape)
-    for name, got, want in (
-        (key, tuple(weight.shape), target.local_shape),
-        (layout.scale_key, tuple(scale.shape), layout.scale_box(*grid_box)[1]),
-    ):
-        if got != want:
-            raise FormatError(
-                f"{ckpt.path}: tensor {name!r} arrived with shape {got}, the plan for "
-                f"{key!r} needs {want} (format {FORMAT_NAME})"
-            )
+    want = {key: target.local_shape, layout.scale_key: layout.scale_box(*grid_box)[1]}
+    sources.expect(want, logical_key=key, format_name=FORMAT_NAME)
+    weight, scale = sources[key], sources[layout.scale_key]
     return dequantize(layout, weight, scale, target.global_offset, target.local_shape, out)
 
 

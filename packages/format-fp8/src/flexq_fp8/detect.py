@@ -49,12 +49,9 @@ def analyze(ckpt: Checkpoint) -> Analysis[Fp8Layout]:
         if info.dtype != WEIGHT_DTYPE or is_scale_name(key):
             continue
         where = f"{info.file}: tensor {key!r}"
-        hit = config.ignored.match(key)
-        if hit is not None:
-            raise FormatError(
-                f"{where} is {WEIGHT_DTYPE}, but quantization_config.{hit[0]} lists "
-                f"{hit[1]!r} as unquantized (format {FORMAT_NAME})"
-            )
+        config.ignored.refuse(
+            key, file=info.file, tensor=key, stored=WEIGHT_DTYPE, format_name=FORMAT_NAME
+        )
         layouts[key] = _layout(ckpt, key, config, dtype, where)
     used = {lay.scale_key for lay in layouts.values()}
     packed = _modules_with_packed_weights(ckpt)

@@ -24,13 +24,19 @@ boxes' offsets, so one routine serves local and global plans.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import Checkpoint, FormatError, ReadPlan
-from flexq.formatkit import RUNS_PER_TASK, ops_for, row_runs, run_parts, to_numpy, unpack_into
+from flexq import Checkpoint, FormatError
+from flexq.formatkit import (
+    Sources,
+    for_row_runs,
+    ops_for,
+    to_numpy,
+    unpack_into,
+)
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
 from flexq_gptq.packing import Packing
@@ -61,14 +67,13 @@ def check_groups(ckpt: Checkpoint, linear: GptqLinear, values: np.ndarray, offse
         )
 
 
-def group_index(
-    ckpt: Checkpoint, linear: GptqLinear, sources: Mapping[str, Any], plan: ReadPlan
-) -> np.ndarray:
+def group_index(linear: GptqLinear, sources: Sources) -> np.ndarray:
     """For each input column of the target, its row in the planned scales box (host int64).
 
     :raises FormatError: when a g_idx value is outside the groups (or outside
         the rows the plan read).
     """
+    ckpt, plan = sources.checkpoint, sources.plan
     (_, i0), (_, ni) = plan.target.global_offset, plan.target.local_shape
     (g0, _), (ng, _) = plan.source_slices[linear.scales]
     if linear.has_g_idx:
@@ -91,25 +96,16 @@ def group_index(
     return rows
 
 
-def dequantize(
-    ckpt: Checkpoint,
-    linear: GptqLinear,
-    sources: Mapping[str, Any],
-    plan: ReadPlan,
-    out: Any = None,
-) -> Any:
-    """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
-
-    ``out`` (a C-contiguous numpy float32 array of the box) is filled when the
-    box is whole units of qweight words, the usual case.
-    """
+def dequantize(linear: GptqLinear, sources: Sources, out: Any = None) -> Any:
+    """The format's ``decode``; fills ``out`` when the box is whole units of qweight
+    words, the usual case."""
     qw, qz, sc = sources[linear.qweight], sources[linear.qzeros], sources[linear.scales]
     ops, gops = ops_for(qw), gptq_ops_for(qw)
-    p = linear.packing
+    p, plan = linear.packing, sources.plan
     (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
     (r0, _), (nr, _) = plan.source_slices[linear.qweight]
     (_, zc0), _ = plan.source_slices[linear.qzeros]
-    rows = group_index(ckpt, linear, sources, plan)
+    rows = group_index(linear, sources)
     word_add, field_add = zero_offsets(linear)
     first = i0 - r0 // p.unit_words * p.unit_codes  # target's first column in the q box
     zfirst = o0 - zc0 // p.unit_words * p.unit_codes
@@ -202,5 +198,5 @@ def _banded(
         with np.errstate(invalid="ignore", over="ignore"):
             work(runs)
 
-    run_parts(guarded, row_runs(no, ni), RUNS_PER_TASK)
+    for_row_runs(guarded, no, ni)
     return result

@@ -22,7 +22,7 @@ SCALE_DTYPES = FLOAT_SCALE_DTYPES
 
 @dataclass(frozen=True)
 class GptqLinear(QLinearKeys):
-    """Geometry of one GPTQ linear (its keys from :class:`flexq.formatkit.QLinearKeys`).
+    """Geometry of one GPTQ linear (its keys and shape from :class:`flexq.formatkit.QLinearKeys`).
 
     :ivar prefix: the module name (``model.layers.0.mlp.down_proj``).
     :ivar group_size: input columns per group (``in`` for group_size -1).
@@ -47,11 +47,6 @@ class GptqLinear(QLinearKeys):
     @property
     def packing(self) -> Packing:
         return Packing(self.bits)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """The logical weight's shape, ``(out, in)``."""
-        return self.out_features, self.in_features
 
     @property
     def n_groups(self) -> int:

@@ -14,42 +14,31 @@ are found from the boxes' offsets, so one routine serves both plan modes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flexq.formatkit import (
-    RUNS_PER_TASK,
     ArrayOps,
     block_cover,
+    for_row_runs,
     ops_for,
-    row_runs,
-    run_parts,
 )
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
 if TYPE_CHECKING:
-    from flexq import Checkpoint, ReadPlan
+    from flexq.formatkit import Sources
 
 #: bits per AWQ code.
 BITS = 4
 
 
-def dequantize(
-    ckpt: Checkpoint,
-    linear: AwqLinear,
-    sources: Mapping[str, Any],
-    plan: ReadPlan,
-    out: Any = None,
-) -> Any:
-    """The float32 ``plan.target`` box of ``linear``'s weight from the planned source boxes.
-
-    ``out`` (a C-contiguous numpy float32 array of the box) is filled when the
-    box is exactly the planned words and whole groups, the usual case. ``ckpt``
-    is the kit's decode signature (:class:`flexq.formatkit.Format`); the math
-    has nothing to refuse once :mod:`flexq_int4_awq.detect` has checked the shapes.
-    """
+def dequantize(linear: AwqLinear, sources: Sources, out: Any = None) -> Any:
+    """The format's ``decode``; fills ``out`` when the box is exactly the planned words
+    and whole groups, the usual case. Nothing is left to refuse here once
+    :mod:`flexq_int4_awq.detect` has checked the shapes."""
+    plan = sources.plan
     qw, qz, sc = sources[linear.qweight], sources[linear.qzeros], sources[linear.scales]
     ops = ops_for(qw)
     (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
@@ -151,7 +140,7 @@ def _banded(
             with np.errstate(invalid="ignore", over="ignore"):
                 affine(rows)
 
-    run_parts(work, row_runs(src.shape[0], step * ni), RUNS_PER_TASK)
+    for_row_runs(work, src.shape[0], step * ni)
     return result
 
 

@@ -53,13 +53,9 @@ def _linear(ckpt: Checkpoint, config: AwqConfig, prefix: str) -> AwqLinear:
         file = ckpt.tensors[key].file if key in ckpt.tensors else qweight.file
         return FormatError(f"{file}: tensor {key!r}: {msg} (format {FORMAT_NAME!r})")
 
-    hit = config.ignored.match(prefix)
-    if hit is not None:
-        raise fail(
-            qweight.key,
-            f"is quantized, but {hit[0]} lists {hit[1]!r}, "
-            "so readers would treat it as an unquantized layer",
-        )
+    config.ignored.refuse(
+        prefix, file=qweight.file, tensor=qweight.key, stored="quantized", format_name=FORMAT_NAME
+    )
     if f"{prefix}.qzeros" not in ckpt.tensors and not config.zero_point:
         raise fail(
             qweight.key,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flexq.formatkit import FLOAT_SCALE_DTYPES, ceil_div
+from flexq.formatkit import FLOAT_SCALE_DTYPES, QLinearKeys, ceil_div
 
 if TYPE_CHECKING:
     from flexq_int4_awq.config import Version
@@ -42,8 +42,9 @@ def slots_for(version: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class AwqLinear:
-    """One quantized linear: the logical ``X.weight`` [out, in] and its three components.
+class AwqLinear(QLinearKeys):
+    """One quantized linear: the logical ``X.weight`` [out, in] and its three components
+    (their keys and the shape from :class:`flexq.formatkit.QLinearKeys`).
 
     :ivar group_size: resolved group size (never -1).
     :ivar scale_dtype: safetensors dtype of ``X.scales``.
@@ -55,27 +56,6 @@ class AwqLinear:
     in_features: int
     group_size: int
     scale_dtype: str
-
-    @property
-    def logical_key(self) -> str:
-        return f"{self.prefix}.weight"
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """The logical weight's shape, nn.Linear's [out, in]."""
-        return self.out_features, self.in_features
-
-    @property
-    def qweight(self) -> str:
-        return f"{self.prefix}.{COMPONENTS[0]}"
-
-    @property
-    def qzeros(self) -> str:
-        return f"{self.prefix}.{COMPONENTS[1]}"
-
-    @property
-    def scales(self) -> str:
-        return f"{self.prefix}.{COMPONENTS[2]}"
 
     @property
     def dtype(self) -> str:

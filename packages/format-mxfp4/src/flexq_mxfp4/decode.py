@@ -13,12 +13,11 @@ subnormal, kept as is. :func:`apply` is the format's decode (``flexq_apply``)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import FormatError
 from flexq.formatkit import (
     E2M1_PAIRS,
     E8M0_TO_FLOAT32,
@@ -33,26 +32,20 @@ from flexq_mxfp4.config import FORMAT_NAME
 from flexq_mxfp4.layout import BLOCK
 
 if TYPE_CHECKING:
-    from flexq import Checkpoint, ReadPlan
+    from flexq.formatkit import Sources
     from flexq_mxfp4.layout import MxTensor
 
 
-def apply(
-    ckpt: Checkpoint, tensor: MxTensor, sources: Mapping[str, Any], plan: ReadPlan, out: Any
-) -> Any:
-    """The ``plan.target`` box of ``tensor`` from the planned sources, as float32.
+def apply(tensor: MxTensor, sources: Sources, out: Any) -> Any:
+    """The format's ``decode``: the float32 box ``sources.target`` of ``tensor``.
 
-    :raises FormatError: when the scales are not the box the plan names.
+    :raises FormatError: when the scales are not the box the target needs.
     """
-    packed, scales = sources[tensor.packed_key], sources[tensor.scale_key]
-    offset = tensor.to_stored(plan.target.global_offset)
-    shape = tensor.to_stored(plan.target.local_shape)
+    offset = tensor.to_stored(sources.target.global_offset)
+    shape = tensor.to_stored(sources.target.local_shape)
     want = (*shape[:-1], tensor.covering_blocks(offset[-1], shape[-1])[1])
-    if tuple(scales.shape) != want:
-        raise FormatError(
-            f"{ckpt.path}: format {FORMAT_NAME!r}: {tensor.key!r} got scales "
-            f"{tensor.scale_key!r} of shape {tuple(scales.shape)}, its plan needs {want}"
-        )
+    sources.expect({tensor.scale_key: want}, logical_key=tensor.key, format_name=FORMAT_NAME)
+    packed, scales = sources[tensor.packed_key], sources[tensor.scale_key]
     if tensor.layout == "gpt-oss":
         # [..., g, 16] -> [..., g*16]: the blocks of one row are contiguous bytes.
         lead = tuple(packed.shape)

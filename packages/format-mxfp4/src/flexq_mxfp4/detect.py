@@ -59,13 +59,9 @@ def analyze(ckpt: Checkpoint) -> Analysis[MxTensor]:
         found = _gpt_oss_pair(ckpt, key, info, dtype) or _ct_pair(ckpt, key, info, config, dtype)
         if found is None:
             continue
-        hit = config.ignored.match(found.key)
-        if hit is not None:
-            raise FormatError(
-                f"{info.file}: tensor {key!r} is stored as MXFP4 ({FORMAT_NAME}), but its "
-                f"module matches {hit[1]!r}, which quantization_config.{hit[0]} lists as "
-                "not quantized"
-            )
+        config.ignored.refuse(
+            found.key, file=info.file, tensor=key, stored="stored as MXFP4", format_name=FORMAT_NAME
+        )
         layouts[found.key] = found
         recognized.update((found.packed_key, found.scale_key))
     return Analysis(layouts, frozenset(recognized))

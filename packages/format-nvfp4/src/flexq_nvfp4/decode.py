@@ -22,16 +22,15 @@ run the same operations and give bit-identical results.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from flexq import Checkpoint, FormatError, ReadPlan
 from flexq.formatkit import (
     E2M1_PAIRS,
     E2M1_VALUES,
     E4M3_TO_FLOAT32,
+    Sources,
     check_scales,
     is_paddle,
     lookup_scaled,
@@ -132,33 +131,25 @@ def _scalar(x: Any) -> np.float32:
     return np.float32(np.asarray(x, dtype=np.float32).reshape(()))
 
 
-def dequantize_box(
-    ckpt: Checkpoint, t: Nvfp4Tensor, sources: Mapping[str, Any], plan: ReadPlan, out: Any
-) -> Any:
-    """The float32 ``plan.target`` box of ``t`` from its planned sources (the format's
-    ``decode``): checks the sources' shapes against the plan, warns about non-finite
-    scales (:func:`flexq.formatkit.check_scales`), then :func:`dequantize`.
+def dequantize_box(t: Nvfp4Tensor, sources: Sources, out: Any) -> Any:
+    """The format's ``decode``: checks the sources' shapes against the target, warns
+    about non-finite scales (:func:`flexq.formatkit.check_scales`), then :func:`dequantize`.
 
     :raises FormatError: naming the tensor when a source arrived in another shape.
     """
-    packed, scales, glob = (sources[k] for k in t.sources)
-    target = plan.target
+    target = sources.target
     (_, codes_shape), (_, scales_shape), trim = nibble_blocks(target, BLOCK, t.n)
     want = {t.packed_key: codes_shape, t.scale_key: scales_shape, t.global_key: t.global_shape}
-    for key, shape in want.items():
-        if tuple(sources[key].shape) != shape:
-            raise FormatError(
-                f"{ckpt.path}: format {FORMAT!r}: {t.key!r} got {key!r} of shape "
-                f"{tuple(sources[key].shape)}, its plan needs {shape}"
-            )
+    sources.expect(want, logical_key=t.key, format_name=FORMAT)
+    packed, scales, glob = (sources[k] for k in t.sources)
     pairs = element_pairs(t.producer, glob)
     scale = effective_scales(t.producer, scales, glob)
     check_scales(
         scales_to_check(scale, pairs),
-        scale=ckpt.info(t.scale_key),
+        scale=sources.checkpoint.info(t.scale_key),
         logical_key=t.key,
         format_name=FORMAT,
-        offset=plan.source_slices.get(t.scale_key, ((), ()))[0],
+        offset=sources.offset(t.scale_key),
     )
     return dequantize(pairs, packed, scale, trim, target.local_shape[-1], out)
 

@@ -60,13 +60,14 @@ def analyze(ckpt: Checkpoint) -> Analysis[Nvfp4Tensor]:
         found = _ct_triple(ckpt, key, info, config) or _modelopt_triple(ckpt, key, info, config)
         if found is None:
             continue
-        hit = config.ignored.match(found.key)
-        if hit is not None:
-            raise FormatError(
-                f"{info.file}: tensor {key!r} is stored as NVFP4 ({found.producer} layout), "
-                f"but {config.where}.{hit[0]} lists {hit[1]!r} as not quantized "
-                f"(format {FORMAT!r})"
-            )
+        config.ignored.refuse(
+            found.key,
+            file=info.file,
+            tensor=key,
+            stored=f"stored as NVFP4 ({found.producer} layout)",
+            format_name=FORMAT,
+            config=config.where,
+        )
         tensors[found.key] = replace(found, dtype=dtype)
     used = {k for t in tensors.values() for k in t.sources}
     orphans = {k for k in ckpt.tensors if k not in used and _is_global_scale(k, config)}

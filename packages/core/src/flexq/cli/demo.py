@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,16 +188,25 @@ def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
         reference, _ = _load(base, [])
         ref_logits = forward(reference, tokens).numpy()
         rows = []
-        for name in registry.encoders():
-            path = Path(tmp) / name
-            path.mkdir()
-            tolerance = registry.encode(name, path, linear, others)
-            if tolerance is None:
-                continue
+        for name, path, tolerance in twins(Path(tmp), linear, others):
             params, seconds = _load(path, [name])
             logits = forward(params, tokens).numpy()
             rows.append(row(name, path, seconds, params, reference, logits, ref_logits, tolerance))
     return rows
+
+
+def twins(
+    directory: Path, linear: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+) -> Iterator[tuple[str, Path, float]]:
+    """(format, checkpoint directory, tolerance) of every installed format that can encode:
+    each writes its quantized twin of ``linear`` (plus ``others``) into ``directory / format``.
+    A format whose encoder declines (returns no tolerance) is skipped."""
+    for name in registry.encoders():
+        path = directory / name
+        path.mkdir()
+        tolerance = registry.encode(name, path, linear, others)
+        if tolerance is not None:
+            yield name, path, tolerance
 
 
 def row(

@@ -19,11 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from flexq.cli.demo import DemoRow, row
+from flexq.cli.demo import DemoRow, row, twins
 from flexq.compose import compose
 from flexq.io.writer import RawTensor
 from flexq.paddleformers import from_pretrained
-from flexq.plugin.manager import registry
 
 #: A small Llama with every structural feature the hub's have (GQA, untied lm_head).
 CONFIG = {
@@ -76,31 +75,15 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
         ref_params = reference.state_dict()
         linear, others = _split(base)
         rows = []
-        for name in registry.encoders():
-            path = Path(tmp) / name
-            path.mkdir()
-            tolerance = registry.encode(name, path, linear, others)
-            if tolerance is None:
-                continue
+        for name, path, tolerance in twins(Path(tmp), linear, others):
             (path / "config.json").write_text(_with_quant(base, path))
             start = time.perf_counter()
             loaded = from_pretrained(LlamaForCausalLM, path, dtype="float32")
             seconds = time.perf_counter() - start
             logits = _logits(loaded, tokens)
-            model_name = "a PaddleFormers LlamaForCausalLM"
             params = loaded.state_dict()
             rows.append(
-                row(
-                    name,
-                    path,
-                    seconds,
-                    params,
-                    ref_params,
-                    logits,
-                    ref_logits,
-                    tolerance,
-                    model_name,
-                )
+                row(name, path, seconds, params, ref_params, logits, ref_logits, tolerance, MODEL)
             )
     return rows
 

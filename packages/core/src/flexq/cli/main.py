@@ -97,6 +97,11 @@ def _warn_unclaimed(ct: ComposedTransform) -> None:
 
 
 def _list_formats(args: argparse.Namespace) -> int:
+    """list installed quantization formats
+
+    Installed and registered formats: version, distribution, the quant_method values
+    each decodes, and why a format failed to load.
+    """
     _check_registry()
     rows = list_formats()
     if args.json:
@@ -111,6 +116,12 @@ def _list_formats(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    """show the logical tensors of a checkpoint
+
+    Each logical tensor with its format, shape and dtype, and the physical components
+    (shape, dtype, file) it is decoded from; problems; exit 2 when there are any.
+    Reads headers and config.json only.
+    """
     _check_registry(args.formats)
     ct = compose(args.path, args.formats, strict=False, allow_unclaimed=args.allow_unclaimed)
     document = inspect_document(ct)
@@ -178,6 +189,12 @@ class _Bar:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    """dequantize a checkpoint into plain safetensors
+
+    Write SRC's dequantized tensors as a plain HF-style checkpoint at DST, with its
+    config (quantization section removed), tokenizer and generation config. DST is
+    complete or untouched; it may not be, hold or lie inside SRC.
+    """
     _check_registry(args.formats)
     src = Checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
@@ -206,6 +223,11 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    """quantize a tiny model in every format and load it back
+
+    Write a tiny Llama-style model in every installed format that can encode, load
+    each back into Paddle and compare logits with the unquantized model (needs Paddle).
+    """
     try:
         import paddle  # noqa: F401 - the demo's models are Paddle models
     except ModuleNotFoundError:
@@ -294,40 +316,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="one of these (flexq COMMAND --help shows its options):",
     )
 
-    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(
-            name, help=summary, description=description, formatter_class=_Help, parents=[common]
+    def command(func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        """The subcommand ``func`` runs (``_list_formats`` is ``list-formats``); the first
+        line of its docstring is the summary, the rest its description."""
+        summary, _, description = (func.__doc__ or "").strip().partition("\n\n")
+        p = sub.add_parser(
+            func.__name__.removeprefix("_").replace("_", "-"),
+            help=summary,
+            description=description,
+            formatter_class=_Help,
+            parents=[common],
         )
+        p.set_defaults(func=func)
+        return p
 
-    p = command(
-        "list-formats",
-        "list installed quantization formats",
-        "Installed and registered formats: version, distribution, the quant_method values "
-        "each decodes, and why a format failed to load.",
-    )
+    def composing(p: argparse.ArgumentParser) -> None:
+        """The options of every command that composes a checkpoint (compose's arguments)."""
+        p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
+        p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
+
+    p = command(_list_formats)
     p.add_argument("--json", action="store_true", help="print JSON (docs/schema/list-formats.json)")
-    p.set_defaults(func=_list_formats)
 
-    p = command(
-        "inspect",
-        "show the logical tensors of a checkpoint",
-        "Each logical tensor with its format, shape and dtype, and the physical components "
-        "(shape, dtype, file) it is decoded from; problems; exit 2 when there are any. "
-        "Reads headers and config.json only.",
-    )
+    p = command(_inspect)
     p.add_argument("path", metavar="PATH", help="checkpoint directory")
     p.add_argument("--json", action="store_true", help="print JSON (docs/schema/inspect.json)")
-    p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
-    p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
-    p.set_defaults(func=_inspect)
+    composing(p)
 
-    p = command(
-        "convert",
-        "dequantize a checkpoint into plain safetensors",
-        "Write SRC's dequantized tensors as a plain HF-style checkpoint at DST, with its "
-        "config (quantization section removed), tokenizer and generation config. DST is "
-        "complete or untouched; it may not be, hold or lie inside SRC.",
-    )
+    p = command(_convert)
     p.add_argument("src", metavar="SRC", help="quantized checkpoint directory")
     p.add_argument("dst", metavar="DST", help="output directory (new, empty, or --force)")
     p.add_argument(
@@ -337,22 +353,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="dtype of every float tensor (default: each tensor's own dtype in SRC, "
         "e.g. float16 for AWQ)",
     )
-    p.add_argument("--formats", type=_formats_arg, default=None, help=_FORMATS_HELP)
     p.add_argument("--max-shard-size", default="5GB", metavar="SIZE", help="largest output shard")
     p.add_argument(
         "--force",
         action="store_true",
         help="replace a DST that an earlier flexq convert wrote",
     )
-    p.add_argument("--allow-unclaimed", action="store_true", help=_UNCLAIMED_HELP)
-    p.set_defaults(func=_convert)
+    composing(p)
 
-    p = command(
-        "demo",
-        "quantize a tiny model in every format and load it back",
-        "Write a tiny Llama-style model in every installed format that can encode, load "
-        "each back into Paddle and compare logits with the unquantized model (needs Paddle).",
-    )
+    p = command(_demo)
     p.add_argument(
         "--keep",
         type=Path,
@@ -360,7 +369,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write the checkpoints into DIR/<format>/ and keep them (to try inspect and convert)",
     )
-    p.set_defaults(func=_demo)
     return parser
 
 

@@ -6,7 +6,7 @@ from :mod:`flexq` and the rest from here:
 - arrays: :class:`ArrayOps` / :func:`ops_for` (one set of exact operations over
   numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`,
   :func:`to_numpy`;
-- fast CPU decoding: :func:`for_bands`, :func:`row_runs`, :func:`lookup_into`,
+- fast CPU decoding: :func:`for_bands`, :func:`row_runs`, :func:`for_row_runs`, :func:`lookup_into`,
   :func:`lookup_scaled`, :func:`pair_items`, :func:`run_parts`, :data:`RUNS_PER_TASK`
   (cache-sized bands on worker threads);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
@@ -26,7 +26,8 @@ from :mod:`flexq` and the rest from here:
 - :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
-  :class:`Format` object); :class:`Encoder`: its ``encode`` from its quantizer.
+  :class:`Format` object; ``decode`` reads one box's :class:`Sources`);
+  :class:`Encoder`: its ``encode`` from its quantizer.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from flexq.formatkit.arrays import is_paddle, to_numpy
 from flexq.formatkit.bands import (
     RUNS_PER_TASK,
     for_bands,
+    for_row_runs,
     lookup_into,
     lookup_scaled,
     pair_items,
@@ -51,7 +53,7 @@ from flexq.formatkit.elements import (
     E8M0_TO_FLOAT32,
     nibble_pairs,
 )
-from flexq.formatkit.format import Analysis, Encoder, Format, Layout
+from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
@@ -108,11 +110,13 @@ __all__ = [
     "PaddleOps",
     "QLinearKeys",
     "QuantConfig",
+    "Sources",
     "block_cover",
     "ceil_div",
     "check_scales",
     "code_table",
     "for_bands",
+    "for_row_runs",
     "is_paddle",
     "lookup_into",
     "lookup_scaled",

@@ -117,9 +117,17 @@ def row_runs(rows: int, row_elements: int) -> list[range]:
     """Consecutive runs of ``rows`` rows of ``row_elements`` output elements each,
     each about one cache-sized band (:data:`_BAND_CODES` elements, one row at
     least), for decoders whose bands are whole rows; hand them to
-    :func:`flexq.formatkit.threads.run_parts` with at most :data:`RUNS_PER_TASK` per task."""
+    :func:`flexq.formatkit.threads.run_parts` with at most :data:`RUNS_PER_TASK` per task
+    (:func:`for_row_runs` does both)."""
     step = max(1, _BAND_CODES // max(1, row_elements))
     return [range(a, min(a + step, rows)) for a in range(0, rows, step)]
+
+
+def for_row_runs(work: Callable[[Sequence[range]], None], rows: int, row_elements: int) -> None:
+    """Call ``work`` on the :func:`row_runs` of ``rows`` output rows of ``row_elements``
+    elements, on the worker threads, at most :data:`RUNS_PER_TASK` runs per call
+    (for decoders whose bands are whole rows; runs are done in no particular order)."""
+    run_parts(work, row_runs(rows, row_elements), RUNS_PER_TASK)
 
 
 def lookup_into(table: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:

@@ -9,12 +9,12 @@ twin of the checkpoint has (what a logical tensor is when no dtype is asked).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from flexq.errors import FormatError
+from flexq.io.jsonobj import json_object
 
 if TYPE_CHECKING:
     from flexq.io.checkpoint import Checkpoint
@@ -54,15 +54,13 @@ def parse_json_model(model: type[M], raw: bytes, where: str) -> M:
     such as bitsandbytes' quant state) validated as ``model``.
 
     :param where: names the file, tensor and format in the errors.
-    :raises FormatError: ``{where} does not hold JSON (...)``, ``{where} holds JSON
-        list, not an object``, or ``{where}: field 'x': <what is wrong>``.
+    :raises FormatError: ``{where}: not valid JSON (...)``, ``{where}: not a JSON
+        object (an array)``, or ``{where}: field 'x': <what is wrong>``.
     """
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{where} does not hold JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise FormatError(f"{where} holds JSON {type(doc).__name__}, not an object")
+        doc = json_object(raw)
+    except ValueError as exc:
+        raise FormatError(f"{where}: {exc}") from None
     try:
         return model.model_validate(doc)
     except ValidationError as exc:

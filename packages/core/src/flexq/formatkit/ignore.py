@@ -75,6 +75,36 @@ class IgnoreList:
                 return field, entry
         return None
 
+    def refuse(
+        self,
+        key: str,
+        *,
+        file: str,
+        tensor: str,
+        stored: str,
+        format_name: str,
+        config: str = "quantization_config",
+    ) -> None:
+        """Refuse a tensor stored quantized whose module ``key`` this list leaves
+        unquantized: readers that honour the list would load its packed values as
+        weights, so the checkpoint contradicts itself.
+
+        :param key: the tensor or module key matched against the entries.
+        :param file: the file holding the quantized tensor.
+        :param tensor: the quantized tensor's key.
+        :param stored: how it is stored, e.g. ``"F8_E4M3"`` or ``"stored as MXFP4"``
+            (the message says "tensor 'x' is <stored>").
+        :param config: where the list lives, e.g. ``"<dir>/hf_quant_config.json: quantization"``.
+        :raises FormatError: naming the file, tensor, list field, entry and format.
+        """
+        hit = self.match(key)
+        if hit is not None:
+            field, entry = hit
+            raise FormatError(
+                f"{file}: tensor {tensor!r} is {stored}, but {config}.{field} lists "
+                f"{entry!r}, which covers its module, as not quantized (format {format_name!r})"
+            )
+
 
 def matches(entry: str, key: str) -> bool:
     """Whether ignore-list ``entry`` covers tensor or module ``key`` (the module rule)."""

@@ -11,7 +11,7 @@ which would otherwise load the model silently unquantized).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from flexq.errors import FormatError
 from flexq.formatkit.format import Analysis, Layout
@@ -22,30 +22,44 @@ if TYPE_CHECKING:
 L = TypeVar("L", bound=Layout)
 
 
-class QLinearKeys:
-    """The keys of one ``X.qweight`` linear, from its module name ``prefix``.
+class _ModuleKey:
+    """A read-only attribute of a :class:`QLinearKeys`: the key ``{prefix}.{name}``."""
 
-    Mix it into a format's layout dataclass that has a ``prefix`` field.
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"``X.{name}``"
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _ModuleKey: ...
+
+    @overload
+    def __get__(self, obj: QLinearKeys, owner: type) -> str: ...
+
+    def __get__(self, obj: QLinearKeys | None, owner: type) -> _ModuleKey | str:
+        return self if obj is None else f"{obj.prefix}.{self.name}"
+
+
+class QLinearKeys:
+    """The keys of one ``X.qweight`` linear, from its module name ``prefix``, and the
+    logical weight's shape.
+
+    Mix it into a format's layout dataclass that has ``prefix``, ``out_features`` and
+    ``in_features`` fields.
     """
 
     prefix: str
+    out_features: int
+    in_features: int
+    #: ``X.weight``, the logical tensor.
+    logical_key = _ModuleKey("weight")
+    qweight = _ModuleKey("qweight")
+    qzeros = _ModuleKey("qzeros")
+    scales = _ModuleKey("scales")
 
     @property
-    def logical_key(self) -> str:
-        """``X.weight``, the logical tensor."""
-        return f"{self.prefix}.weight"
-
-    @property
-    def qweight(self) -> str:
-        return f"{self.prefix}.qweight"
-
-    @property
-    def qzeros(self) -> str:
-        return f"{self.prefix}.qzeros"
-
-    @property
-    def scales(self) -> str:
-        return f"{self.prefix}.scales"
+    def shape(self) -> tuple[int, int]:
+        """The logical weight's shape, nn.Linear's ``(out, in)``."""
+        return self.out_features, self.in_features
 
 
 def qweight_analysis(

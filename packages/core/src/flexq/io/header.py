@@ -9,7 +9,6 @@ by a number from the file before it has been checked against the file size.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import BinaryIO
 
 from flexq.errors import CheckpointError
 from flexq.io.dtypes import DTYPES, byte_length
+from flexq.io.jsonobj import json_object
 
 #: Largest header accepted (the safetensors library uses the same 100 MB cap).
 MAX_HEADER_BYTES = 100_000_000
@@ -105,11 +105,9 @@ def read_header(stream: BinaryIO, file_size: int, file: str) -> Header:
 def parse_header(raw: bytes, file_size: int, file: str) -> Header:
     """Validate the JSON header bytes ``raw`` of a file of ``file_size`` bytes."""
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{file}: header is not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise CheckpointError(f"{file}: header is not a JSON object")
+        doc = json_object(raw)
+    except ValueError as exc:
+        raise CheckpointError(f"{file}: header is {exc}") from None
     data_start = 8 + len(raw)
     data_len = file_size - data_start
     metadata = _metadata(doc.pop("__metadata__", None), file)

@@ -6,7 +6,8 @@ tensors no format uses; it reads each tensor's box unchanged and leaves the one
 cast to the target dtype to the core (exact widening, one rounding when
 narrowing). It never passes through what looks quantized (DESIGN invariant 8):
 :func:`looks_quantized` says why a tensor looks so, and the composer refuses
-such tensors unless the caller opted in.
+such tensors unless the caller opted in. Its hook implementations take only the
+arguments they read (pluggy passes a hookimpl the ones it names).
 """
 
 from __future__ import annotations
@@ -76,14 +77,12 @@ def flexq_logical_metadata(checkpoint: Checkpoint) -> dict[str, LogicalTensor]:
 
 
 @hookimpl
-def flexq_source_keys(checkpoint: Checkpoint, logical_key: str) -> list[str]:
+def flexq_source_keys(logical_key: str) -> list[str]:
     return [logical_key]
 
 
 @hookimpl
-def flexq_read_plan(
-    checkpoint: Checkpoint, logical_key: str, target: TargetSlice, force_global: bool
-) -> ReadPlan:
+def flexq_read_plan(logical_key: str, target: TargetSlice, force_global: bool) -> ReadPlan:
     if force_global:
         whole = TargetSlice.whole(target.global_shape, target.dtype)
         return ReadPlan("global", {logical_key: whole.box}, whole)
@@ -92,12 +91,7 @@ def flexq_read_plan(
 
 @hookimpl
 def flexq_apply(
-    checkpoint: Checkpoint,
-    logical_key: str,
-    sources: Mapping[str, Any],
-    plan: ReadPlan,
-    output_dtype: str,
-    out: Any,
+    checkpoint: Checkpoint, logical_key: str, sources: Mapping[str, Any], output_dtype: str
 ) -> Any:
     x = sources[logical_key]
     # numpy holds BF16 as raw bits: widen them (exactly) before any other rounding.

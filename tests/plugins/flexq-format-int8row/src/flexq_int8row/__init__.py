@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 import flexq
-from flexq.formatkit import Analysis, Format, IgnoreList, natural_dtype, ops_for, per_checkpoint
+from flexq.formatkit import (
+    Analysis,
+    Format,
+    IgnoreList,
+    Sources,
+    natural_dtype,
+    ops_for,
+    per_checkpoint,
+)
 
 __version__ = "0.4.0"
 METHOD, Q, S = "int8row", ".weight_q", ".weight_qscale"
@@ -53,8 +61,7 @@ def analyze(checkpoint: flexq.Checkpoint) -> Analysis[RowScaled]:
             raise flexq.FormatError(
                 f"{info.file}: int8row weight {key!r} needs a [{info.shape[0]}] scale {base + S!r}"
             )
-        if (hit := ignored.match(base)) is not None:
-            raise flexq.FormatError(f"{info.file}: {key!r} is int8, but {hit[0]} lists {hit[1]!r}")
+        ignored.refuse(base, file=info.file, tensor=key, stored="int8", format_name=METHOD)
         tensors[base + ".weight"] = RowScaled(base, info.shape, dtype)
     return Analysis(tensors, frozenset(k for k in checkpoint.tensors if k.endswith(S)))
 
@@ -68,13 +75,7 @@ def local_plan(tensor: RowScaled, target: flexq.TargetSlice) -> flexq.ReadPlan:
 
 
 # decode: the math once, for numpy arrays and Paddle tensors alike, in float32
-def dequantize(
-    checkpoint: flexq.Checkpoint,
-    tensor: RowScaled,
-    sources: Mapping[str, Any],
-    plan: flexq.ReadPlan,
-    out: Any,
-) -> Any:
+def dequantize(tensor: RowScaled, sources: Sources, out: Any) -> Any:
     q, s = (sources[k] for k in tensor.sources)
     ops = ops_for(q)
     return ops.float32(q, "I8") * ops.reshape(ops.float32(s, "F32"), (-1, 1))
