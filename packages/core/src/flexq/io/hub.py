@@ -20,6 +20,7 @@ its cache tree.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -27,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from flexq.errors import CheckpointError
-from flexq.io.jsonobj import json_object
 
 #: ``org/name`` with an optional ``@revision`` (branch, tag or commit).
 REPO_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
@@ -78,10 +78,14 @@ class Files:
         """An optional JSON object file of the checkpoint ({} when absent)."""
         if not (self.path / name).exists():
             return {}
+        raw = self.safe_path(name).read_bytes()
         try:
-            return json_object(self.safe_path(name).read_bytes())
-        except ValueError as exc:
-            raise CheckpointError(f"{self.path / name}: {exc}") from None
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{self.path / name}: not valid JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise CheckpointError(f"{self.path / name}: not a JSON object")
+        return doc
 
     def data_files(self) -> dict[str, tuple[Path, set[str] | None]]:
         """Data file name -> (its checked path, the keys the index assigns to it, or
@@ -98,8 +102,8 @@ class Files:
             return {name: (self.safe_path(name), None) for name in names}
         index = self.path / indexes[0]
         try:
-            weight_map = json_object(self.safe_path(indexes[0]).read_bytes())["weight_map"]
-        except (ValueError, KeyError) as exc:
+            weight_map = json.loads(self.safe_path(indexes[0]).read_bytes())["weight_map"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
             raise CheckpointError(f"{index}: not an index with a weight_map ({exc})") from None
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index}: weight_map is not a JSON object")

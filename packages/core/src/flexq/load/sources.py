@@ -75,10 +75,8 @@ class Source(Protocol):
         """Bytes of the source boxes this rank's plans name."""
 
 
-class DirectSource:
-    """Each rank reads exactly its plans' boxes from the mapped files."""
-
-    name = "direct"
+class _Opened:
+    """What every source keeps of the load it is opened for; :meth:`_open` does the rest."""
 
     def __init__(
         self, ct: ComposedTransform, plans: Sequence[ReadPlan], options: LoadOptions
@@ -86,6 +84,18 @@ class DirectSource:
         self._ct = ct
         self._plans = plans
         self.planned_bytes = planned_bytes(ct.checkpoint, plans)
+        self._open(options)
+
+    def _open(self, options: LoadOptions) -> None:
+        """Get ready to hand out boxes (called once, by the constructor)."""
+
+
+class DirectSource(_Opened):
+    """Each rank reads exactly its plans' boxes from the mapped files."""
+
+    name = "direct"
+
+    def _open(self, options: LoadOptions) -> None:
         self._held: dict[int, dict[str, Any]] = {}
 
     def boxes(
@@ -94,9 +104,8 @@ class DirectSource:
         read = self._ct.checkpoint.read
         if plan is not self._plans[index]:
             # Boxes inside the piece's own (views of the mapped file): read, never held.
-            return {
-                k: read(k, *plan.source_slices[k], copy=False) for k in keys or plan.source_slices
-            }
+            wanted = plan.source_slices if keys is None else keys
+            return {k: read(k, *plan.source_slices[k], copy=False) for k in wanted}
         held = self._held.get(index, {}) if keep else self._held.pop(index, {})
         for k in plan.source_slices if keys is None else keys:
             if k not in held:
@@ -115,25 +124,18 @@ class DirectSource:
         return self._ct.checkpoint.bytes_read
 
 
-class FlexCheckpointSource:
+class FlexCheckpointSource(_Opened):
     """Every rank's boxes fetched collectively by Paddle's loader and resharder."""
 
     name = "flexcheckpoint"
 
-    def __init__(
-        self, ct: ComposedTransform, plans: Sequence[ReadPlan], options: LoadOptions
-    ) -> None:
-        self._plans = plans
+    def _open(self, options: LoadOptions) -> None:
+        ct, plans = self._ct, self._plans
         # One collective call for every rank's plans: ranks may need different numbers
         # of batches, and 3.3.1 reads whole files per rank anyway.
         self._fetched = fetch(
-            ct.checkpoint,
-            plans,
-            options.process_group,
-            options.offload,
-            **options.paddle_options,
+            ct.checkpoint, plans, options.process_group, options.offload, **options.paddle_options
         )
-        self.planned_bytes = planned_bytes(ct.checkpoint, plans)
 
     def boxes(
         self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
