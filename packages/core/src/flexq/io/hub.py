@@ -50,6 +50,8 @@ class Files:
 
     path: Path
     link_root: Path | None
+    #: ``path`` with its links resolved (what the files' own resolutions are held against).
+    root: Path
 
     def safe_path(self, name: object) -> Path:
         """Resolve a file name from the index, refusing anything outside the directory
@@ -63,10 +65,9 @@ class Files:
             or "\0" in name
         ):
             raise CheckpointError(f"{self.path}: file name {name!r} is not a plain file name")
-        root = self.path.resolve()
-        resolved = (root / name).resolve()
+        resolved = (self.root / name).resolve()
         inside_tree = self.link_root is not None and self.link_root in resolved.parents
-        if resolved.parent != root and not inside_tree:
+        if resolved.parent != self.root and not inside_tree:
             raise CheckpointError(
                 f"{self.path}: {name!r} resolves to {resolved}, outside the checkpoint directory"
             )
@@ -109,7 +110,9 @@ class Files:
             raise CheckpointError(f"{index}: weight_map is not a JSON object")
         files: dict[str, tuple[Path, set[str] | None]] = {}
         for key, name in weight_map.items():
-            _, keys = files.setdefault(name, (self.safe_path(name), set()))
+            if name not in files:
+                files[name] = (self.safe_path(name), set())
+            keys = files[name][1]
             assert keys is not None
             keys.add(key)
         return files
@@ -122,7 +125,7 @@ def locate(path: str | os.PathLike[str]) -> Files:
     :raises CheckpointError: as :func:`resolve`.
     """
     directory = resolve(path)
-    return Files(directory, allowed_link_root(directory))
+    return Files(directory, allowed_link_root(directory), directory.resolve())
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
