@@ -95,6 +95,19 @@ class ReadPlan:
         }
         object.__setattr__(self, "source_slices", slices)
 
+    def reads_within(self, other: ReadPlan) -> bool:
+        """Whether every box this plan reads lies inside a box ``other`` reads of the
+        same source."""
+        return all(
+            key in other.source_slices
+            and box_inside(
+                [o - h for o, h in zip(offset, other.source_slices[key][0], strict=True)],
+                shape,
+                other.source_slices[key][1],
+            )
+            for key, (offset, shape) in self.source_slices.items()
+        )
+
 
 def box_inside(offset: Sequence[int], shape: Sequence[int], full: Sequence[int]) -> bool:
     """Whether the box ``offset`` + ``shape`` lies inside a tensor of shape ``full``."""

@@ -16,7 +16,7 @@ import contextlib
 import io
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flexq.errors import TargetError
 from flexq.io.dtypes import FLOAT_DTYPES
@@ -45,22 +45,39 @@ class Piece:
     owner: str
     #: the owner's read plan for the logical box.
     plan: ReadPlan
-    #: the owner's plan for the box's first rows (at most :data:`PROBE_BYTES` of
-    #: float32, boxes inside ``plan``'s), or ``plan`` itself: what the check before
-    #: the first write decodes of a format's smallest piece.
-    probe: ReadPlan
+    #: on the smallest piece of each format (passthrough aside), what the check before
+    #: the first write decodes: the owner's plan for the box's first rows (at most
+    #: :data:`PROBE_BYTES` of float32, boxes inside ``plan``'s), or ``plan`` itself.
+    probe: ReadPlan | None
     #: (target key, checkpoint dtype, target dtype) when a plain tensor is cast.
     cast: tuple[str, str, str] | None = None
 
     @property
     def nbytes(self) -> int:
         """Float32 bytes of the dequantized box (what one piece holds in flight)."""
-        return 4 * math.prod(int(d) for d in self.src_desc.local_shape)
+        return _nbytes(self.src_desc)
 
     @property
     def axes(self) -> list[int]:
         """For each axis of the target box, the axis of the logical box it comes from."""
         return _axes(len(self.src_desc.local_shape), self.transposes)
+
+
+class _Draft(NamedTuple):
+    """A piece before its owner has planned it."""
+
+    target: Target
+    logical_key: str
+    src_desc: Any
+    dst_desc: Any
+    transposes: tuple[str, ...]
+    owner: str
+    passthrough: bool
+    cast: tuple[str, str, str] | None
+
+
+def _nbytes(desc: Any) -> int:
+    return 4 * math.prod(int(d) for d in desc.local_shape)
 
 
 def _axes(rank: int, transposes: tuple[str, ...]) -> list[int]:
@@ -160,7 +177,9 @@ def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptio
             f"AOA statements do not apply to the logical tensors of {ct.checkpoint.path}: "
             f"{type(exc).__name__}: {exc}"
         ) from None
-    pieces = [p for t in targets for p in _pieces_of(ct, engine, t, max_bytes)]
+    drafts = [d for t in targets for d in _drafts(ct, engine, t, max_bytes)]
+    probes = _smallest(drafts)
+    pieces = [_planned(ct, d, i in probes) for i, d in enumerate(drafts)]
     for p in pieces:
         shape = [p.src_desc.local_shape[a] for a in p.axes]
         if tuple(shape) != tuple(p.dst_desc.local_shape):
@@ -216,7 +235,7 @@ def _naming(statements: list[str], name: object) -> str:
     return next((s for s in statements if isinstance(name, str) and name in s), "")
 
 
-def _pieces_of(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) -> list[Piece]:
+def _drafts(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) -> list[_Draft]:
     where = f"target {t.key!r}"
     var = engine.output_vars.get(t.key)
     if var is None:
@@ -263,25 +282,36 @@ def _pieces_of(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) ->
             else None
         )
         for s, d in _split(src, dst, transposes, max_bytes):
-            box = TargetSlice(
-                tuple(s.global_shape), tuple(s.local_shape), tuple(s.global_offset), t.dtype
-            )
-            # One plan when the piece is its own probe (``probe is plan`` then).
-            plans = [ct.plan(key, b) for b in dict.fromkeys((box, _head(box)))]
-            plan, probe = plans[0], plans[-1]
-            # The probe reads inside the piece's own boxes (a source hands out no others).
-            inside = all(
-                k in plan.source_slices
-                and all(
-                    o <= i and i + n <= o + m
-                    for i, n, o, m in zip(*b, *plan.source_slices[k], strict=True)
-                )
-                for k, b in probe.source_slices.items()
-            )
-            out.append(
-                Piece(t, key, s, d, transposes, entry.owner, plan, probe if inside else plan, cast)
-            )
+            out.append(_Draft(t, key, s, d, transposes, entry.owner, entry.is_passthrough, cast))
     return out
+
+
+def _smallest(drafts: list[_Draft]) -> set[int]:
+    """The index of the smallest piece of every format (the passthrough owner aside)."""
+    probes: dict[str, int] = {}
+    for i, d in enumerate(drafts):
+        if not d.passthrough and (
+            d.owner not in probes or _nbytes(d.src_desc) < _nbytes(drafts[probes[d.owner]].src_desc)
+        ):
+            probes[d.owner] = i
+    return set(probes.values())
+
+
+def _planned(ct: ComposedTransform, d: _Draft, probed: bool) -> Piece:
+    """The draft planned by its owner, with the plan of its probe when ``probed``."""
+    s = d.src_desc
+    box = TargetSlice(
+        tuple(s.global_shape), tuple(s.local_shape), tuple(s.global_offset), d.target.dtype
+    )
+    # One plan when the piece is its own probe (``probe is plan`` then).
+    plans = [
+        ct.plan(d.logical_key, b) for b in dict.fromkeys((box, _head(box)) if probed else (box,))
+    ]
+    plan, probe = plans[0], plans[-1] if probed else None
+    # The probe reads inside the piece's own boxes (a source hands out no others).
+    if probe is not None and not probe.reads_within(plan):
+        probe = plan
+    return Piece(d.target, d.logical_key, s, d.dst_desc, d.transposes, d.owner, plan, probe, d.cast)
 
 
 def _neutral(t: Target) -> Any:

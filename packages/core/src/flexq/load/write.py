@@ -24,7 +24,6 @@ import numpy as np
 from flexq.formatkit.arrays import host_view
 from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.load.report import LoadReport
-from flexq.plugin.passthrough import NAME as PASSTHROUGH
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -43,7 +42,6 @@ def fill(
     and write it into its target. On a failure part-way the regions written so far are
     restored when ``options.atomic`` (and stay written otherwise)."""
     batches = list(_batches(pieces, options.max_inflight_bytes))
-    probes = _smallest(pieces)
     source = source_type(ct, [p.plan for p in pieces], options)
     for i, p in enumerate(pieces):
         # What scales can reveal fails here, before the first write: only the failures
@@ -51,7 +49,7 @@ def fill(
         # decode at all (it raises, or returns the wrong shape or dtype) fails here too:
         # the first rows of its smallest piece are decoded and dropped (a few MiB, so
         # the check costs neither time nor memory at any size).
-        _decode(ct, source, i, p, p.probe if i in probes else None, "float32", check=True)
+        _decode(ct, source, i, p, p.probe, "float32", check=True)
     source.release()
     # Every check has passed: only now do lazy targets get their storage (filled below).
     import paddle
@@ -108,17 +106,6 @@ def fill(
     return LoadReport(
         source.name, len(pieces), len(batches), source.bytes_read, source.planned_bytes, casts
     )
-
-
-def _smallest(pieces: list[Piece]) -> set[int]:
-    """The index of the smallest piece of every format (the passthrough owner aside)."""
-    probes: dict[str, int] = {}
-    for i, p in enumerate(pieces):
-        if p.owner != PASSTHROUGH and (
-            p.owner not in probes or p.nbytes < pieces[probes[p.owner]].nbytes
-        ):
-            probes[p.owner] = i
-    return set(probes.values())
 
 
 def _decode(
