@@ -30,12 +30,10 @@ def linears(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=60, deadline=None)
-@given(case=linears(), dtype=st.sampled_from(["float32", "bfloat16", "float16"]))
-def test_whole_decode_equals_the_oracle(oracle: Any, case: dict[str, Any], dtype: str) -> None:
-    rng = np.random.default_rng(case["seed"])
+def linear_and_config(oracle: Any, case: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The random GPTQ linear ``case`` draws, and the config that describes it."""
     lin = oracle.random_gptq(
-        rng,
+        np.random.default_rng(case["seed"]),
         case["bits"],
         case["out_f"],
         case["in_f"],
@@ -46,6 +44,13 @@ def test_whole_decode_equals_the_oracle(oracle: Any, case: dict[str, Any], dtype
     )
     act_order = case["g_idx"] in ("permuted", "random")
     config = oracle.gptq_config(case["bits"], case["group"], v1=case["v1"], desc_act=act_order)
+    return lin, config
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=linears(), dtype=st.sampled_from(["float32", "bfloat16", "float16"]))
+def test_whole_decode_equals_the_oracle(oracle: Any, case: dict[str, Any], dtype: str) -> None:
+    lin, config = linear_and_config(oracle, case)
     with oracle.written({"fc": lin}, config) as ckpt:
         ct = compose(ckpt.path, ["gptq"])
         oracle.same_bits(ct.load("fc.weight", dtype), oracle.round_to(lin.reference(), dtype))
@@ -56,19 +61,7 @@ def test_whole_decode_equals_the_oracle(oracle: Any, case: dict[str, Any], dtype
 def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, Any]) -> None:
     from flexq.testing import source_to_paddle
 
-    rng = np.random.default_rng(case["seed"])
-    lin = oracle.random_gptq(
-        rng,
-        case["bits"],
-        case["out_f"],
-        case["in_f"],
-        case["group"],
-        v1=case["v1"],
-        g_idx=case["g_idx"],
-        scale_dtype=case["scale_dtype"],
-    )
-    act_order = case["g_idx"] in ("permuted", "random")
-    config = oracle.gptq_config(case["bits"], case["group"], v1=case["v1"], desc_act=act_order)
+    lin, config = linear_and_config(oracle, case)
     with oracle.written({"fc": lin}, config) as ckpt:
         ct = compose(ckpt.path, ["gptq"])
         out_f, in_f = lin.shape
