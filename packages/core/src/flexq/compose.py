@@ -191,14 +191,17 @@ class ComposedTransform:
             if plan is None and force_global:
                 # The owner plans whole sources itself; its whole-tensor plan says which are scales.
                 plan = reg.read_plan(entry.owner, ckpt, logical_key, whole, False, entry.sources)
-            scales = plan.scales if plan is not None else ()
-            return ReadPlan("global", {s: self._whole(s) for s in entry.sources}, whole, scales)
+            boxes = {s: self._whole(s) for s in entry.sources}
+            if plan is None:
+                return ReadPlan("global", boxes, whole)
+            return ReadPlan("global", boxes, whole, plan.scales, plan.checks, plan.check)
         return plan
 
     def check_scales(self, logical_key: str, plan: ReadPlan, sources: Mapping[str, Any]) -> None:
-        """Check the scales ``plan`` declares, as read in ``sources`` (see
-        :func:`flexq.formatkit.check_scales`): before the first write of a load, and
-        before every decode that does not go through a load."""
+        """Check what ``plan`` declares, as read in ``sources``: its scales are finite (see
+        :func:`flexq.formatkit.check_scales`), then the format's own ``plan.check``. Runs
+        before the first write of a load, and before every decode that does not go
+        through a load; ``sources`` holds at least the boxes of ``plan.checked``."""
         owner = self.entry(logical_key).owner
         for key in plan.scales:
             values, info = sources[key], self.checkpoint.info(key)
@@ -209,6 +212,18 @@ class ComposedTransform:
                 format_name=owner,
                 offset=plan.source_slices[key][0],
             )
+        if plan.check is not None:
+            from flexq.formatkit.format import Sources
+
+            try:
+                plan.check(Sources(self.checkpoint, plan, sources))
+            except FlexqError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"{self._registry.describe(owner)}: the read plan's check for "
+                    f"{logical_key!r} raised {type(exc).__name__}: {exc}"
+                ) from exc
 
     def read_sources(self, plan: ReadPlan) -> dict[str, np.ndarray]:
         """Read exactly the source boxes ``plan`` names, straight from the files.

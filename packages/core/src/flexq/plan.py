@@ -9,9 +9,12 @@ needed to produce that box.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from flexq.formatkit.format import Sources
 
 #: A box of a tensor: (global_offset, local_shape).
 Box = tuple[tuple[int, ...], tuple[int, ...]]
@@ -81,13 +84,26 @@ class ReadPlan:
         :func:`flexq.formatkit.scale_to_float32`): a load reads and checks them for
         every piece first, so a NaN or infinite scale fails the load (when
         ``FLEXQ_NONFINITE_SCALES=error``) before any target is touched. A format
-        that declares its scales here does not call ``check_scales`` itself.
+        that declares its scales here does not call ``check_scales`` itself. Every
+        scale-like source (scales, global scales, absmax, SCB, float zero points) must be
+        declared here or in ``checks``: :func:`flexq.formatkit.check_conformance` fails
+        a format whose plan omits one.
+    :ivar checks: the other sources ``check`` reads (g_idx, weight_shape, code books,
+        integer-coded scales): read with the scales before the first write.
+    :ivar check: the format's own check of what ``scales`` and ``checks`` hold, called
+        with a :class:`flexq.formatkit.Sources` of exactly those boxes, after the
+        core's non-finite check and before anything is written (and before every
+        decode that does not go through a load). It raises :class:`flexq.FormatError`
+        (or warns with :func:`flexq.formatkit.check_scales`) naming the component that
+        is wrong, so the format's decode need not check again.
     """
 
     mode: Literal["local", "global"]
     source_slices: Mapping[str, Box]
     target: TargetSlice
     scales: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+    check: Callable[[Sources], None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         slices = {
@@ -107,6 +123,11 @@ class ReadPlan:
             )
             for key, (offset, shape) in self.source_slices.items()
         )
+
+    @property
+    def checked(self) -> tuple[str, ...]:
+        """Every source read before the first write: ``scales`` then ``checks``."""
+        return tuple(dict.fromkeys((*self.scales, *self.checks)))
 
 
 def box_inside(offset: Sequence[int], shape: Sequence[int], full: Sequence[int]) -> bool:

@@ -38,6 +38,7 @@ from flexq.formatkit import (
     nibble_pairs,
     ops_for,
     pair_items,
+    to_numpy,
 )
 from flexq_nvfp4.config import FORMAT
 from flexq_nvfp4.layout import BLOCK, Nvfp4Tensor, Producer
@@ -114,17 +115,52 @@ def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
     return out
 
 
-def scales_to_check(scale: Any, pairs: np.ndarray) -> Any:
-    """What multiplies each block's elements, for :func:`flexq.formatkit.check_scales`:
-    the effective scale times what the element table holds of the global scale."""
+def check(t: Nvfp4Tensor, sources: Sources) -> None:
+    """The plan's check, run by the core before the first write once it found both
+    scales finite: what multiplies each block's elements must be finite too.
+
+    A zero global scale is a divisor in compressed-tensors' definition (``s / g``):
+    its blocks are non-finite, reported as the global scale's fault. Otherwise a
+    non-finite effective scale comes from a product of finite scales beyond float32
+    (``s * g``, ``s / g`` or auto-round's ``1 / g`` of a tiny ``g``), reported on the
+    block scale with the global scale named. ModelOpt's ``s * 0`` and auto-round's
+    reciprocal of 0 (its ``get_reciprocal``: 0) are zeros by definition, no warning.
+    """
+    glob = to_numpy(sources[t.global_key])
+    g = _scalar(glob)
+    if not np.isfinite(g):
+        return  # the core reported the global scale itself
+    ckpt = sources.checkpoint
+    if t.producer == "compressed-tensors" and g == 0:
+        check_scales(
+            glob,
+            scale=ckpt.info(t.global_key),
+            logical_key=t.key,
+            format_name=FORMAT,
+            bad=np.asarray(glob) == 0,
+            why=f"divides every block scale (W = e2m1 * scale / global), making {t.key!r} "
+            "non-finite",
+        )
+        return
+    # The scale box is small (1/16 of the codes): checked on the host.
+    stored = to_numpy(sources[t.scale_key])
+    effective = effective_scales(t.producer, stored, glob)
     # Byte 0x02 holds code 2 (1.0): its entry is the table's factor (1 but for auto-round).
-    r = pairs[2, 0]
-    if r == 1:
-        return scale
-    if is_paddle(scale):
-        return scale * float(r)
+    r = element_pairs(t.producer, glob)[2, 0]
     with np.errstate(over="ignore", invalid="ignore"):
-        return scale * r
+        effective = effective * r
+    check_scales(
+        effective,
+        scale=ckpt.info(t.scale_key),
+        logical_key=t.key,
+        format_name=FORMAT,
+        offset=sources.offset(t.scale_key),
+        # A NaN scale code the core reported already; only finite products of finite
+        # scales that left float32 are new here.
+        bad=~np.isfinite(effective) & np.isfinite(E4M3_TO_FLOAT32[stored]),
+        why=f"(effective, with global scale {t.global_key!r} = {float(g)}) is beyond "
+        f"float32 and makes {t.key!r} non-finite",
+    )
 
 
 def _scalar(x: Any) -> np.float32:
@@ -132,8 +168,9 @@ def _scalar(x: Any) -> np.float32:
 
 
 def dequantize_box(t: Nvfp4Tensor, sources: Sources, out: Any) -> Any:
-    """The format's ``decode``: checks the sources' shapes against the target, warns
-    about non-finite scales (:func:`flexq.formatkit.check_scales`), then :func:`dequantize`.
+    """The format's ``decode``: checks the sources' shapes against the target, then
+    :func:`dequantize` (the core checked the scales first: the plan declares both and
+    :func:`check` what their combination reveals).
 
     :raises FormatError: naming the tensor when a source arrived in another shape.
     """
@@ -144,13 +181,6 @@ def dequantize_box(t: Nvfp4Tensor, sources: Sources, out: Any) -> Any:
     packed, scales, glob = (sources[k] for k in t.sources)
     pairs = element_pairs(t.producer, glob)
     scale = effective_scales(t.producer, scales, glob)
-    check_scales(
-        scales_to_check(scale, pairs),
-        scale=sources.checkpoint.info(t.scale_key),
-        logical_key=t.key,
-        format_name=FORMAT,
-        offset=sources.offset(t.scale_key),
-    )
     return dequantize(pairs, packed, scale, trim, target.local_shape[-1], out)
 
 

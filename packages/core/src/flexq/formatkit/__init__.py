@@ -12,6 +12,8 @@ from :mod:`flexq` and the rest from here:
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
   :func:`check_scales` (the non-finite-scale warning every format raises the same way);
+- conformance: :func:`check_conformance` (fails a format whose read plans omit a
+  scale-like component from ``ReadPlan.scales`` / ``ReadPlan.checks``), :func:`scale_like`;
 - configs: :class:`QuantConfig` / :func:`parse_quant_config` (pydantic models of
   ``quantization_config`` with errors naming file and field; :func:`parse_json_model`
   for JSON stored in a tensor), :class:`IgnoreList`
@@ -46,6 +48,7 @@ from flexq.formatkit.bands import (
 )
 from flexq.formatkit.blocks import nibble_blocks
 from flexq.formatkit.cache import per_checkpoint
+from flexq.formatkit.conformance import check_conformance, scale_like
 from flexq.formatkit.elements import (
     E2M1_PAIRS,
     E2M1_VALUES,
@@ -113,6 +116,7 @@ __all__ = [
     "Sources",
     "block_cover",
     "ceil_div",
+    "check_conformance",
     "check_scales",
     "code_table",
     "for_bands",
@@ -132,6 +136,7 @@ __all__ = [
     "qweight_analysis",
     "row_runs",
     "run_parts",
+    "scale_like",
     "scale_to_float32",
     "thread_count",
     "to_numpy",

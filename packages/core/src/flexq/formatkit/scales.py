@@ -55,6 +55,8 @@ def check_scales(
     logical_key: str,
     format_name: str,
     offset: Sequence[int] = (),
+    bad: Any = None,
+    why: str | None = None,
 ) -> None:
     """Warn with :class:`flexq.ScaleWarning` when a decoded scale is NaN or infinite.
 
@@ -70,15 +72,20 @@ def check_scales(
     :param values: the decoded float scales, in the stored box's shape (numpy or Paddle).
     :param scale: header entry of the scale tensor (for the file and key in the message).
     :param offset: where the box starts in the stored tensor (for the index reported).
+    :param bad: for scales that are wrong other than by being non-finite (a zero that
+        the format's definition divides by): a boolean mask of ``values``' shape
+        marking them; None: the non-finite ones.
+    :param why: what the bad scale does, for the message (default: ``makes
+        '<logical_key>' non-finite``).
     """
-    if is_paddle(values):
+    if bad is None and is_paddle(values):
         import paddle
 
         if bool(paddle.all(paddle.isfinite(values))):
             return
         values = values.numpy()
-    arr = np.asarray(values, dtype=np.float32)
-    bad = ~np.isfinite(arr)
+    arr = np.asarray(values.numpy() if is_paddle(values) else values, dtype=np.float32)
+    bad = ~np.isfinite(arr) if bad is None else np.asarray(bad, dtype=bool)
     if not bad.any():
         return
     first = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -86,7 +93,7 @@ def check_scales(
     index = [i + o for i, o in zip(first, start, strict=False)]
     problem = ScaleWarning(
         f"{scale.file}: tensor {scale.key!r}: scale {float(arr[first])} at {index} "
-        f"({int(bad.sum())} of {arr.size} read) makes {logical_key!r} non-finite; "
+        f"({int(bad.sum())} of {arr.size} read) {why or f'makes {logical_key!r} non-finite'}; "
         f"the file is corrupt (format {format_name!r})"
     )
     if os.environ.get(NONFINITE_SCALES_ENV, "warn") == "error":

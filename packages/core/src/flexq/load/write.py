@@ -123,9 +123,10 @@ def _decode(
 ) -> Any:
     """Piece ``p``'s box of ``plan`` (``p.plan`` or its probe) from ``source``, dequantized
     to ``dtype`` (numpy for ``host`` targets, else Paddle). With ``check`` the piece's
-    scales are checked too (and held for its own decode, as a decoded probe's boxes
-    are), and ``plan`` may be None: nothing is decoded."""
-    scales = source.boxes(index, p.plan, p.plan.scales, keep=True) if check else {}
+    scales and the other components its plan declares (``ReadPlan.checked``) are
+    checked too (and held for its own decode, as a decoded probe's boxes are), and
+    ``plan`` may be None: nothing is decoded."""
+    scales = source.boxes(index, p.plan, p.plan.checked, keep=True) if check else {}
     found = source.boxes(index, plan, keep=check) if plan is not None else {}
     value = None
     if plan is not None:

@@ -303,9 +303,9 @@ class FormatRegistry:
                 raise PluginError(
                     f"{where} reads box {offset}+{shape} of {key!r}, outside its shape {full}"
                 )
-        unread = [k for k in plan.scales if k not in plan.source_slices]
+        unread = [k for k in plan.checked if k not in plan.source_slices]
         if unread:
-            raise PluginError(f"{where} declares scales {unread} it does not read")
+            raise PluginError(f"{where} declares scales or checks {unread} it does not read")
         return plan
 
     def apply(
