@@ -110,8 +110,9 @@ def test_a_contradicting_weight_shape_is_an_error_on_every_plan(
     ):
         plan = ct.plan("fc.weight", target, force_global=target.is_whole)
         assert plan.source_slices["fc.weight_shape"] == ((0,), (2,))
+        assert "fc.weight_shape" in plan.checks  # read and checked before the first write
         with pytest.raises(FormatError, match=r"fc.weight_shape.*\(16, 63\).*\(16, 64\).*ct-int"):
-            ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+            ct.check_plan("fc.weight", plan, ct.read_sources(plan))
 
 
 def test_pack_quantized_without_a_compressed_tensors_config_is_an_error(

@@ -150,7 +150,7 @@ class ComposedTransform:
         ):
             out = plan.target.dtype
         sources = host_to_numpy(source_tensors)
-        self.check_scales(logical_key, plan, sources)
+        self.check_plan(logical_key, plan, sources)
         return to_paddle(self.dequantize(logical_key, sources, plan, out), out)
 
     # -- flexq's own API ------------------------------------------------------
@@ -197,7 +197,7 @@ class ComposedTransform:
             return ReadPlan("global", boxes, whole, plan.scales, plan.checks, plan.check)
         return plan
 
-    def check_scales(self, logical_key: str, plan: ReadPlan, sources: Mapping[str, Any]) -> None:
+    def check_plan(self, logical_key: str, plan: ReadPlan, sources: Mapping[str, Any]) -> None:
         """Check what ``plan`` declares, as read in ``sources``: its scales are finite (see
         :func:`flexq.formatkit.check_scales`), then the format's own ``plan.check``. Runs
         before the first write of a load, and before every decode that does not go
@@ -280,7 +280,7 @@ class ComposedTransform:
         out = output_dtype or entry.dtype
         plan = self.plan(logical_key, TargetSlice.whole(entry.shape, out))
         sources = self.read_sources(plan)
-        self.check_scales(logical_key, plan, sources)
+        self.check_plan(logical_key, plan, sources)
         return np.asarray(self.dequantize(logical_key, sources, plan, out))
 
     def _whole(self, key: str) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -53,4 +53,5 @@ def decode_box(
             k: source_to_paddle(np.array(v), ct.checkpoint.info(k).dtype)
             for k, v in sources.items()
         }
+    ct.check_plan(logical_key, plan, sources)  # the checks a load runs before any write
     return ct.dequantize(logical_key, sources, plan, output_dtype)

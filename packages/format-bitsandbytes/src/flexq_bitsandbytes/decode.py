@@ -64,10 +64,11 @@ def _pairs(ops: ArrayOps, quant_type: str, packed: Any) -> Any:
 
 def dequantize(t: FourBit | Int8, sources: Sources, out: Any) -> Any:
     """The format's ``decode``, after checking what arrived: each source's shape against
-    the target, the stored code book, the ``weight_format`` of an int8 weight.
+    the target.
 
-    NaN and infinite scales were checked by the core before any write (the plan
-    declares them in ``ReadPlan.scales``).
+    NaN and infinite scales, the stored code book and the ``weight_format`` of an int8
+    weight were checked by the core before any write (the plan declares them in
+    ``ReadPlan.scales`` and ``ReadPlan.checks``; :func:`flexq_bitsandbytes.plan.check`).
     """
     if isinstance(t, Int8):
         return _int8(t, sources, out)
@@ -78,7 +79,6 @@ def _four_bit(t: FourBit, sources: Sources, out: Any) -> Any:
     target = sources.target
     boxes = {key: shape for key, (_, shape) in four_bit_boxes(t, target).items()}  # blob too
     sources.expect(boxes, logical_key=t.key, format_name=FORMAT)
-    _check_book(sources.checkpoint, t, sources[t.quant_map_key])
     first, _ = covering_blocks(t, target)
     nested = t.nested
     scale = absmax_values(
@@ -91,26 +91,7 @@ def _four_bit(t: FourBit, sources: Sources, out: Any) -> Any:
     return dequantize_four_bit(t, sources[t.key], scale, target, out)
 
 
-def _check_book(ckpt: Checkpoint, t: FourBit, stored: Any) -> None:
-    """The stored ``quant_map`` must be bnb's code book (its kernels ignore the stored one)."""
-    values = to_numpy(stored).astype(np.float32).reshape(-1)
-    if not np.array_equal(values, CODE_BOOKS[t.quant_type]):
-        raise FormatError(
-            f"{ckpt.info(t.quant_map_key).file}: tensor {t.quant_map_key!r} is not the "
-            f"{t.quant_type} code book bitsandbytes decodes with (format {FORMAT!r}): "
-            f"{values.tolist()}"
-        )
-
-
 def _int8(t: Int8, sources: Sources, out: Any) -> Any:
-    if t.format_key is not None:
-        fmt = to_numpy(sources[t.format_key]).reshape(-1)
-        if fmt.size != 1 or int(fmt[0]) != ROW_FORMAT:
-            raise FormatError(
-                f"{sources.checkpoint.info(t.format_key).file}: tensor {t.format_key!r} is "
-                f"{fmt.tolist()}; bitsandbytes loads only row-major int8 weights "
-                f"(weight_format {ROW_FORMAT}) (format {FORMAT!r})"
-            )
     box = sources.target.local_shape
     sources.expect({t.key: box, t.scb_key: box[:1]}, logical_key=t.key, format_name=FORMAT)
     return dequantize_int8(sources[t.key], sources[t.scb_key], out)

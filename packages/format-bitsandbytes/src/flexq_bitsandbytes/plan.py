@@ -23,12 +23,20 @@ its rows, and the ``weight_format`` scalar.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from flexq import ReadPlan, TargetSlice
-from flexq_bitsandbytes.layout import FourBit, Int8
+import numpy as np
+
+from flexq import FormatError, ReadPlan, TargetSlice
+from flexq.formatkit import to_numpy
+from flexq_bitsandbytes.codebook import CODE_BOOKS
+from flexq_bitsandbytes.config import FORMAT
+from flexq_bitsandbytes.layout import ROW_FORMAT, FourBit, Int8
 
 if TYPE_CHECKING:
+    from flexq import Checkpoint
+    from flexq.formatkit import Sources
     from flexq.plan import Box
 
 
@@ -103,7 +111,52 @@ def scale_keys(t: FourBit | Int8) -> tuple[str, ...]:
     return (t.absmax_key,)
 
 
+def check_keys(t: FourBit | Int8) -> tuple[str, ...]:
+    """The other sources :func:`check` reads before the first write: the code book (and,
+    with double quantization, the U8 absmax codes, scale-like but any byte is valid),
+    or an int8 weight's ``weight_format``."""
+    if isinstance(t, Int8):
+        return () if t.format_key is None else (t.format_key,)
+    if t.nested is not None:
+        return (t.quant_map_key, t.absmax_key)
+    return (t.quant_map_key,)
+
+
+def check(t: FourBit | Int8, sources: Sources) -> None:
+    """The plan's check, run by the core before the first write of a load: the stored
+    ``quant_map`` is bnb's code book (its kernels ignore the stored one), and an int8
+    weight's ``weight_format`` is row-major.
+
+    :raises FormatError: naming the file and the tensor.
+    """
+    if isinstance(t, FourBit):
+        _check_book(sources.checkpoint, t, sources[t.quant_map_key])
+    elif t.format_key is not None:
+        fmt = to_numpy(sources[t.format_key]).reshape(-1)
+        if fmt.size != 1 or int(fmt[0]) != ROW_FORMAT:
+            raise FormatError(
+                f"{sources.checkpoint.info(t.format_key).file}: tensor {t.format_key!r} is "
+                f"{fmt.tolist()}; bitsandbytes loads only row-major int8 weights "
+                f"(weight_format {ROW_FORMAT}) (format {FORMAT!r})"
+            )
+
+
+def _check_book(ckpt: Checkpoint, t: FourBit, stored: Any) -> None:
+    values = to_numpy(stored).astype(np.float32).reshape(-1)
+    if not np.array_equal(values, CODE_BOOKS[t.quant_type]):
+        raise FormatError(
+            f"{ckpt.info(t.quant_map_key).file}: tensor {t.quant_map_key!r} is not the "
+            f"{t.quant_type} code book bitsandbytes decodes with (format {FORMAT!r}): "
+            f"{values.tolist()}"
+        )
+
+
 def local_plan(t: FourBit | Int8, target: TargetSlice) -> ReadPlan:
-    """The plan reading only what ``target`` needs (see the module doc for the 4-bit limits)."""
+    """The plan reading only what ``target`` needs (see the module doc for the 4-bit limits).
+
+    The core checks its scales and runs :func:`check` on the rest before anything is written.
+    """
     boxes = four_bit_boxes(t, target) if isinstance(t, FourBit) else int8_boxes(t, target)
-    return ReadPlan("local", boxes, target, scales=scale_keys(t))
+    checks = check_keys(t)
+    validate = partial(check, t) if checks else None
+    return ReadPlan("local", boxes, target, scale_keys(t), checks, validate)

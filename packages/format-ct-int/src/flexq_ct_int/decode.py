@@ -72,18 +72,31 @@ def dequantize(linear: CtLinear, sources: Sources, out: Any = None) -> Any:
     """The format's ``decode``: the float32 box ``sources.target`` of ``linear``'s weight.
 
     :raises FormatError: naming the file when a source arrived in another shape than
-        its plan box, ``weight_shape`` disagrees with the headers, or ``g_idx`` names
-        a group that does not exist.
+        its plan box, or ``g_idx`` names a group that does not exist (the core has
+        run :func:`check_metadata` before: a load fails there before any write).
     """
     ckpt, plan = sources.checkpoint, sources.plan
     boxes = {key: shape for key, (_, shape) in plan.source_slices.items()}
     sources.expect(boxes, logical_key=linear.key, format_name=FORMAT_NAME)
-    if linear.shape_key is not None and linear.shape_key in sources:
-        _check_shape(ckpt, linear.shape_key, sources[linear.shape_key], linear.shape)
     try:
         return _dequantize(linear, sources, plan, out)
     except FormatError as exc:
         raise FormatError(f"{ckpt.info(linear.weight_key).file}: {exc}") from None
+
+
+def check_metadata(linear: CtLinear, sources: Sources) -> None:
+    """The plan's check, run by the core before the first write of a load on the planned
+    ``weight_shape`` and ``weight_g_idx`` boxes: the recorded shape is the headers', and
+    every group index names a group (what the decoder would otherwise find mid-load)."""
+    ckpt = sources.checkpoint
+    if linear.shape_key is not None:
+        _check_shape(ckpt, linear.shape_key, sources[linear.shape_key], linear.shape)
+    if linear.gidx_key is not None:
+        gidx = sources[linear.gidx_key]
+        try:
+            _group_index(linear, sources, sources.plan, ct_ops_for(gidx))
+        except FormatError as exc:
+            raise FormatError(f"{ckpt.info(linear.gidx_key).file}: {exc}") from None
 
 
 def _check_shape(ckpt: Checkpoint, key: str, value: Any, shape: tuple[int, int]) -> None:

@@ -21,9 +21,12 @@ For a box ``[o0:o0+no, i0:i0+ni]`` of the logical ``[out, in]`` weight:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from flexq import ReadPlan, TargetSlice, block_cover
+from flexq.formatkit import FLOAT_SCALE_DTYPES
+from flexq_ct_int.decode import check_metadata
 
 if TYPE_CHECKING:
     from flexq.plan import Box
@@ -75,5 +78,13 @@ def source_boxes(linear: CtLinear, target: TargetSlice) -> dict[str, Box]:
 
 def local_plan(linear: CtLinear, target: TargetSlice) -> ReadPlan:
     """A plan reading only the words, groups and entries ``target`` needs; the core checks
-    its declared scale before anything is written."""
-    return ReadPlan("local", source_boxes(linear, target), target, scales=(linear.scale_key,))
+    its declared scales (a float zero point is one) and runs
+    :func:`flexq_ct_int.decode.check_metadata` on ``weight_shape`` and ``weight_g_idx``
+    before anything is written. Integer zero points need no check: every integer is one."""
+    scales = [linear.scale_key]
+    if linear.zero == "raw" and linear.zero_dtype in FLOAT_SCALE_DTYPES:
+        assert linear.zero_key is not None
+        scales.append(linear.zero_key)
+    checks = tuple(k for k in (linear.gidx_key, linear.shape_key) if k is not None)
+    check = partial(check_metadata, linear) if checks else None
+    return ReadPlan("local", source_boxes(linear, target), target, tuple(scales), checks, check)

@@ -96,6 +96,13 @@ def group_index(linear: GptqLinear, sources: Sources) -> np.ndarray:
     return rows
 
 
+def check_g_idx(linear: GptqLinear, sources: Sources) -> None:
+    """The plan's check, run by the core on the planned ``g_idx`` box before the first
+    write of a load: every value names a group the box's scales hold (the decoder maps
+    them the same way, so a load never fails there after a write)."""
+    group_index(linear, sources)
+
+
 def dequantize(linear: GptqLinear, sources: Sources, out: Any = None) -> Any:
     """The format's ``decode``; fills ``out`` when the box is whole units of qweight
     words, the usual case."""

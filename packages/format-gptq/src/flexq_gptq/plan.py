@@ -24,9 +24,11 @@ the plan, which the loaders' "each rank reads exactly its plans" rule forbids.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from flexq import ReadPlan, TargetSlice, block_cover
+from flexq_gptq.decode import check_g_idx
 
 if TYPE_CHECKING:
     from flexq.plan import Box
@@ -59,5 +61,11 @@ def source_boxes(linear: GptqLinear, target: TargetSlice) -> dict[str, Box]:
 
 
 def local_plan(linear: GptqLinear, target: TargetSlice) -> ReadPlan:
-    """A plan that reads only the words and groups covering ``target``."""
-    return ReadPlan("local", source_boxes(linear, target), target, scales=(linear.scales,))
+    """A plan that reads only the words and groups covering ``target``; the core checks
+    its scales and its ``g_idx`` (:func:`flexq_gptq.decode.check_g_idx`) before anything
+    is written. The I32 ``qzeros`` need no check: every stored integer is a zero point."""
+    boxes = source_boxes(linear, target)
+    if not linear.has_g_idx:
+        return ReadPlan("local", boxes, target, scales=(linear.scales,))
+    check = partial(check_g_idx, linear)
+    return ReadPlan("local", boxes, target, (linear.scales,), (linear.g_idx,), check)

@@ -24,13 +24,8 @@ if TYPE_CHECKING:
     from flexq.io.header import TensorInfo
     from flexq.plan import ReadPlan
 
-#: Last name components of scales: what multiplies (or divides) decoded elements.
-SCALE_NAMES = frozenset(
-    {"scales", "SCB", "absmax", "nested_absmax", "weight_scale", "weight_global_scale"}
-)
-#: Name endings of scales (``X.weight_scale_inv``, ModelOpt's ``weight_scale_2``, gpt-oss
-#: ``*_scales``).
-SCALE_ENDINGS = ("_scale", "_scales", "_scale_inv", "_scale_2")
+#: Last name components of scales whose names do not say "scale" (bitsandbytes').
+SCALE_NAMES = frozenset({"SCB", "absmax", "nested_absmax"})
 #: Metadata a decoder validates: group indexes, recorded shapes, layout tags, code books.
 METADATA_NAMES = frozenset(
     {"g_idx", "weight_g_idx", "weight_shape", "weight_format", "quant_map", "nested_quant_map"}
@@ -43,7 +38,9 @@ def scale_like(key: str, info: TensorInfo) -> str | None:
     """Why source ``key`` must be checked before the first write (a scale, a float zero
     point, metadata its decoder validates), or None for element codes and the like."""
     last = key.rsplit(".", 1)[-1]
-    if last in SCALE_NAMES or last.endswith(SCALE_ENDINGS):
+    # "scale" anywhere in the last component: scales, weight_scale(_inv, _2),
+    # weight_global_scale, gpt-oss *_scales, the example's weight_qscale.
+    if last in SCALE_NAMES or "scale" in last.lower():
         return "a scale"
     if last in METADATA_NAMES:
         return "metadata its decoder validates"

@@ -134,7 +134,7 @@ def _decode(
     # Checks run before the first write, so a probe may decode before its scales are
     # checked: a non-finite scale decodes to non-finite values, never to an exception.
     if check:
-        ct.check_scales(p.logical_key, p.plan, scales)
+        ct.check_plan(p.logical_key, p.plan, scales)
     return value
 
 
