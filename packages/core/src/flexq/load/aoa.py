@@ -194,12 +194,15 @@ def check_statements(
     ct: ComposedTransform, statements: list[str], source: dict[str, Any], dest: dict[str, Any]
 ) -> None:
     """Raise TargetError, quoting the statement, for one that expands to nothing (a
-    misspelled ``$LAYER_ID`` pattern) or whose left side names no tensor."""
+    misspelled ``$LAYER_ID`` pattern) or whose left side names no tensor, and, quoting
+    both, for two statements (or two expansions of one) that write the same target:
+    AOA would silently keep the last."""
     from paddle.distributed.flex_checkpoint.aoa.aoa_engine import AOAShardInfoContext
     from paddle.distributed.flex_checkpoint.aoa.lexer import Lexer, TokenType
 
     context = AOAShardInfoContext(source, dest, False)
     defined = set(source)
+    written: dict[str, str] = {}  # target key -> the statement that writes it
     for statement in statements:
         lexer = Lexer(context)
         try:
@@ -228,6 +231,32 @@ def check_statements(
                         f"tensor of {ct.checkpoint.path} and no earlier statement's result"
                     )
             defined.update(t.value for t in tokens[arrow:] if t.type == TokenType.IDENTIFIER)
+            for name in _written(tokens[arrow:], TokenType):
+                if name not in dest:
+                    continue  # AOA's own temporaries (``a^T`` -> a_transpose_tmp) may repeat
+                if name in written:
+                    first = written[name]
+                    by = (
+                        f"AOA statements {first!r} and {statement!r}"
+                        if first != statement
+                        else f"two expansions of AOA statement {first!r}"
+                    )
+                    raise TargetError(
+                        f"target {name!r} is written twice, by {by} (AOA would silently "
+                        "keep the last); write each target once"
+                    )
+                written[name] = statement
+
+
+def _written(right: list[Any], kinds: Any) -> list[str]:
+    """The names the right side of an AOA expression writes: its identifiers, less the
+    options (``axis=1``, ``dtype='float16'``: an identifier followed by ``=``)."""
+    return [
+        t.value
+        for i, t in enumerate(right)
+        if t.type == kinds.IDENTIFIER
+        and not (i + 1 < len(right) and right[i + 1].type == kinds.EQUAL)
+    ]
 
 
 def _naming(statements: list[str], name: object) -> str:
