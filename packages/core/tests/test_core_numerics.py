@@ -123,10 +123,62 @@ def test_cpu_paddle_results_round_through_numpy() -> None:
     """Paddle 3.3.1's CPU float16 cast turns 1.75e-26 into a subnormal; flexq does not."""
     from flexq.formatkit.rounding import to_paddle
 
-    x = np.array([1.7543555e-26, 3e-7, 65520.0], np.float32)
+    # 65519.99 is the largest float32 that rounds to a finite float16 (65504).
+    x = np.array([1.7543555e-26, 3e-7, np.nextafter(np.float32(65520), 0)], np.float32)
     assert paddle.to_tensor(x).astype("float16").numpy().view(np.uint16)[0] != 0
     got = to_paddle(x, "float16").numpy().view(np.uint16)
     np.testing.assert_array_equal(got, x.astype(np.float16).view(np.uint16))
+
+
+def _overflowing() -> np.ndarray:
+    """Float32 values of which three overflow float16 (65520 is the first that rounds to
+    inf); an infinity (a non-finite scale's product) and a NaN are not overflows."""
+    x = np.linspace(-60000, 60000, 3 * (1 << 18) + 5, dtype=np.float32)  # several chunks
+    x[[7, 1 << 18, -1]] = [65520.0, -1e5, 3e38]
+    x[[8, 9]] = [np.inf, np.nan]
+    return x
+
+
+@pytest.mark.parametrize("device", [False, True])
+def test_float16_overflow_is_an_error_naming_the_count(device: bool) -> None:
+    from flexq.formatkit.rounding import Overflow, round_numpy
+
+    x = _overflowing()
+    with pytest.raises(Overflow) as raised:
+        if device:
+            from flexq.formatkit import rounding
+
+            rounding._round_on_device(paddle.to_tensor(x), "float16")
+        else:
+            round_numpy(x, "float16")
+    assert (raised.value.count, raised.value.largest) == (3, np.float32(3e38))
+
+
+@pytest.mark.parametrize("device", [False, True])
+def test_float16_overflow_saturates_when_asked(device: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flexq.formatkit import rounding
+
+    monkeypatch.setenv(rounding.OVERFLOW_ENV, "saturate")
+    x = _overflowing()
+    if device:
+        got = rounding._round_on_device(paddle.to_tensor(x), "float16").numpy()
+    else:
+        got = rounding.round_numpy(x, "float16")
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    over = np.isfinite(x) & np.isinf(want)
+    want[over] = np.copysign(np.float16(65504), x[over])
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    assert list(got[[7, 1 << 18, -1]]) == [65504, -65504, 65504]
+    assert np.isinf(got[8]) and np.isnan(got[9])
+
+
+def test_an_unknown_overflow_mode_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flexq.formatkit import rounding
+
+    monkeypatch.setenv(rounding.OVERFLOW_ENV, "clip")
+    with pytest.raises(flexq.FlexqError, match="FLEXQ_OVERFLOW='clip'.*'saturate'"):
+        rounding.round_numpy(np.ones(4, np.float32), "float16")
 
 
 @pytest.mark.parametrize("rows_scaled", [True, False])

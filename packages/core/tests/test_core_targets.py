@@ -151,8 +151,16 @@ def test_float_passthrough_is_cast_to_the_target_dtype_rounding_once(
         raw = flexq.RawTensor.of(PASSTHROUGH.astype(np_dtype))
     path = flexq.save_checkpoint(tmp_path / "c", {"norm": raw})
     target = parameter([PASSTHROUGH.size], dtype)
+    want = bits_of(stored, dtype)
+    if np.isinf(want).any():
+        # bfloat16's 65504 is 65536, beyond float16: an error by default, nothing written.
+        before = as_float32(target)
+        with pytest.raises(flexq.TargetError, match=r"'norm'.*holds 1 value\(s\) beyond float16"):
+            flexq.load_state_dict({"norm": target}, path, engine=engine)  # type: ignore[arg-type]
+        np.testing.assert_array_equal(as_float32(target), before)
+        return
     report = flexq.load_state_dict({"norm": target}, path, engine=engine)  # type: ignore[arg-type]
-    np.testing.assert_array_equal(as_float32(target), bits_of(stored, dtype))
+    np.testing.assert_array_equal(as_float32(target), want)
     expected = () if source_dtype == dtype else (("norm", source_dtype, dtype),)
     assert report.casts == expected
 

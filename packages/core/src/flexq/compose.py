@@ -21,7 +21,7 @@ import numpy as np
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
 from flexq.formatkit.arrays import host_to_numpy, is_paddle
 from flexq.formatkit.ops import ops_for
-from flexq.formatkit.rounding import round_numpy, to_paddle
+from flexq.formatkit.rounding import OVERFLOW_ENV, Overflow, round_numpy, to_paddle
 from flexq.formatkit.scales import check_scales, scale_to_float32
 from flexq.io.checkpoint import Checkpoint
 from flexq.io.dtypes import FLOAT_DTYPES, paddle_dtype_name
@@ -267,12 +267,22 @@ class ComposedTransform:
             output_dtype,
             out if output_dtype == "float32" else scratch,
         )
-        if not host or is_paddle(result):
-            return to_paddle(result, output_dtype)
-        result = np.asarray(result)
-        if out is not None and np.may_share_memory(result, out):
-            return result  # the format wrote the float32 result into ``out``
-        return round_numpy(result, output_dtype, out)
+        try:
+            if not host or is_paddle(result):
+                return to_paddle(result, output_dtype)
+            result = np.asarray(result)
+            if out is not None and np.may_share_memory(result, out):
+                return result  # the format wrote the float32 result into ``out``
+            return round_numpy(result, output_dtype, out)
+        except Overflow as exc:
+            box = f"{plan.target.global_offset}+{plan.target.local_shape}"
+            raise TargetError(
+                f"{logical_key!r} (format {entry.owner}, {self.checkpoint.path}): box {box} "
+                f"holds {exc.count} value(s) beyond {output_dtype} (largest magnitude "
+                f"{exc.largest:g} > {float(np.finfo(exc.dtype).max):g}), which would become "
+                f"inf; load into bfloat16 or float32, or set {OVERFLOW_ENV}=saturate to clamp "
+                f"them to the largest {output_dtype} value"
+            ) from None
 
     def load(self, logical_key: str, output_dtype: str | None = None) -> np.ndarray:
         """The whole logical tensor as numpy, read directly (for inspect, convert, tests)."""

@@ -7,11 +7,13 @@ uint16 bits; Paddle tensors are rounded where they live.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from flexq.errors import FlexqError
 from flexq.formatkit.arrays import is_paddle, on_cpu, to_numpy
 from flexq.formatkit.threads import run_parts
 from flexq.io.dtypes import paddle_dtype, paddle_dtype_name
@@ -24,6 +26,35 @@ BF16_NEGATIVE_NAN = 0xFFC0
 #: threads trading the GIL than they gain in cache hits (64 Ki elements ran at
 #: half the speed on a 2-core EPYC).
 _ROUND_CHUNK = 1 << 18
+
+#: Output dtype -> the smallest magnitude that rounds to infinity in it (float16: its
+#: largest value 65504 plus half an ulp). bfloat16 has float32's exponent range: only
+#: values within 2^-9 of float32's largest overflow it, which no weight comes near.
+OVERFLOW_AT = {"float16": 65520.0}
+#: "error" (the default): finite values that become infinite in a narrow output dtype
+#: fail the load; "saturate": they become the dtype's largest finite value, signed.
+OVERFLOW_ENV = "FLEXQ_OVERFLOW"
+
+
+class Overflow(ValueError):
+    """Finite values that rounding to a narrow dtype would make infinite (raised by the
+    rounding step; the core turns it into a :class:`flexq.TargetError` naming the tensor).
+
+    :ivar count: how many values overflow.
+    :ivar largest: the largest magnitude among them.
+    """
+
+    def __init__(self, dtype: str, count: int, largest: float) -> None:
+        super().__init__(f"{count} values overflow {dtype} (largest magnitude {largest:g})")
+        self.dtype, self.count, self.largest = dtype, count, largest
+
+
+def saturating() -> bool:
+    """Whether :data:`OVERFLOW_ENV` asks overflowing values to saturate instead of failing."""
+    mode = os.environ.get(OVERFLOW_ENV, "error")
+    if mode not in ("error", "saturate"):
+        raise FlexqError(f"{OVERFLOW_ENV}={mode!r}: use 'error' (the default) or 'saturate'")
+    return mode == "saturate"
 
 
 def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -80,9 +111,57 @@ def round_numpy(x: np.ndarray, output_dtype: str, out: np.ndarray | None = None)
             return x if out is None else _copied(x, out)
         return float32_to_bfloat16_bits(x, out)
     target = paddle_dtype(output_dtype).numpy
-    # Beyond float16's range the rounded value is inf by definition, not an error.
+    limit = OVERFLOW_AT.get(output_dtype)
+    if limit is not None and np.dtype(x.dtype).itemsize > np.dtype(target).itemsize:
+        return _narrowed(x, target, limit, out)
     with np.errstate(over="ignore"):
         return np.asarray(x, dtype=target) if out is None else _copied(x, out)
+
+
+def _narrowed(x: np.ndarray, target: Any, limit: float, out: np.ndarray | None) -> np.ndarray:
+    """Round ``x`` into a dtype whose range ends at ``limit`` (float16), chunk by chunk on
+    the worker threads; a chunk's finite values beyond the range raise :class:`Overflow`
+    before the chunk is written (or, :func:`saturating`, become the largest finite value).
+
+    The check is a max and a min of each cache-sized chunk just before it is rounded:
+    only a chunk that holds a NaN or an overflowing value is looked at closely.
+    """
+    src = np.ascontiguousarray(x)
+    if out is None:
+        out = np.empty(src.shape, dtype=target)
+    flat, dst = src.reshape(-1), out.reshape(-1)
+    saturate = saturating()
+    largest = float(np.finfo(target).max)
+    found: list[tuple[int, float]] = []
+
+    def work(starts: Sequence[int]) -> None:
+        for start in starts:
+            if found and not saturate:
+                return  # the load fails: round no more
+            chunk = flat[start : start + _ROUND_CHUNK]
+            into = dst[start : start + _ROUND_CHUNK]
+            if chunk.size and not (chunk.max() < limit and chunk.min() > -limit):
+                # A NaN, an infinity (a non-finite scale: warned about) or an overflow.
+                over = np.isfinite(chunk) & (np.abs(chunk) >= limit)
+                n = int(np.count_nonzero(over))
+                if n and not saturate:
+                    found.append((n, float(np.abs(chunk[over]).max())))
+                    return
+                with np.errstate(over="ignore"):
+                    np.copyto(into, chunk, casting="unsafe")
+                if n:
+                    into[over] = np.copysign(largest, chunk[over])
+                continue
+            np.copyto(into, chunk, casting="unsafe")
+
+    run_parts(work, range(0, flat.size, _ROUND_CHUNK), 8)
+    if found:
+        # The load fails: count every overflowing value, not only the first chunk's.
+        over = np.isfinite(flat) & (np.abs(flat) >= limit)
+        raise Overflow(
+            np.dtype(target).name, int(np.count_nonzero(over)), float(np.abs(flat[over]).max())
+        )
+    return out
 
 
 def _copied(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -114,6 +193,15 @@ def _round_on_device(x: Any, output_dtype: str) -> Any:
     import paddle
 
     out = x.astype(output_dtype)
+    if output_dtype in OVERFLOW_AT and x.dtype == paddle.float32:
+        over = paddle.isinf(out) & paddle.isfinite(x)
+        n = int(over.astype("int32").sum())
+        if n and not saturating():
+            raise Overflow(output_dtype, n, float(paddle.abs(x[over]).max()))
+        if n:
+            top = paddle.full_like(x, float(np.finfo(np.float16).max))
+            out = paddle.where(over, paddle.sign(x) * top, x).astype(output_dtype)
+        return out
     if output_dtype != "bfloat16" or x.dtype != paddle.float32:
         return out
     nan = paddle.isnan(x)
