@@ -61,6 +61,13 @@ class Case:
     #: a warning by default; the case escalates it to an error (warnings filter / PYTHONWARNINGS).
     escalate: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    #: engines the API test also runs (besides the default "auto") where the issue names them.
+    engines: tuple[str, ...] = ()
+    #: the bad scale is a global one, multiplying (or dividing) every block of ``scaled``.
+    scaled: str = ""
+    #: found only from the decoded values (float16 overflow): the default load stops before
+    #: writing the piece that holds them, an ``atomic`` load (run here) restores every target.
+    atomic: bool = False
 
 
 # -- file damage ---------------------------------------------------------------
@@ -352,6 +359,43 @@ CASES: list[Case] = [
     Case("aoa-macro-expands-to-nothing", T, "a misspelled $LAYER_ID statement", "fp8",
          TargetError, ("model.layer.$LAYER_ID.weight", "expands to nothing"), stage="target",
          aoa=("model.layer.$LAYER_ID.weight -> x.$LAYER_ID.weight",)),
+]  # fmt: skip
+
+# -- issue 23: every check metadata and scales allow runs before the first write ----
+NV_B = s.NV_KEYS[1]
+GPTQ_V = s.GPTQ_PREFIXES[1]
+BOTH_ENGINES = ("direct", "flexcheckpoint")
+TWICE = ("model.a.weight -> model.b.weight", "model.b.weight -> model.b.weight")
+
+
+def _float16_targets(targets: dict[str, Any]) -> None:
+    for key, t in targets.items():
+        targets[key] = t.astype("float16")
+
+
+CASES += [
+    Case("nvfp4-scale-nan", FM, "NVFP4 block scale is an E4M3 NaN code (second linear)", "nvfp4",
+         ScaleWarning, (ONE, f"'{NV_B}_scale'", "nan", "[95, 3]", "'nvfp4'"),
+         _call(s.set_values, NV_B + "_scale", (95, 3), 0x7F), stage="data", escalate=True,
+         engines=BOTH_ENGINES),
+    Case("nvfp4-global-scale-zero", FM, "NVFP4 global scale 0 (a divisor: non-finite)", "nvfp4",
+         ScaleWarning, (ONE, f"'{NV_B}_global_scale'", "scale 0.0", "divides", "'nvfp4'"),
+         _call(s.set_values, NV_B + "_global_scale", (0,), 0.0), stage="data", escalate=True,
+         engines=BOTH_ENGINES, scaled=NV_B),
+    Case("nvfp4-global-scale-inf", FM, "NVFP4 global scale is +inf", "nvfp4",
+         ScaleWarning, (ONE, f"'{NV_B}_global_scale'", "scale inf", "'nvfp4'"),
+         _call(s.set_values, NV_B + "_global_scale", (0,), float("inf")), stage="data",
+         escalate=True, engines=BOTH_ENGINES, scaled=NV_B),
+    Case("gptq-g-idx-out-of-range", FM, "GPTQ g_idx names group 7 of 2 (second linear)", "gptq2",
+         FormatError, (ONE, f"'{GPTQ_V}.g_idx'", "group 7", "[63]", "'gptq'"),
+         _call(s.set_values, GPTQ_V + ".g_idx", (63,), 7), stage="data", engines=BOTH_ENGINES),
+    Case("aoa-writes-target-twice", T, "two AOA statements write model.b.weight", "fp8",
+         TargetError, (f"'{B}'", "written twice", *(repr(t) for t in TWICE)), stage="target",
+         aoa=TWICE),
+    Case("float16-overflow", T, "FP8 values beyond 65504 into float16 targets", "fp8",
+         TargetError, (f"'{B}'", "value(s) beyond float16", "FLEXQ_OVERFLOW=saturate"),
+         _call(s.set_values, B + "_scale_inv", (2, 1), 1000.0), stage="target",
+         retarget=_float16_targets, atomic=True),
 ]  # fmt: skip
 
 BY_ID = {c.id: c for c in CASES}

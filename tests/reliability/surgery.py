@@ -23,12 +23,18 @@ from flexq_gptq import quantize as gptq_quantize
 from flexq_int4_awq.encode import quantization_config
 from flexq_int4_awq.encode import quantize as awq_quantize
 from flexq_mxfp4.encode import quantize as mx_quantize
+from flexq_nvfp4.encode import CT_NVFP4_CONFIG
+from flexq_nvfp4.encode import quantize as nv_quantize
 
 NORM = "model.norm.weight"
 FP8_KEYS = ("model.a.weight", "model.b.weight")
 MX_KEY = "model.experts.gate_up_proj"
 AWQ_PREFIX = "model.q_proj"
 GPTQ_PREFIX = "model.k_proj"
+#: Two linears each of NVFP4 and GPTQ: the catalogue damages the second, so a load
+#: that checks only while decoding has written the first.
+NV_KEYS = ("model.a.weight", "model.b.weight")
+GPTQ_PREFIXES = ("model.k_proj", "model.v_proj")
 FAULTY_KEYS = ("model.x.weight", "model.y.weight")
 
 
@@ -90,6 +96,28 @@ def gptq(path: Path) -> Path:
     return flexq.save_checkpoint(path, tensors, config=config)
 
 
+def nvfp4(path: Path) -> Path:
+    """Two compressed-tensors NVFP4 linears [64, 64] and [96, 64] and a BF16 norm."""
+    rng = _rng()
+    weights = {
+        NV_KEYS[0]: rng.standard_normal((64, 64)).astype(np.float32) * 0.05,
+        NV_KEYS[1]: rng.standard_normal((96, 64)).astype(np.float32) * 0.05,
+    }
+    tensors = {**nv_quantize(weights), NORM: norm()}
+    return flexq.save_checkpoint(path, tensors, config={"quantization_config": CT_NVFP4_CONFIG})
+
+
+def gptq2(path: Path) -> Path:
+    """Two 4-bit GPTQ linears [64, 64] in act-order with groups of 32, and a BF16 norm."""
+    rng = _rng()
+    tensors = {NORM: norm()}
+    for prefix in GPTQ_PREFIXES:
+        w = rng.standard_normal((64, 64)).astype(np.float32) * 0.05
+        tensors.update(gptq_quantize(w, 4, 32, perm=rng.permutation(64), prefix=prefix))
+    config = {"quantization_config": gptq_config(4, 32, desc_act=True)}
+    return flexq.save_checkpoint(path, tensors, config=config)
+
+
 def faulty(path: Path) -> Path:
     """Two tensors of the faulty example format (``.fq`` int8 + ``.fs`` row scales)."""
     rng = _rng()
@@ -102,6 +130,8 @@ def faulty(path: Path) -> Path:
 
 
 BUILDERS = {"fp8": fp8, "mxfp4": mxfp4, "int4-awq": awq, "gptq": gptq}
+#: Builders only the catalogue uses (the fuzz tests run over :data:`BUILDERS`).
+CATALOGUE_BUILDERS = {**BUILDERS, "nvfp4": nvfp4, "gptq2": gptq2}
 
 
 # -- whole files ---------------------------------------------------------------

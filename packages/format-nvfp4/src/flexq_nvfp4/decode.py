@@ -115,33 +115,50 @@ def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
     return out
 
 
-def check(t: Nvfp4Tensor, sources: Sources) -> None:
-    """The plan's check, run by the core before the first write once it found both
-    scales finite: what multiplies each block's elements must be finite too.
+#: How each dividing producer applies its global scale, for messages.
+_DEFINITION = {
+    "compressed-tensors": "W = e2m1 * (scale / global)",
+    "auto-round": "W = (e2m1 * (1 / global)) * scale",
+}
 
-    A zero global scale is a divisor in compressed-tensors' definition (``s / g``):
-    its blocks are non-finite, reported as the global scale's fault. Otherwise a
-    non-finite effective scale comes from a product of finite scales beyond float32
-    (``s * g``, ``s / g`` or auto-round's ``1 / g`` of a tiny ``g``), reported on the
-    block scale with the global scale named. ModelOpt's ``s * 0`` and auto-round's
-    reciprocal of 0 (its ``get_reciprocal``: 0) are zeros by definition, no warning.
+
+def divides(producer: Producer) -> bool:
+    """Whether the producer's definition divides by the global scale (compressed-tensors'
+    ``s / g``, auto-round's ``1 / g``) rather than multiplying by it (ModelOpt)."""
+    return producer != "modelopt"
+
+
+def check(t: Nvfp4Tensor, sources: Sources) -> None:
+    """The plan's check, run by the core before the first write (after its own check of
+    the declared scales): what multiplies each block's elements must be finite.
+
+    A global scale the definition divides by is checked here, so the message says what
+    it does: NaN makes the tensor non-finite, infinity makes it zero, and zero makes
+    compressed-tensors' blocks non-finite (auto-round's reciprocal of 0 is 0 by its
+    ``get_reciprocal``: zeros, no warning). ModelOpt multiplies by its global scale,
+    which the core checks as a scale. Otherwise a non-finite effective scale comes from
+    a product of finite scales beyond float32, reported on the block scale with the
+    global scale named.
     """
     glob = to_numpy(sources[t.global_key])
     g = _scalar(glob)
-    if not np.isfinite(g):
-        return  # the core reported the global scale itself
     ckpt = sources.checkpoint
-    if t.producer == "compressed-tensors" and g == 0:
-        check_scales(
-            glob,
-            scale=ckpt.info(t.global_key),
-            logical_key=t.key,
-            format_name=FORMAT,
-            bad=np.asarray(glob) == 0,
-            why=f"divides every block scale (W = e2m1 * scale / global), making {t.key!r} "
-            "non-finite",
-        )
-        return
+    if divides(t.producer):
+        zero = t.producer == "compressed-tensors" and g == 0
+        if not np.isfinite(g) or zero:
+            made = "zero" if np.isinf(g) else "non-finite"
+            check_scales(
+                glob,
+                scale=ckpt.info(t.global_key),
+                logical_key=t.key,
+                format_name=FORMAT,
+                bad=np.full(np.shape(glob), True),
+                why=f"divides every block scale ({_DEFINITION[t.producer]}), making "
+                f"{t.key!r} {made}",
+            )
+            return
+    if not np.isfinite(g):
+        return  # ModelOpt: the core reported its global scale itself
     # The scale box is small (1/16 of the codes): checked on the host.
     stored = to_numpy(sources[t.scale_key])
     effective = effective_scales(t.producer, stored, glob)

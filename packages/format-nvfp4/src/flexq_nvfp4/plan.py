@@ -5,10 +5,11 @@ blocked last axis the plan reads the 16-element blocks covering the target's
 range, which may start and end inside a block (the kit's
 :func:`flexq.formatkit.nibble_blocks`); the decoder decodes those blocks and
 trims (the trim follows from the target alone). Every plan reads the
-one-element global scale whole. Both scales are declared: the core checks them
-for NaN and infinity before the first write, then :func:`flexq_nvfp4.decode.check`
-what only their combination reveals (a zero global scale compressed-tensors divides
-by, a product beyond float32).
+one-element global scale whole. Both scales are declared: the core checks the
+block scales (and ModelOpt's multiplying global scale) for NaN and infinity before
+the first write, then :func:`flexq_nvfp4.decode.check` a global scale the
+definition divides by (zero: non-finite for compressed-tensors) and what only the
+combination reveals (a product beyond float32).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from functools import partial
 
 from flexq import ReadPlan, TargetSlice
 from flexq.formatkit import nibble_blocks
-from flexq_nvfp4.decode import check
+from flexq_nvfp4.decode import check, divides
 from flexq_nvfp4.layout import BLOCK, Nvfp4Tensor
 
 
@@ -29,5 +30,10 @@ def local_plan(tensor: Nvfp4Tensor, target: TargetSlice) -> ReadPlan:
         tensor.scale_key: scales,
         tensor.global_key: tensor.global_box(),
     }
-    scales = (tensor.scale_key, tensor.global_key)
-    return ReadPlan("local", boxes, target, scales=scales, check=partial(check, tensor))
+    # A global scale the definition divides by is the check's to judge (infinity there
+    # gives zeros, not infinities); ModelOpt's multiplies, a scale like any other.
+    if divides(tensor.producer):
+        scales, checks = (tensor.scale_key,), (tensor.global_key,)
+    else:
+        scales, checks = (tensor.scale_key, tensor.global_key), ()
+    return ReadPlan("local", boxes, target, scales, checks, partial(check, tensor))
