@@ -36,7 +36,8 @@ def test_every_format_declares_every_scale_like_component(format_ckpt: tuple[str
         entry = ct.entries[key]
         plan = ct.plan(key, TargetSlice.whole(entry.shape, "float32"))
         like = [s for s in plan.source_slices if scale_like(s, ct.checkpoint.info(s))]
-        assert like and set(like) <= set(plan.checked), (key, like, plan.checked)
+        assert like, key
+        assert set(like) <= set(plan.checked), (key, like, plan.checked)
 
 
 def test_gptq_act_order_plans_declare_g_idx_with_a_check(tmp_path: Path) -> None:
@@ -89,9 +90,8 @@ def nvfp4_checkpoint(path: Path) -> Path:
 def test_a_plan_that_omits_its_scales_fails_the_conformance_check(tmp_path: Path) -> None:
     path = nvfp4_checkpoint(tmp_path / "nvfp4")
     check_conformance(flexq.compose(path, ["nvfp4"]))  # the real format passes
-    with nvfp4_whose_plans(_declaring_nothing) as bare:
-        with pytest.raises(flexq.PluginError) as failed:
-            check_conformance(flexq.compose(path, [bare]))
+    with nvfp4_whose_plans(_declaring_nothing) as bare, pytest.raises(flexq.PluginError) as failed:
+        check_conformance(flexq.compose(path, [bare]))
     message = str(failed.value)
     for word in ("'bare-nvfp4'", "'m.fc.weight'", "'m.fc.weight_scale'", "(a scale)"):
         assert word in message, message
@@ -100,6 +100,8 @@ def test_a_plan_that_omits_its_scales_fails_the_conformance_check(tmp_path: Path
 
 def test_checks_without_a_check_to_run_fail_the_conformance_check(tmp_path: Path) -> None:
     path = nvfp4_checkpoint(tmp_path / "nvfp4")
-    with nvfp4_whose_plans(_checks_without_check) as bare:
-        with pytest.raises(flexq.PluginError, match=r"declares checks \[.*\] but no ReadPlan.check"):
-            check_conformance(flexq.compose(path, [bare]))
+    with (
+        nvfp4_whose_plans(_checks_without_check) as bare,
+        pytest.raises(flexq.PluginError, match=r"declares checks \[.*\] but no ReadPlan.check"),
+    ):
+        check_conformance(flexq.compose(path, [bare]))

@@ -86,8 +86,10 @@ def test_cli_convert_to_float16_refuses_overflow_in_one_line_and_saturates_when_
     proc = convert(ckpt, out)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("flexq: error: "), proc.stderr
-    assert f"'{B}'" in lines[0] and OVERFLOW_ENV in lines[0]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("flexq: error: ")
+    assert f"'{B}'" in lines[0]
+    assert OVERFLOW_ENV in lines[0]
     assert not out.exists() or not any(out.iterdir())
     proc = convert(ckpt, out, **{OVERFLOW_ENV: "saturate"})
     assert proc.returncode == 0, proc.stderr

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq import Checkpoint, FormatError
 from flexq.formatkit import (
     ArrayOps,
     for_bands,
@@ -33,7 +32,7 @@ from flexq.formatkit import (
 )
 from flexq_bitsandbytes.codebook import CODE_BOOKS
 from flexq_bitsandbytes.config import FORMAT
-from flexq_bitsandbytes.layout import INV_127, ROW_FORMAT, FourBit, Int8
+from flexq_bitsandbytes.layout import INV_127, FourBit, Int8
 from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range, four_bit_boxes
 
 if TYPE_CHECKING:

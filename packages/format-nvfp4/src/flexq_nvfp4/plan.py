@@ -24,16 +24,16 @@ from flexq_nvfp4.layout import BLOCK, Nvfp4Tensor
 
 def local_plan(tensor: Nvfp4Tensor, target: TargetSlice) -> ReadPlan:
     """The plan reading only the blocks that cover ``target``."""
-    codes, scales, _ = nibble_blocks(target, BLOCK, tensor.n)
+    codes, blocks, _ = nibble_blocks(target, BLOCK, tensor.n)
     boxes = {
         tensor.packed_key: codes,
-        tensor.scale_key: scales,
+        tensor.scale_key: blocks,
         tensor.global_key: tensor.global_box(),
     }
     # A global scale the definition divides by is the check's to judge (infinity there
     # gives zeros, not infinities); ModelOpt's multiplies, a scale like any other.
-    if divides(tensor.producer):
-        scales, checks = (tensor.scale_key,), (tensor.global_key,)
-    else:
-        scales, checks = (tensor.scale_key, tensor.global_key), ()
+    scales: tuple[str, ...] = (tensor.scale_key,)
+    checks: tuple[str, ...] = (tensor.global_key,)
+    if not divides(tensor.producer):
+        scales, checks = (*scales, *checks), ()
     return ReadPlan("local", boxes, target, scales, checks, partial(check, tensor))
