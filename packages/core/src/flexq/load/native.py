@@ -42,6 +42,18 @@ def declared_dtypes(ct: ComposedTransform, pieces: list[Piece]) -> dict[str, str
     return dtypes
 
 
+def check_before_writing(ct: ComposedTransform, pieces: list[Piece]) -> None:
+    """Run every piece's declared checks (scales, ``ReadPlan.checks``) before Paddle's
+    loader writes anything, as flexq's own engines do: their boxes are small (scales,
+    g_idx, code books) and read straight from this rank's mapped files."""
+    read = ct.checkpoint.read
+    for p in pieces:
+        plan = p.plan
+        boxes = {k: read(k, *plan.source_slices[k], copy=False) for k in plan.checked}
+        ct.check_plan(p.logical_key, plan, boxes)
+    ct.checkpoint.unmap_pages()
+
+
 def load(
     ct: ComposedTransform,
     targets: list[Target],
@@ -67,6 +79,7 @@ def load(
             "Paddle's loader cannot transport; use engine='direct'"
         )
     dtypes = declared_dtypes(ct, pieces)
+    check_before_writing(ct, pieces)
     saved = [(t.tensor, _host_copy(t.tensor)) for t in targets] if atomic else []
     with sources.scratch_checkpoint(ct.checkpoint) as scratch:
         batches = rounds(targets, pieces, process_group)
