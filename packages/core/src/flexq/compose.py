@@ -20,6 +20,7 @@ import numpy as np
 
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
 from flexq.formatkit.arrays import host_to_numpy, is_paddle
+from flexq.formatkit.format import Sources
 from flexq.formatkit.ops import ops_for
 from flexq.formatkit.rounding import OVERFLOW_ENV, Overflow, round_numpy, to_paddle
 from flexq.formatkit.scales import check_scales, scale_to_float32
@@ -213,8 +214,6 @@ class ComposedTransform:
                 offset=plan.source_slices[key][0],
             )
         if plan.check is not None:
-            from flexq.formatkit.format import Sources
-
             try:
                 plan.check(Sources(self.checkpoint, plan, sources))
             except FlexqError:
