@@ -16,6 +16,7 @@ import pytest
 import flexq
 from flexq import RawTensor, TargetSlice
 from flexq.formatkit.arrays import to_numpy
+from flexq.formatkit.rounding import OVERFLOW_ENV
 from flexq.testing import source_to_paddle
 
 
@@ -81,7 +82,10 @@ def test_paddle_sources_give_the_numpy_bits_for_local_and_global_plans(
     out: str,
     make_codes: Callable[..., np.ndarray],
     make_scale: Callable[..., RawTensor],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Random E8M0 scales reach far beyond float16: both paths clamp them alike.
+    monkeypatch.setenv(OVERFLOW_ENV, "saturate")
     ct = build(tmp_path, shape, block, scale_dtype, stored, make_codes, make_scale)
     # a box that starts and ends inside blocks (and skips the first expert)
     offset = (1,) * (len(shape) - 2) + (70, 100)
