@@ -40,6 +40,57 @@ def test_every_format_declares_every_scale_like_component(format_ckpt: tuple[str
         assert set(like) <= set(plan.checked), (key, like, plan.checked)
 
 
+def _rows(shape: tuple[int, int] = (64, 64)) -> np.ndarray:
+    return np.random.default_rng(1).standard_normal(shape).astype(np.float32) * 0.05
+
+
+def nvfp4_modelopt(path: Path) -> Path:
+    from flexq_nvfp4.encode import quantize
+
+    config = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}
+    tensors = quantize({"m.fc.weight": _rows()}, layout="modelopt")
+    return flexq.save_checkpoint(path, tensors, config=config)
+
+
+def bnb(mode: str, double_quant: bool) -> Callable[[Path], Path]:
+    def build(path: Path) -> Path:
+        from flexq_bitsandbytes.encode import quantization_config, quantize
+
+        tensors = quantize({"m.fc.weight": _rows()}, mode=mode, double_quant=double_quant)  # type: ignore[arg-type]
+        config = {"quantization_config": quantization_config(mode, double_quant=double_quant)}  # type: ignore[arg-type]
+        return flexq.save_checkpoint(path, tensors, config=config)
+
+    return build
+
+
+def ct_int_asymmetric_act_order(path: Path) -> Path:
+    from flexq_ct_int.encode import WeightScheme, checkpoint_config, quantize
+
+    scheme = WeightScheme(group_size=32, symmetric=False)
+    g_idx = np.random.default_rng(2).permutation(64) % 2
+    tensors = quantize(_rows(), scheme, g_idx=g_idx.astype(np.int32), prefix="m.fc")
+    return flexq.save_checkpoint(path, tensors, config=checkpoint_config(scheme))
+
+
+#: Layouts the encoders of ``format_ckpt`` do not write by default, with their owner.
+LAYOUTS: dict[str, tuple[str, Callable[[Path], Path]]] = {
+    "nvfp4-modelopt": ("nvfp4", nvfp4_modelopt),
+    "bnb-int8": ("bitsandbytes", bnb("int8", False)),
+    "bnb-nf4-double-quant": ("bitsandbytes", bnb("nf4", True)),
+    "bnb-fp4": ("bitsandbytes", bnb("fp4", False)),
+    "ct-int-asymmetric-act-order": ("ct-int", ct_int_asymmetric_act_order),
+    "gptq-act-order": ("gptq", surgery.gptq),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_other_layouts_declare_every_scale_like_component(tmp_path: Path, layout: str) -> None:
+    owner, write = LAYOUTS[layout]
+    ct = flexq.compose(write(tmp_path / layout))
+    assert any(e.owner == owner for e in ct.entries.values())
+    check_conformance(ct, [owner])
+
+
 def test_gptq_act_order_plans_declare_g_idx_with_a_check(tmp_path: Path) -> None:
     ct = flexq.compose(surgery.gptq(tmp_path / "ckpt"))
     check_conformance(ct, ["gptq"])
