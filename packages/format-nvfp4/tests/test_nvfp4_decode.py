@@ -227,3 +227,20 @@ def test_real_producer_checkpoints_are_bit_exact_against_their_dequantizers(
         got = np.asarray(ct.load(key, dtype))
         want = expected[entry]
         np.testing.assert_array_equal(got.view(want.dtype), want)
+
+
+@pytest.mark.parametrize(("producer", "glob"), [(CT, 1e-38), (MO, 1e37)])
+def test_an_effective_scale_beyond_float32_warns_naming_the_block_scale_and_the_global(
+    tmp_path: Path, build: Build, nv: Nv, producer: str, glob: float
+) -> None:
+    # 448 / 1e-38 and 448 * 1e37 are beyond float32 although both scales are finite.
+    block = one_block([0x20, 0x00], 0x7E, glob)  # 0x7E: E4M3 448
+    path = build(tmp_path / producer, nv(producer, KEY, *block))
+    global_key = KEY + (".weight_global_scale" if producer == CT else ".weight_scale_2")
+    with pytest.warns(flexq.ScaleWarning) as record:
+        out = flexq.compose(path, formats=FORMATS).load(KEY + ".weight", "float32")
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert f"'{KEY}.weight_scale': scale inf at [0, 0]" in message
+    assert f"global scale '{global_key}'" in message
+    assert not np.isfinite(out[0, 1])

@@ -115,6 +115,9 @@ def effective_scales(producer: Producer, scales: Any, global_scale: Any) -> Any:
     return out
 
 
+_E4M3_MAX = float(np.nanmax(np.abs(E4M3_TO_FLOAT32)))
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 #: How each dividing producer applies its global scale, for messages.
 _DEFINITION = {
     "compressed-tensors": "W = e2m1 * (scale / global)",
@@ -157,8 +160,14 @@ def check(t: Nvfp4Tensor, sources: Sources) -> None:
                 f"{t.key!r} {made}",
             )
             return
-    if not np.isfinite(g):
-        return  # ModelOpt: the core reported its global scale itself
+    if not np.isfinite(g) or (t.producer == "auto-round" and g == 0):
+        return  # ModelOpt's: the core reported it; auto-round's 1 / 0 is 0 by definition
+    # Finite block scales are at most 448 (NaN codes the core reported): the effective
+    # scale can leave float32 only for an extreme global scale, which one bound tells
+    # without a pass over the scales.
+    top = _E4M3_MAX / abs(float(g)) if divides(t.producer) else _E4M3_MAX * abs(float(g))
+    if top < _FLOAT32_MAX:
+        return
     # The scale box is small (1/16 of the codes): checked on the host.
     stored = to_numpy(sources[t.scale_key])
     effective = effective_scales(t.producer, stored, glob)
