@@ -5,7 +5,8 @@ Each case of tests/reliability/catalogue.py runs through the Python API
 (``flexq inspect`` / ``flexq convert``), and must give: the exception type the
 catalogue names with a message naming the file / tensor / format / plugin; exit
 code 2 with exactly one stderr line and no traceback; every target bit-identical
-afterwards; the checkpoint directory unchanged (names, sizes, mtimes); and, for
+afterwards, with the default load and with one row per piece (and on the engines a
+case names); the checkpoint directory unchanged (names, sizes, mtimes); and, for
 failures found before data is read, a small bounded allocation peak.
 docs/reliability.md lists the same cases.
 """
