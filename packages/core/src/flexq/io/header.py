@@ -107,7 +107,7 @@ def parse_header(raw: bytes, file_size: int, file: str) -> Header:
     try:
         doc = json_object(raw)
     except ValueError as exc:
-        raise CheckpointError(f"{file}: header is {exc}") from None
+        raise CheckpointError(f"{file}: header: {exc}") from None
     data_start = 8 + len(raw)
     data_len = file_size - data_start
     metadata = _metadata(doc.pop("__metadata__", None), file)
