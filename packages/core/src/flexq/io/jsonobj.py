@@ -66,18 +66,19 @@ def read_json_file(path: Path, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
             raise ValueError(
                 f"{size} bytes, more than the {limit} a JSON file may have (not read)"
             )
-        return json_object(fh.read(limit + 1))
+        # One byte more than stat says: a file that grew since is caught by the size check.
+        return json_object(fh.read(size + 1), limit)
 
 
-def json_object(raw: bytes) -> dict[str, Any]:
+def json_object(raw: bytes, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """The object the UTF-8 JSON bytes ``raw`` hold.
 
     :raises ValueError: ``not valid JSON (<why>)``, ``not a JSON object (an
         array)``, ``nested N levels deep, ...``, ``duplicate key 'k' in one object``
         or ``a string with a lone surrogate ...``.
     """
-    if len(raw) > MAX_JSON_BYTES:
-        raise ValueError(f"{len(raw)} bytes, more than the {MAX_JSON_BYTES} JSON may have")
+    if len(raw) > limit:
+        raise ValueError(f"{len(raw)} bytes, more than the {limit} JSON may have")
     depth = nesting_depth(raw)
     if depth > MAX_DEPTH:
         raise ValueError(f"nested {depth} levels deep, more than the {MAX_DEPTH} allowed")
@@ -123,11 +124,23 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _refuse_lone_surrogates(doc: dict[str, Any]) -> None:
+    # Keys first: a header's keys are its tensor names, the likeliest place and the
+    # most useful thing to name.
+    key = next((k for k in doc if not _is_text(k)), None)
     try:
         json.dumps(doc, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end]
+        where = f" (in the key {key!r})" if key is not None else ""
         raise ValueError(
-            f"a string with a lone surrogate {bad!r} (the \\u escape of half a character), "
-            f"which is not text"
+            f"a string with a lone surrogate {bad!r}{where}, the \\u escape of half a "
+            f"character, which is not text"
         ) from None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
