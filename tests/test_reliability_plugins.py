@@ -147,7 +147,8 @@ def test_a_wrong_typed_hook_result_disables_only_that_format_with_one_warning(
             for key, value in want.items():
                 np.testing.assert_array_equal(got[key], value)
         row = next(r for r in flexq.list_formats() if r.name == "faulty")
-        assert row.error is not None and f"flexq_{hook}" in row.error
+        assert row.error is not None
+        assert f"flexq_{hook}" in row.error
         assert registry.disabled("faulty")
     finally:
         flexq.unregister_format(name)
@@ -178,7 +179,8 @@ def test_cli_convert_warns_once_naming_the_distribution_and_converts_the_rest(
     warned = [line for line in proc.stderr.splitlines() if "'faulty'" in line]
     assert len(warned) == 1, proc.stderr
     assert warned[0].startswith("flexq: warning: ")
-    assert "(flexq-format-faulty)" in warned[0] and f"flexq_{hook}" in warned[0]
+    assert "(flexq-format-faulty)" in warned[0]
+    assert f"flexq_{hook}" in warned[0]
     assert snapshot(ckpt) == files
     with flexq.Checkpoint(tmp_path / "out") as out:
         want = reference(ckpt)
@@ -212,9 +214,11 @@ def test_a_second_distribution_named_fp8_keeps_flexqs_own_and_names_both(
         rows = {r.name: r for r in flexq.list_formats()}
     clashes = [str(w.message) for w in caught if w.category is PluginWarning]
     assert len(clashes) == 1, clashes
-    assert "flexq-format-fp8" in clashes[0] and "evil-fp8" in clashes[0]
+    assert "flexq-format-fp8" in clashes[0]
+    assert "evil-fp8" in clashes[0]
     assert "keeping flexq-format-fp8" in clashes[0]
-    assert rows["fp8"].distribution == "flexq-format-fp8" and rows["fp8"].error is None
+    assert rows["fp8"].distribution == "flexq-format-fp8"
+    assert rows["fp8"].error is None
     targets = make_targets(ckpt)
     flexq.load_state_dict(targets, ckpt)
     for key, value in want.items():
@@ -230,8 +234,10 @@ def test_cli_shows_a_name_clash_in_one_line_and_keeps_the_real_fp8(
     rows = {r["name"]: r for r in json.loads(proc.stdout)}
     assert rows["fp8"]["distribution"] == "flexq-format-fp8"
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("flexq: warning: "), proc.stderr
-    assert "evil-fp8" in lines[0] and "flexq-format-fp8" in lines[0]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("flexq: warning: ")
+    assert "evil-fp8" in lines[0]
+    assert "flexq-format-fp8" in lines[0]
     converted = cli(clash_site, "convert", str(ckpt), str(tmp_path / "out"), "--formats", "fp8")
     assert converted.returncode == 0, converted.stderr
     assert "evil-fp8" in converted.stderr  # the clash concerns the format in use

@@ -152,7 +152,6 @@ def _remove(name: str) -> Callable[[Path], None]:
     return damage
 
 
-
 # -- bounded parsing (issue 23: size, depth, duplicates, value types, loops, surrogates) ---
 INDEX = "model.safetensors.index.json"
 #: Deeper than any real file and than Python's json can recurse (RecursionError near 1000).

@@ -61,7 +61,9 @@ def flexq_logical_metadata(checkpoint: flexq.Checkpoint) -> dict[str, flexq.Logi
     _fail("logical_metadata")
     if _wrong("logical_metadata"):
         malformed: Any = flexq.LogicalTensor("8x16", 5)  # type: ignore[arg-type]
-        return {k.removesuffix(Q) + ".weight": malformed for k in checkpoint.tensors if k.endswith(Q)}
+        return {
+            k.removesuffix(Q) + ".weight": malformed for k in checkpoint.tensors if k.endswith(Q)
+        }
     out = {
         key.removesuffix(Q) + ".weight": flexq.LogicalTensor(info.shape, "float32")
         for key, info in checkpoint.tensors.items()

@@ -63,9 +63,7 @@ def read_json_file(path: Path, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size > limit:
-            raise ValueError(
-                f"{size} bytes, more than the {limit} a JSON file may have (not read)"
-            )
+            raise ValueError(f"{size} bytes, more than the {limit} a JSON file may have (not read)")
         # One byte more than stat says: a file that grew since is caught by the size check.
         return json_object(fh.read(size + 1), limit)
 
@@ -116,8 +114,7 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         for key, _ in pairs:
             if key in seen:
                 raise _DuplicateKeyError(
-                    f"duplicate key {key!r} in one object (which of its values counts is "
-                    f"ambiguous)"
+                    f"duplicate key {key!r} in one object (which of its values counts is ambiguous)"
                 )
             seen.add(key)
     return doc

@@ -120,9 +120,7 @@ def _bad_logical(meta: object) -> str | None:
     if not isinstance(meta, LogicalTensor):
         return f"is {_kind(meta)}, not a flexq.LogicalTensor"
     shape = meta.shape
-    if not isinstance(shape, (tuple, list)) or not all(
-        type(d) is int and d >= 0 for d in shape
-    ):
+    if not isinstance(shape, (tuple, list)) or not all(type(d) is int and d >= 0 for d in shape):
         return f"has shape {_kind(shape)}, not a tuple of non-negative ints"
     if not isinstance(meta.dtype, str) or meta.dtype not in BY_PADDLE:
         return f"has dtype {_kind(meta.dtype)}, not a Paddle dtype name such as 'bfloat16'"
@@ -319,9 +317,7 @@ class FormatRegistry:
             if info is None or info.error is None or name in self._warned:
                 return
             self._warned.add(name)
-        warnings.warn(
-            PluginWarning(f"{info.error}; the other formats keep working"), stacklevel=3
-        )
+        warnings.warn(PluginWarning(f"{info.error}; the other formats keep working"), stacklevel=3)
 
     def _wrong_result(self, name: str, hook: str, what: str) -> PluginError:
         """Disable format ``name`` (hook ``hook`` returned ``what``) and return the error
