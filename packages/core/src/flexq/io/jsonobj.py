@@ -39,14 +39,16 @@ _KINDS: dict[type, str] = {
     float: "a number",
     type(None): "null",
 }
-#: A JSON string (escapes included), to blank out before brackets are counted.
+#: A JSON string (escapes included), emptied before brackets are counted in text with
+#: backslashes.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-#: Every byte but the four brackets, deleted from the string-free text.
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_QUOTE = ord('"')
+_OPEN = (ord("["), ord("{"))
+_CLOSE = (ord("]"), ord("}"))
 #: A \u escape of a surrogate: lone ones cannot be text (paired ones are one character).
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-#: Brackets counted per numpy pass, so the count's memory stays bounded.
-_CHUNK = 1 << 20
+#: Bytes looked at per numpy pass, so the count's memory stays bounded (under 1 MB).
+_CHUNK = 1 << 16
 
 
 class _DuplicateKeyError(ValueError):
@@ -95,15 +97,28 @@ def json_object(raw: bytes, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
 
 def nesting_depth(raw: bytes) -> int:
     """How deep arrays and objects nest in the JSON text ``raw``, counted without recursion
-    (brackets inside strings do not count; unbalanced text counts as far as it goes)."""
-    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    (brackets inside strings do not count; unbalanced text counts as far as it goes).
+
+    numpy passes over bounded chunks: a bracket is outside every string when an even
+    number of quotes precede it. Escaped quotes would break that count, so text with
+    backslashes (rare in headers and configs) has its strings emptied first.
+    """
+    if b"\\" in raw:
+        raw = _STRING.sub(b'""', raw)
+    data = np.frombuffer(raw, np.uint8)
     level = deepest = 0
-    for start in range(0, len(brackets), _CHUNK):
-        part = np.frombuffer(brackets, np.uint8, min(_CHUNK, len(brackets) - start), start)
-        steps = np.where((part == ord("[")) | (part == ord("{")), 1, -1)
-        levels = np.cumsum(steps, dtype=np.int64) + level
-        deepest = max(deepest, int(levels.max()))
-        level = int(levels[-1])
+    quotes_before = 0
+    for start in range(0, len(data), _CHUNK):
+        part = data[start : start + _CHUNK]
+        quotes = np.flatnonzero(part == _QUOTE)
+        opens = (part == _OPEN[0]) | (part == _OPEN[1])
+        at = np.flatnonzero(opens | (part == _CLOSE[0]) | (part == _CLOSE[1]))
+        at = at[(np.searchsorted(quotes, at) + quotes_before) % 2 == 0]
+        quotes_before += len(quotes)
+        if len(at):
+            levels = np.cumsum(opens[at].astype(np.int8) * 2 - 1, dtype=np.int32) + level
+            deepest = max(deepest, int(levels.max()))
+            level = int(levels[-1])
     return deepest
 
 
