@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from flexq.errors import FlexqError, PluginError, PluginWarning
-from flexq.io.dtypes import BY_PADDLE
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough, spec
-from flexq.plugin.known import FIRST_PARTY
+from flexq.plugin.checks import as_names, logical_problem, shown
+from flexq.plugin.discovery import distribution_of, kept_entry_point
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,7 +71,7 @@ class FormatInfo:
     methods: tuple[str, ...] = ()
 
 
-def _env_names(var: str) -> set[str] | None:
+def _envas_names(var: str) -> set[str] | None:
     raw = os.environ.get(var)
     if raw is None:
         return None
@@ -81,50 +81,6 @@ def _env_names(var: str) -> set[str] | None:
 def _describe(plugin: object) -> str:
     doc = (getattr(plugin, "__doc__", None) or "").strip()
     return doc.splitlines()[0] if doc else ""
-
-
-def _dist(ep: EntryPoint) -> str:
-    return ep.dist.name if ep.dist else "?"
-
-
-def _kept(name: str, eps: list[EntryPoint]) -> tuple[EntryPoint, str | None]:
-    """The entry point to load for format ``name`` and, when several distributions offer
-    it, the warning naming them all: a first-party one wins, else the first on sys.path
-    (a third-party package registering ``fp8`` must not replace flexq's own)."""
-    kept = next((ep for ep in eps if _dist(ep) in FIRST_PARTY), eps[0])
-    if len(eps) == 1:
-        return kept, None
-    others = sorted({_dist(ep) for ep in eps if ep is not kept} - {_dist(kept)})
-    why = "flexq's own" if _dist(kept) in FIRST_PARTY else "found first on sys.path"
-    return kept, (
-        f"format {name!r} is offered by {_dist(kept)} and by {', '.join(others)}; "
-        f"keeping {_dist(kept)} ({why}), {', '.join(others)} is not loaded "
-        f"(uninstall {others[0]} to silence this)"
-    )
-
-
-def _kind(value: object) -> str:
-    return f"{value!r:.60} ({type(value).__name__})"
-
-
-def _names(value: object) -> frozenset[str] | None:
-    """``value`` as a set of strings, or None when it is not an iterable of strings."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        return None
-    items = list(value)
-    return frozenset(items) if all(isinstance(v, str) for v in items) else None
-
-
-def _bad_logical(meta: object) -> str | None:
-    """What is wrong with one value of a ``flexq_logical_metadata`` result, or None."""
-    if not isinstance(meta, LogicalTensor):
-        return f"is {_kind(meta)}, not a flexq.LogicalTensor"
-    shape = meta.shape
-    if not isinstance(shape, (tuple, list)) or not all(type(d) is int and d >= 0 for d in shape):
-        return f"has shape {_kind(shape)}, not a tuple of non-negative ints"
-    if not isinstance(meta.dtype, str) or meta.dtype not in BY_PADDLE:
-        return f"has dtype {_kind(meta.dtype)}, not a Paddle dtype name such as 'bfloat16'"
-    return None
 
 
 class FormatRegistry:
@@ -167,7 +123,7 @@ class FormatRegistry:
     def _load_entry_points(self, pm: pluggy.PluginManager) -> list[str]:
         """Load every allowed entry point into ``pm``; returns the name-clash warnings
         (the formats that fail to load get their error in their row)."""
-        allow, block = _env_names(ALLOW_ENV), _env_names(BLOCK_ENV) or set()
+        allow, block = _envas_names(ALLOW_ENV), _envas_names(BLOCK_ENV) or set()
         found = entry_points(group=spec.NAME)
         unknown = sorted((allow or set()) - set(found.names))
         if unknown:
@@ -182,7 +138,7 @@ class FormatRegistry:
         for name, eps in by_name.items():
             if name in block or (allow is not None and name not in allow):
                 continue
-            ep, clash = _kept(name, eps)
+            ep, clash = kept_entry_point(name, eps)
             if clash is not None:
                 notes.append(clash)
             self._infos[name] = self._load_one(pm, ep)
@@ -190,7 +146,7 @@ class FormatRegistry:
 
     def _load_one(self, pm: pluggy.PluginManager, ep: EntryPoint) -> FormatInfo:
         """Import and register one entry point; a failure is the format's error row."""
-        dist, version = _dist(ep), ep.dist.version if ep.dist else ""
+        dist, version = distribution_of(ep), ep.dist.version if ep.dist else ""
         broken = FormatInfo(ep.name, version, dist, "entry point", "")
         self._infos[ep.name] = broken  # so messages name the distribution
         try:
@@ -365,9 +321,9 @@ class FormatRegistry:
     def _quant_methods(self, pm: pluggy.PluginManager, name: str) -> frozenset[str]:
         hook = "flexq_quant_methods"
         found = self._call_with(pm, name, hook, {})
-        methods = _names(() if found is None else found)
+        methods = as_names(() if found is None else found)
         if methods is None:
-            raise self._wrong_result(name, hook, f"{_kind(found)}, not a collection of names")
+            raise self._wrong_result(name, hook, f"{shown(found)}, not a collection of names")
         return methods
 
     def logical_metadata(self, name: str, checkpoint: Checkpoint) -> dict[str, LogicalTensor]:
@@ -377,9 +333,9 @@ class FormatRegistry:
         if claimed is None:
             return {}
         if not isinstance(claimed, Mapping):
-            raise self._wrong_result(name, hook, f"{_kind(claimed)}, not a mapping")
+            raise self._wrong_result(name, hook, f"{shown(claimed)}, not a mapping")
         for key, meta in claimed.items():
-            why = "a key that is not a str" if not isinstance(key, str) else _bad_logical(meta)
+            why = "a key that is not a str" if not isinstance(key, str) else logical_problem(meta)
             if why is not None:
                 raise self._wrong_result(name, hook, f"an entry {key!r:.60} that {why}")
         return dict(claimed)
@@ -388,9 +344,9 @@ class FormatRegistry:
         """Physical keys format ``name`` recognizes as its components, used or not."""
         hook = "flexq_recognized_keys"
         found = self._call(name, hook, checkpoint=checkpoint)
-        keys = _names(() if found is None else found)
+        keys = as_names(() if found is None else found)
         if keys is None:
-            raise self._wrong_result(name, hook, f"{_kind(found)}, not a collection of names")
+            raise self._wrong_result(name, hook, f"{shown(found)}, not a collection of names")
         return keys
 
     def source_keys(self, name: str, checkpoint: Checkpoint, logical_key: str) -> tuple[str, ...]:
@@ -402,7 +358,7 @@ class FormatRegistry:
             raise PluginError(f"{who}: no source keys for logical tensor {logical_key!r}")
         if not isinstance(sources, (list, tuple)) or not all(isinstance(k, str) for k in sources):
             raise self._wrong_result(
-                name, hook, f"{_kind(sources)} for {logical_key!r}, not a sequence of names"
+                name, hook, f"{shown(sources)} for {logical_key!r}, not a sequence of names"
             )
         for src in sources:
             if src not in checkpoint.tensors:
@@ -436,7 +392,7 @@ class FormatRegistry:
         where = f"{self.describe(name)}: read plan for {logical_key!r}"
         if not isinstance(plan, ReadPlan):
             raise self._wrong_result(
-                name, "flexq_read_plan", f"{_kind(plan)} for {logical_key!r}, not a flexq.ReadPlan"
+                name, "flexq_read_plan", f"{shown(plan)} for {logical_key!r}, not a flexq.ReadPlan"
             )
         if plan.mode == "local" and plan.target != target:
             raise PluginError(f"{where} produces {plan.target}, not the asked {target}")
@@ -518,7 +474,7 @@ class FormatRegistry:
         if result is None:
             return None
         if isinstance(result, bool) or not isinstance(result, (int, float)):
-            raise self._wrong_result(name, hook, f"{_kind(result)}, not a cosine (float)")
+            raise self._wrong_result(name, hook, f"{shown(result)}, not a cosine (float)")
         return float(result)
 
 
