@@ -1,7 +1,8 @@
 """Hypothesis fuzzing of the reader and every decoder: random and mutated files only ever
 load or raise flexq's own errors.
 
-Small example counts by default (the whole file runs in seconds); ``nox -s fuzz``
+The hostile-JSON tests nest arrays and objects up to 100,000 deep and repeat keys
+in headers, tensor entries, config.json and index weight maps. Small example counts by default (the whole file runs in seconds); ``nox -s fuzz``
 sets ``FLEXQ_FUZZ_EXAMPLES`` to run thousands. Each example writes its files to
 a fresh temporary directory, composes the installed formats over it and
 dequantizes every logical tensor on the numpy path.
@@ -22,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flexq
-from flexq.errors import FlexqError, ScaleWarning
+from flexq.errors import CheckpointError, FlexqError, ScaleWarning
+from flexq.io.jsonobj import MAX_DEPTH
 
 from .reliability import surgery
 
@@ -161,3 +164,113 @@ def test_mutated_quantization_config(fmt: str, data: st.DataObject) -> None:
     files["config.json"] = json.dumps(doc).encode()
     with checkpoint(files) as path:
         load_everything(path)
+
+
+# -- hostile JSON: nesting depth and duplicate keys (issue 23) ----------------------
+#: Where JSON can be damaged: the safetensors header, config.json, an index.json.
+JSON_PLACES = ["header", "config.json", "index"]
+INDEX = "model.safetensors.index.json"
+
+
+def _with_index(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` plus an index that puts every tensor in the one data file."""
+    header, _ = _split(files["model.safetensors"])
+    keys = [k for k in header if k != "__metadata__"]
+    index = {"metadata": {}, "weight_map": dict.fromkeys(keys, "model.safetensors")}
+    return {**files, INDEX: json.dumps(index).encode()}
+
+
+def _split(blob: bytes) -> tuple[dict[str, Any], bytes]:
+    (n,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8 : 8 + n]), blob[8 + n :]
+
+
+def _join(header_text: str, data: bytes) -> bytes:
+    raw = header_text.encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def _add_member(files: dict[str, bytes], place: str, member: str) -> dict[str, bytes]:
+    """``files`` with the JSON text ``member`` (``"key": value``) added last to the
+    top-level object of ``place``."""
+    files = _with_index(files) if place == "index" else dict(files)
+    name = {"header": "model.safetensors", "index": INDEX}.get(place, place)
+    if place == "header":
+        header, data = _split(files[name])
+        files[name] = _join(json.dumps(header)[:-1] + f", {member}}}", data)
+    else:
+        text = files.get(name, b"{}").decode().rstrip()
+        files[name] = (text[:-1] + (", " if text != "{}" else "") + member + "}").encode()
+    return files
+
+
+def _nested(depth: int, bracket: str) -> str:
+    if bracket == "[":
+        return "[" * depth + "0" + "]" * depth
+    return '{"k": ' * depth + "0" + "}" * depth
+
+
+@FUZZ
+@given(
+    st.sampled_from(FORMATS),
+    st.sampled_from(JSON_PLACES),
+    st.one_of(st.integers(1, 2 * MAX_DEPTH), st.integers(1_000, 100_000)),
+    st.sampled_from("[{"),
+)
+def test_deeply_nested_json_is_refused_or_loads(
+    fmt: str, place: str, depth: int, bracket: str
+) -> None:
+    """Any depth, anywhere: a FlexqError or a load, never a RecursionError; past the
+    limit (the value sits one level inside the file's object) it is refused by its depth."""
+    files = _add_member(valid_files(fmt), place, f'"deep": {_nested(depth, bracket)}')
+    with checkpoint(files) as path:
+        if depth + 1 > MAX_DEPTH:
+            with pytest.raises(CheckpointError, match=f"nested {depth + 1} levels deep"):
+                flexq.compose(path)
+        else:
+            load_everything(path)
+
+
+@FUZZ
+@given(st.sampled_from(FORMATS), st.sampled_from([*JSON_PLACES, "entry"]), st.data())
+def test_duplicate_keys_are_refused_wherever_they_are(
+    fmt: str, place: str, data: st.DataObject
+) -> None:
+    """A key given twice in one object (a tensor name, a field of its entry, a config or
+    weight_map key) is a CheckpointError naming it: which value counts is ambiguous."""
+    files = dict(valid_files(fmt))
+    header, blob = _split(files["model.safetensors"])
+    keys = sorted(k for k in header if k != "__metadata__")
+    key = data.draw(st.sampled_from(keys))
+    if place == "entry":
+        field = data.draw(st.sampled_from(sorted(header[key])))
+        entry = json.dumps(header[key])[:-1] + f", {json.dumps(field)}: {data.draw(JSON_TEXT)}}}"
+        header[key] = "\0entry"
+        files["model.safetensors"] = _join(
+            json.dumps(header).replace('"\\u0000entry"', entry), blob
+        )
+        twice = field
+    elif place == "config.json":
+        files.setdefault("config.json", b'{"model_type": "x"}')
+        config = json.loads(files["config.json"])
+        twice = data.draw(st.sampled_from(sorted(config)))
+        files = _add_member(files, place, f"{json.dumps(twice)}: {data.draw(JSON_TEXT)}")
+    elif place == "index":
+        files = _with_index(files)
+        index = json.loads(files[INDEX])
+        index["weight_map"] = "\0map"
+        weight_map = json.dumps(dict.fromkeys(keys, "model.safetensors"))[:-1]
+        weight_map += f', {json.dumps(key)}: "model.safetensors"}}'
+        files[INDEX] = json.dumps(index).replace('"\\u0000map"', weight_map).encode()
+        twice = key
+    else:
+        other = json.dumps(header[data.draw(st.sampled_from(keys))])
+        files = _add_member(files, place, f"{json.dumps(key)}: {other}")
+        twice = key
+    with checkpoint(files) as path, pytest.raises(CheckpointError) as refused:
+        flexq.compose(path)
+    assert f"duplicate key {twice!r}" in str(refused.value)
+
+
+#: A JSON value as text, for the second (duplicate) occurrence of a key.
+JSON_TEXT = JSON.map(json.dumps)

@@ -159,6 +159,76 @@ def _remove(name: str) -> Callable[[Path], None]:
     return damage
 
 
+# -- bounded parsing (issue 23: size, depth, duplicates, value types, loops, surrogates) ---
+INDEX = "model.safetensors.index.json"
+#: Deeper than any real file and than Python's json can recurse (RecursionError near 1000).
+DEEP = 100_000
+
+
+def _deep(value: str = "0") -> str:
+    return "[" * DEEP + value + "]" * DEEP
+
+
+def _deep_in_header(ckpt: Path) -> None:
+    header, data = s.read_raw(ckpt / ONE)
+    raw = json.dumps(header)[:-1] + f', "__metadata__": {_deep()}}}'
+    blob = raw.encode()
+    (ckpt / ONE).write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
+def _deep_in(name: str) -> Callable[[Path], None]:
+    def damage(ckpt: Path) -> None:
+        text = (ckpt / name).read_text().rstrip()
+        (ckpt / name).write_text(text[:-1] + f', "deep": {_deep()}}}')
+
+    return damage
+
+
+def _duplicate_header_key(ckpt: Path) -> None:
+    # The same tensor name twice, the second entry pointing at B's bytes (shape and
+    # dtype made to fit): Python's json would keep it silently.
+    header, data = s.read_raw(ckpt / ONE)
+    b = json.dumps(header[B])
+    raw = json.dumps(header)[:-1] + f", {json.dumps(A)}: {b}}}"
+    blob = raw.encode()
+    (ckpt / ONE).write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
+def _duplicate_index_key(ckpt: Path) -> None:
+    text = (ckpt / INDEX).read_text().rstrip()
+    # A second weight_map entry for B, naming the other shard: which one holds B?
+    doc = json.loads(text)
+    doc["weight_map"].pop(B)
+    head = json.dumps(doc)[:-2]
+    (ckpt / INDEX).write_text(f'{head}, "{B}": "{SHARD2}", "{B}": "{SHARD1}"}}}}')
+
+
+def _index_value_list(ckpt: Path) -> None:
+    s.set_index_file(ckpt, B, [SHARD1, SHARD2])
+
+
+def _sparse(name: str, size: int) -> Callable[[Path], None]:
+    def damage(ckpt: Path) -> None:
+        # A sparse file: 2 GiB by stat, no disk blocks; reading it whole would take 2 GiB.
+        with open(ckpt / name, "r+b") as fh:
+            fh.truncate(size)
+
+    return damage
+
+
+def _symlink_loop(ckpt: Path) -> None:
+    (ckpt / SHARD2).unlink()
+    os.symlink(SHARD2 + ".loop", ckpt / SHARD2)
+    os.symlink(SHARD2, ckpt / (SHARD2 + ".loop"))
+
+
+def _lone_surrogate_name(ckpt: Path) -> None:
+    header, data = s.read_raw(ckpt / ONE)
+    raw = json.dumps(header).replace(json.dumps(A), '"model.\\ud800.weight"')
+    blob = raw.encode()
+    (ckpt / ONE).write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
 # -- format damage -------------------------------------------------------------
 def _call(fn: Callable[..., None], *args: Any, **kwargs: Any) -> Callable[[Path], None]:
     return lambda ckpt: fn(ckpt, *args, **kwargs)
@@ -230,6 +300,14 @@ HOOK_STAGES: list[tuple[str, Stage]] = [
     ("source_keys", "open"),
     ("read_plan", "data"),
     ("apply", "data"),
+]
+#: Each hook whose result can be of the wrong type, what the faulty plugin returns, and
+#: what the error says of it (the format is disabled; asked by name, that is the error).
+WRONG_TYPES: list[tuple[str, str, str]] = [
+    ("quant_methods", "the int 42", "42 (int), not a collection of names"),
+    ("recognized_keys", "the int 42", "42 (int), not a collection of names"),
+    ("source_keys", "the int 42", "42 (int)"),
+    ("logical_metadata", "a LogicalTensor of shape '8x16'", "shape '8x16' (str)"),
 ]
 F: Group = "file"
 FM: Group = "format"
@@ -344,6 +422,33 @@ CASES: list[Case] = [
     Case("plugin-broken-entry-point", P, "entry point cannot be imported, format asked by name",
          "fp8", PluginError, ("'broken'", "flexq-format-broken", "flexq_no_such_module"),
          formats=("broken",)),
+    # -- bounded parsing (issue 23) ---------------------------------------------
+    Case("header-nested-deep", F, "header JSON nested 100,000 deep", "fp8",
+         CheckpointError, (ONE, "header", "nested 100001 levels deep"), _deep_in_header),
+    Case("index-nested-deep", F, "index.json nested 100,000 deep", "fp8-sharded",
+         CheckpointError, (INDEX, "nested 100001 levels deep"), _deep_in(INDEX)),
+    Case("config-nested-deep", F, "config.json nested 100,000 deep", "fp8",
+         CheckpointError, ("config.json", "nested 100001 levels deep"), _deep_in("config.json")),
+    Case("config-too-big", F, "config.json of 2 GiB (refused by its size, not read)", "fp8",
+         CheckpointError, ("config.json", "2147483648 bytes"), _sparse("config.json", 2**31)),
+    Case("index-too-big", F, "index.json of 2 GiB (refused by its size, not read)", "fp8-sharded",
+         CheckpointError, (INDEX, "2147483648 bytes"), _sparse(INDEX, 2**31)),
+    Case("header-duplicate-key", F, "one tensor name twice in a header", "fp8",
+         CheckpointError, (ONE, "duplicate key", A), _duplicate_header_key),
+    Case("index-duplicate-key", F, "one tensor twice in index weight_map", "fp8-sharded",
+         CheckpointError, (INDEX, "duplicate key", B), _duplicate_index_key),
+    Case("index-value-list", F, "an index weight_map value that is a list", "fp8-sharded",
+         CheckpointError, (INDEX, B, "not in one file name"), _index_value_list),
+    Case("symlink-loop", F, "a shard is a symlink loop", "fp8-sharded",
+         CheckpointError, (SHARD2, "cannot be resolved"), _symlink_loop),
+    Case("tensor-name-lone-surrogate", F, "a tensor name with a lone surrogate (\\ud800)", "fp8",
+         CheckpointError, (ONE, "lone surrogate", "not text"), _lone_surrogate_name),
+    *[
+        Case(f"plugin-wrong-type-{hook}", P, f"flexq_{hook} returns {what}", "faulty",
+             PluginError, ("'faulty'", f"flexq_{hook}", detail, "disabled"),
+             mode=f"wrong-type:{hook}", formats=("faulty",))
+        for hook, what, detail in WRONG_TYPES
+    ],
     # -- targets --------------------------------------------------------------
     Case("target-wrong-shape", T, "target [64, 96] for a [96, 64] weight", "fp8",
          TargetError, (B, "[64, 96]"), stage="target", retarget=_wrong_shape),

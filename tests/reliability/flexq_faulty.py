@@ -11,7 +11,11 @@ picks one fault at call time, so the same module serves a runtime registration
 - ``ghost``: a logical tensor needs a source that is not in the checkpoint;
 - ``no-sources``: source_keys returns None;
 - ``bad-plan``: the read plan reads past the end of a source;
-- ``claim-other``: also claims every F8_E4M3 weight (which the fp8 format owns).
+- ``claim-other``: also claims every F8_E4M3 weight (which the fp8 format owns);
+- ``wrong-type:<hook>``: the hook returns a result of the wrong type
+  (``quant_methods`` / ``recognized_keys`` / ``source_keys``: the int 42, which is
+  not iterable; ``logical_metadata``: a LogicalTensor with shape ``"8x16"`` and
+  dtype ``5``).
 """
 
 from __future__ import annotations
@@ -39,13 +43,27 @@ def _fail(hook: str) -> None:
         raise RuntimeError(f"faulty {hook} exploded")
 
 
+def _wrong(hook: str) -> bool:
+    return _mode() == f"wrong-type:{hook}"
+
+
 def _base(key: str) -> str:
     return key.removesuffix(".weight")
 
 
 @flexq.hookimpl
+def flexq_quant_methods() -> Any:
+    return 42 if _wrong("quant_methods") else ["faulty"]
+
+
+@flexq.hookimpl
 def flexq_logical_metadata(checkpoint: flexq.Checkpoint) -> dict[str, flexq.LogicalTensor]:
     _fail("logical_metadata")
+    if _wrong("logical_metadata"):
+        malformed: Any = flexq.LogicalTensor("8x16", 5)  # type: ignore[arg-type]
+        return {
+            k.removesuffix(Q) + ".weight": malformed for k in checkpoint.tensors if k.endswith(Q)
+        }
     out = {
         key.removesuffix(Q) + ".weight": flexq.LogicalTensor(info.shape, "float32")
         for key, info in checkpoint.tensors.items()
@@ -59,14 +77,18 @@ def flexq_logical_metadata(checkpoint: flexq.Checkpoint) -> dict[str, flexq.Logi
 
 
 @flexq.hookimpl
-def flexq_recognized_keys(checkpoint: flexq.Checkpoint) -> list[str]:
+def flexq_recognized_keys(checkpoint: flexq.Checkpoint) -> Any:
     _fail("recognized_keys")
+    if _wrong("recognized_keys"):
+        return 42
     return [k for k in checkpoint.tensors if k.endswith(S)]
 
 
 @flexq.hookimpl
-def flexq_source_keys(checkpoint: flexq.Checkpoint, logical_key: str) -> list[str] | None:
+def flexq_source_keys(checkpoint: flexq.Checkpoint, logical_key: str) -> Any:
     _fail("source_keys")
+    if _wrong("source_keys"):
+        return 42
     if _mode() == "no-sources":
         return None
     if logical_key in checkpoint.tensors:  # claim-other: an F8 weight

@@ -231,7 +231,7 @@ def edit_quant_config(ckpt: Path, **changes: object) -> None:
     (ckpt / "config.json").write_text(json.dumps(doc))
 
 
-def set_index_file(ckpt: Path, key: str, name: str) -> None:
+def set_index_file(ckpt: Path, key: str, name: object) -> None:
     """Point the index entry of ``key`` at file ``name``."""
     index = ckpt / "model.safetensors.index.json"
     doc = json.loads(index.read_text())

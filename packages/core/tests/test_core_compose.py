@@ -165,14 +165,14 @@ class Faulty:
     ("where", "result", "message"),
     [
         ("metadata", "raise", "format 'faulty': flexq_logical_metadata raised RuntimeError: boom"),
-        ("metadata", [1, 2], "returned list"),
-        ("metadata", {"a": (3, 4)}, "not a LogicalTensor"),
+        ("metadata", [1, 2], r"flexq_logical_metadata returned \[1, 2\] \(list\), not a mapping"),
+        ("metadata", {"a": (3, 4)}, "entry .a. that is .*not a flexq.LogicalTensor"),
         ("source_keys", "raise", "flexq_source_keys raised"),
         ("source_keys", None, "no source keys for logical tensor 'a'"),
         ("read_plan", "raise", "flexq_read_plan raised"),
         ("read_plan", {"mode": "local"}, "not a flexq.ReadPlan"),
         ("apply", "raise", "flexq_apply raised RuntimeError"),
-        ("apply", None, "apply for 'a' returned NoneType"),
+        ("apply", None, "flexq_apply returned NoneType for 'a', not an array"),
         ("apply", np.zeros((4, 3), np.float32), r"returned shape \(4, 3\), expected \(3, 4\)"),
     ],
 )

@@ -74,3 +74,17 @@ def test_unknown_names_are_errors() -> None:
         flexq.compose(".", formats=["never-registered"])
     with pytest.raises(PluginError, match="cannot tell the name"):
         flexq.register_format(SimpleNamespace())
+
+
+def test_registering_a_format_with_wrong_typed_quant_methods_fails_and_leaves_no_row() -> None:
+    class NotIterable:
+        @flexq.hookimpl
+        def flexq_quant_methods(self) -> int:
+            return 42
+
+    with pytest.raises(PluginError, match=r"'notiter': flexq_quant_methods returned 42 \(int\)"):
+        flexq.register_format(NotIterable(), name="notiter")
+    assert "notiter" not in {r.name for r in flexq.list_formats()}
+    # The name is free again: a fixed plugin registers under it.
+    assert flexq.register_format(SimpleNamespace(__name__="notiter")) == "notiter"
+    flexq.unregister_format("notiter")

@@ -341,7 +341,9 @@ def test_malformed_config_fields_are_named(
 def test_malformed_hf_quant_config_names_the_file(tmp_path: Path, build: Build, nv: Nv) -> None:
     path = build(tmp_path / "c", nv(MO, DOWN, *codes()))
     (path / "hf_quant_config.json").write_text("{not json")
-    with pytest.raises(FormatError, match=r"hf_quant_config\.json: not valid JSON"):
+    with pytest.raises(
+        FormatError, match=r"hf_quant_config\.json \(format 'nvfp4'\): not valid JSON"
+    ):
         flexq.compose(path, FORMATS)
     doc = {"quantization": {"quant_algo": "NVFP4", "exclude_modules": "lm_head"}}
     (path / "hf_quant_config.json").write_text(json.dumps(doc))

@@ -316,17 +316,30 @@ def compose(
         an orphaned component, an element format no installed format decodes,
         or quantization no installed format claims.
     """
-    names = _registry.active(formats)
+    asked = _registry.active(formats)
     ckpt = path if isinstance(path, Checkpoint) else Checkpoint(path)
     entries: dict[str, LogicalEntry] = {}
     used: dict[str, str] = {}  # physical key -> logical key using it
     recognized: dict[str, str] = {}  # physical key -> format recognizing it
-    for name in names:
-        for entry in _claims(ckpt, name, _registry):
+    methods: dict[str, frozenset[str]] = {}  # format -> the config methods it decodes
+    for name in asked:
+        try:
+            claims = _claims(ckpt, name, _registry)
+            keys = _registry.recognized_keys(name, ckpt)
+            methods[name] = _registry.quant_methods(name)
+        except PluginError:
+            # A format disabled for a wrong-typed result is left out when every format
+            # is in use (one warning); asked for by name, its error is the answer.
+            if formats is not None or not _registry.disabled(name):
+                raise
+            _registry.warn_disabled(name)
+            continue
+        for entry in claims:
             _add(ckpt, entries, used, entry, _registry)
-        for src in _registry.recognized_keys(name, ckpt):
+        for src in keys:
             recognized.setdefault(src, name)
-    problems = _unclaimed_methods(ckpt, names, entries, _registry, allow_unclaimed)
+    names = list(methods)
+    problems = _unclaimed_methods(ckpt, methods, entries, _registry, allow_unclaimed)
     plain = _registry.logical_metadata(PASSTHROUGH, ckpt)
     looks: list[tuple[str, str]] = []
     for key, info in ckpt.tensors.items():
@@ -395,18 +408,20 @@ def _add(
 
 def _unclaimed_methods(
     ckpt: Checkpoint,
-    names: list[str],
+    methods: dict[str, frozenset[str]],
     entries: dict[str, LogicalEntry],
     reg: FormatRegistry,
     allow_unclaimed: bool,
 ) -> list[str]:
-    """Problems for config methods no asked format claims, or whose format found nothing."""
+    """Problems for config methods no format in use (``methods``: format -> the methods
+    it decodes) claims, or whose format found nothing."""
     where = f"{ckpt.path / 'config.json'}: quantization_config"
+    names = list(methods)
     # Several formats may claim one method (auto-round writes GPTQ-style integers and
     # NVFP4 under the same quant_method): it is matched when any of them found tensors.
     claimers: dict[str, list[str]] = {}
     for n in names:
-        for m in reg.quant_methods(n):
+        for m in sorted(methods[n]):
             claimers.setdefault(m, []).append(n)
     found = {e.owner for e in entries.values()}
     problems = []

@@ -36,3 +36,14 @@ class ScaleWarning(FormatError, UserWarning):
     ScaleWarning)`` or the environment variable ``FLEXQ_NONFINITE_SCALES=error``
     makes the load fail with it instead, leaving every target unchanged.
     """
+
+
+class PluginWarning(PluginError, UserWarning):
+    """A format plugin was disabled or not loaded, and the other formats go on without it.
+
+    Raised once per plugin and process: when a plugin's hook returned a result of the
+    wrong type (the message names the distribution and the hook), when an entry
+    point cannot be loaded, or when two distributions offer one format name (the
+    message names both; the first-party one is kept). ``warnings.simplefilter("error",
+    PluginWarning)`` turns it into an error.
+    """

@@ -24,7 +24,6 @@ Two producer dialects share the packing:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError, field_validator
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config, read_config_file
 from flexq_gptq.packing import BITS
 
 FORMAT_NAME = "gptq"
@@ -210,13 +209,8 @@ def quant_config_of(ckpt: Checkpoint) -> tuple[dict[str, Any], str]:
     # still carry the file, and its plain weights are no GPTQ checkpoint.
     if path.is_file() and any(k.endswith(".qweight") for k in ckpt.tensors):
         where = f"{path}: quantize_config"
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise FormatError(
-                f"{where}: not readable JSON ({err}) (format {FORMAT_NAME!r})"
-            ) from None
-        if isinstance(value, dict) and "bits" in value:
+        value = read_config_file(path, f"{where} (format {FORMAT_NAME!r})")
+        if "bits" in value:
             return {"quant_method": "gptq", **value}, where
     return {}, ""
 

@@ -19,7 +19,6 @@ Used by :mod:`flexq_nvfp4.detect`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config, read_config_file
 
 FORMAT = "nvfp4"
 CT_FORMAT = "nvfp4-pack-quantized"
@@ -207,10 +206,4 @@ def _hf_quant_config(ckpt: Checkpoint, path: Path) -> dict[str, Any] | None:
         return None
     if not path.resolve().is_relative_to(ckpt.path.resolve()):
         raise FormatError(f"{path}: points outside the checkpoint (format {FORMAT!r})")
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{path}: not valid JSON ({exc}) (format {FORMAT!r})") from None
-    if not isinstance(doc, dict):
-        raise FormatError(f"{path}: not a JSON object (format {FORMAT!r})")
-    return doc
+    return read_config_file(path, f"{path} (format {FORMAT!r})")

@@ -30,7 +30,7 @@ from flexq.cli.documents import (
     unclaimed_methods,
 )
 from flexq.compose import ComposedTransform, compose
-from flexq.errors import FlexqError, PluginError
+from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.io.checkpoint import Checkpoint
 from flexq.load.quiet import quiet_paddle
 from flexq.plugin.manager import list_formats, registry
@@ -71,8 +71,15 @@ def _check_registry(formats: list[str] | None = None) -> None:
     """A warning line per format that failed to load (when every installed format is in
     use: one named in ``--formats`` is an error of its own); FLEXQ_FORMATS naming none is
     an error."""
-    if registry.allow_error is not None:
-        raise PluginError(registry.allow_error)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PluginWarning)
+        allow_error = registry.allow_error  # discovery, with its warnings
+    if allow_error is not None:
+        raise PluginError(allow_error)
+    broken = {info.error for info in registry.broken()}
+    for w in caught:  # name clashes: about the formats in use, always shown
+        if issubclass(w.category, PluginWarning) and str(w.message) not in broken:
+            warn(str(w.message))
     if formats is not None:
         return
     for info in registry.broken():

@@ -76,13 +76,14 @@ if TYPE_CHECKING:
         natural_dtype,
         parse_json_model,
         parse_quant_config,
+        read_config_file,
     )
 
 #: Names from :mod:`flexq.formatkit.config`, imported on first use: pydantic costs a
 #: fresh process about 0.1 s to import, which a load of a format that never parses
 #: its config with it need not pay.
 _CONFIG_NAMES = frozenset(
-    {"QuantConfig", "natural_dtype", "parse_json_model", "parse_quant_config"}
+    {"QuantConfig", "natural_dtype", "parse_json_model", "parse_quant_config", "read_config_file"}
 )
 
 
@@ -134,6 +135,7 @@ __all__ = [
     "parse_quant_config",
     "per_checkpoint",
     "qweight_analysis",
+    "read_config_file",
     "row_runs",
     "run_parts",
     "scale_like",

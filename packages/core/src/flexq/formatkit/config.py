@@ -3,7 +3,8 @@
 For formats: :func:`parse_quant_config` validates ``quantization_config``
 against the format's pydantic model, so a bad value fails with the file, the
 field and the format named (:func:`parse_json_model` does the same for JSON a
-format stores in a tensor); :func:`natural_dtype` is the dtype the unquantized
+format stores in a tensor, :func:`read_config_file` reads a producer's own config
+file); :func:`natural_dtype` is the dtype the unquantized
 twin of the checkpoint has (what a logical tensor is when no dtype is asked).
 """
 
@@ -14,9 +15,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from flexq.errors import FormatError
-from flexq.io.jsonobj import json_object
+from flexq.io.jsonobj import json_object, read_json_file
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from flexq.io.checkpoint import Checkpoint
 
 M = TypeVar("M", bound=BaseModel)
@@ -66,6 +69,24 @@ def parse_json_model(model: type[M], raw: bytes, where: str) -> M:
     except ValidationError as exc:
         field, err = _first_error(exc)
         raise FormatError(f"{where}: field {field!r}: {err['msg']}") from None
+
+
+def read_config_file(path: Path, where: str) -> dict[str, Any]:
+    """The JSON object of a producer's own config file beside config.json (AutoGPTQ's
+    ``quantize_config.json``, ModelOpt's ``hf_quant_config.json``), read as flexq reads
+    every JSON file: measured before it is read, bounded in depth, duplicate keys and
+    lone surrogates refused.
+
+    :param where: names the file and format in the errors.
+    :raises FormatError: ``{where}: not valid JSON (...)``, ``... nested N levels
+        deep ...``, ``... duplicate key 'k' ...``, or the file cannot be read.
+    """
+    try:
+        return read_json_file(path)
+    except ValueError as exc:
+        raise FormatError(f"{where}: {exc}") from None
+    except OSError as exc:
+        raise FormatError(f"{where}: cannot be read ({exc})") from None
 
 
 def _first_error(exc: ValidationError) -> tuple[str, Any]:

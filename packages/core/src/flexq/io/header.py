@@ -105,9 +105,9 @@ def read_header(stream: BinaryIO, file_size: int, file: str) -> Header:
 def parse_header(raw: bytes, file_size: int, file: str) -> Header:
     """Validate the JSON header bytes ``raw`` of a file of ``file_size`` bytes."""
     try:
-        doc = json_object(raw)
+        doc = json_object(raw, MAX_HEADER_BYTES)
     except ValueError as exc:
-        raise CheckpointError(f"{file}: header is {exc}") from None
+        raise CheckpointError(f"{file}: header: {exc}") from None
     data_start = 8 + len(raw)
     data_len = file_size - data_start
     metadata = _metadata(doc.pop("__metadata__", None), file)

@@ -20,7 +20,6 @@ its cache tree.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flexq.errors import CheckpointError
+from flexq.io.jsonobj import read_json_file
 
 #: ``org/name`` with an optional ``@revision`` (branch, tag or commit).
 REPO_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
@@ -65,7 +65,10 @@ class Files:
             or "\0" in name
         ):
             raise CheckpointError(f"{self.path}: file name {name!r} is not a plain file name")
-        resolved = (self.root / name).resolve()
+        try:
+            resolved = (self.root / name).resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before 3.13)
+            raise CheckpointError(f"{self.path}: {name!r} cannot be resolved ({exc})") from None
         inside_tree = self.link_root is not None and self.link_root in resolved.parents
         if resolved.parent != self.root and not inside_tree:
             raise CheckpointError(
@@ -76,17 +79,22 @@ class Files:
         return resolved
 
     def read_json(self, name: str) -> dict[str, Any]:
-        """An optional JSON object file of the checkpoint ({} when absent)."""
-        if not (self.path / name).exists():
+        """An optional JSON object file of the checkpoint ({} when absent), bounded in
+        size and depth (:mod:`flexq.io.jsonobj`)."""
+        if not os.path.lexists(self.path / name):
             return {}
-        raw = self.safe_path(name).read_bytes()
+        return self._json(name)
+
+    def _json(self, name: str, kind: str = "") -> dict[str, Any]:
+        """The JSON object file ``name``; ``kind`` says in errors what it should be."""
+        path = self.safe_path(name)
         try:
-            doc = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{self.path / name}: not valid JSON ({exc})") from None
-        if not isinstance(doc, dict):
-            raise CheckpointError(f"{self.path / name}: not a JSON object")
-        return doc
+            return read_json_file(path)
+        except ValueError as exc:
+            why = f"not {kind} ({exc})" if kind else str(exc)
+            raise CheckpointError(f"{self.path / name}: {why}") from None
+        except OSError as exc:
+            raise CheckpointError(f"{self.path / name}: cannot be read ({exc})") from None
 
     def data_files(self) -> dict[str, tuple[Path, set[str] | None]]:
         """Data file name -> (its checked path, the keys the index assigns to it, or
@@ -102,20 +110,25 @@ class Files:
                 raise CheckpointError(f"{self.path}: no *.safetensors files")
             return {name: (self.safe_path(name), None) for name in names}
         index = self.path / indexes[0]
-        try:
-            weight_map = json.loads(self.safe_path(indexes[0]).read_bytes())["weight_map"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index}: not an index with a weight_map ({exc})") from None
+        weight_map = self._json(indexes[0], "an index with a weight_map").get("weight_map")
         if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: weight_map is not a JSON object")
+            raise CheckpointError(f"{index}: weight_map is {_what(weight_map)}, not a JSON object")
         files: dict[str, tuple[Path, set[str] | None]] = {}
         for key, name in weight_map.items():
+            if not isinstance(name, str):
+                raise CheckpointError(
+                    f"{index}: weight_map puts {key!r} in {name!r}, not in one file name"
+                )
             if name not in files:
                 files[name] = (self.safe_path(name), set())
             keys = files[name][1]
             assert keys is not None
             keys.add(key)
         return files
+
+
+def _what(value: object) -> str:
+    return "missing" if value is None else f"{value!r:.40}"
 
 
 def locate(path: str | os.PathLike[str]) -> Files:

@@ -1,8 +1,10 @@
 """The formats flexq's project publishes, by the config methods they decode.
 
-For error messages only: when a checkpoint's config names a method no
-installed format claims, the composer says which distribution decodes it.
-Which formats are installed is always read from the registry, never from here.
+For error messages: when a checkpoint's config names a method no installed
+format claims, the composer says which distribution decodes it; and for the
+registry, which keeps a first-party format when another distribution offers
+the same name. Which formats are installed is always read from the registry,
+never from here.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ PUBLISHED: dict[str, tuple[tuple[str, str], ...]] = {
     "modelopt": (_FP8, _NVFP4),
     "bitsandbytes": (_BNB,),
 }
+
+#: The distributions this workspace ships: when another distribution offers a format
+#: of the same name, the registry keeps these (a name clash never disables flexq's own).
+FIRST_PARTY: frozenset[str] = frozenset(
+    {"flexq", *(dist for pairs in PUBLISHED.values() for _, dist in pairs)}
+)
 
 #: compressed-tensors formats that store plain (unquantized) weights.
 _CT_PLAIN = frozenset({"dense", "mixed-precision"})

@@ -10,22 +10,34 @@ working, and asking for it by name raises. The built-in passthrough owner
 Every hook has one typed method here, which calls ONE format's implementation
 through ``pm.hook`` (so ``pm.trace`` and hook-call monitoring see it) and checks
 what the format returned, so a misbehaving plugin fails with a clear
-:class:`PluginError` naming it instead of deep inside a load.
+:class:`PluginError` naming it and the hook instead of deep inside a load. A
+result of the wrong type also disables the format for the rest of the process
+(:meth:`FormatRegistry.disabled` tells; :func:`flexq.compose` then warns once and
+goes on with the other formats).
+
+Discovery runs under a lock and the plugin manager is published only once every
+entry point is loaded, so threads making a process's first flexq calls all see
+every format. Two distributions offering one format name keep the first-party
+one (:data:`flexq.plugin.known.FIRST_PARTY`), with one warning naming both.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
-from flexq.errors import FlexqError, PluginError
+from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough, spec
+from flexq.plugin.checks import as_names, logical_problem, shown
+from flexq.plugin.discovery import distribution_of, kept_entry_point
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -59,7 +71,7 @@ class FormatInfo:
     methods: tuple[str, ...] = ()
 
 
-def _env_names(var: str) -> set[str] | None:
+def _envas_names(var: str) -> set[str] | None:
     raw = os.environ.get(var)
     if raw is None:
         return None
@@ -79,23 +91,39 @@ class FormatRegistry:
         self._infos: dict[str, FormatInfo] = {}
         #: the ALLOW_ENV error when it names formats no entry point provides.
         self._allow_error: str | None = None
+        # Discovery, registration and disabling change the registry under this lock.
+        # Re-entrant: discovery calls hooks (flexq_quant_methods), which may ask again.
+        self._lock = threading.RLock()
+        #: formats whose disabling was already warned about (one warning each).
+        self._warned: set[str] = set()
 
     # -- discovery --------------------------------------------------------------
     @property
     def manager(self) -> pluggy.PluginManager:
-        """The plugin manager, with entry points loaded on first access."""
-        if self._pm is None:
-            self._pm = pluggy.PluginManager(spec.NAME)
-            self._pm.add_hookspecs(spec)
-            self._pm.register(passthrough, name=passthrough.NAME)
-            self._infos[passthrough.NAME] = FormatInfo(
-                passthrough.NAME, "", "flexq", "builtin", _describe(passthrough)
-            )
-            self._load_entry_points()
-        return self._pm
+        """The plugin manager, with entry points loaded on first access (by one thread;
+        the others wait and see it complete)."""
+        pm = self._pm
+        if pm is not None:
+            return pm
+        with self._lock:
+            if self._pm is None:
+                pm = pluggy.PluginManager(spec.NAME)
+                pm.add_hookspecs(spec)
+                pm.register(passthrough, name=passthrough.NAME)
+                self._infos[passthrough.NAME] = FormatInfo(
+                    passthrough.NAME, "", "flexq", "builtin", _describe(passthrough)
+                )
+                notes = self._load_entry_points(pm)
+                notes += [i.error for i in self._infos.values() if i.error is not None]
+                self._pm = pm  # published only now: complete
+                for note in notes:
+                    warnings.warn(PluginWarning(note), stacklevel=2)
+            return self._pm
 
-    def _load_entry_points(self) -> None:
-        allow, block = _env_names(ALLOW_ENV), _env_names(BLOCK_ENV) or set()
+    def _load_entry_points(self, pm: pluggy.PluginManager) -> list[str]:
+        """Load every allowed entry point into ``pm``; returns the name-clash warnings
+        (the formats that fail to load get their error in their row)."""
+        allow, block = _envas_names(ALLOW_ENV), _envas_names(BLOCK_ENV) or set()
         found = entry_points(group=spec.NAME)
         unknown = sorted((allow or set()) - set(found.names))
         if unknown:
@@ -103,39 +131,53 @@ class FormatRegistry:
                 f"{ALLOW_ENV}={os.environ[ALLOW_ENV]!r} names {', '.join(map(repr, unknown))}, "
                 f"which no installed format provides (installed: {sorted(found.names)})"
             )
+        by_name: dict[str, list[EntryPoint]] = {}
         for ep in found:
-            if ep.name in block or (allow is not None and ep.name not in allow):
+            by_name.setdefault(ep.name, []).append(ep)
+        notes = []
+        for name, eps in by_name.items():
+            if name in block or (allow is not None and name not in allow):
                 continue
-            dist = ep.dist.name if ep.dist else "?"
-            version = ep.dist.version if ep.dist else ""
-            try:
-                plugin = ep.load()
-                self._add(plugin, ep.name)
-            except PluginError as exc:
-                error = str(exc)
-            except Exception as exc:
-                error = f"format {ep.name!r} from {dist}: entry point {ep.value} failed: {exc!r}"
-            else:
-                info = FormatInfo(ep.name, version, dist, "entry point", _describe(plugin))
-                self._infos[ep.name] = self._with_methods(info)
-                continue
-            self._infos[ep.name] = FormatInfo(ep.name, version, dist, "entry point", "", error)
+            ep, clash = kept_entry_point(name, eps)
+            if clash is not None:
+                notes.append(clash)
+            self._infos[name] = self._load_one(pm, ep)
+        return notes
 
-    def _add(self, plugin: object, name: str) -> None:
-        pm = self.manager
+    def _load_one(self, pm: pluggy.PluginManager, ep: EntryPoint) -> FormatInfo:
+        """Import and register one entry point; a failure is the format's error row."""
+        dist, version = distribution_of(ep), ep.dist.version if ep.dist else ""
+        broken = FormatInfo(ep.name, version, dist, "entry point", "")
+        self._infos[ep.name] = broken  # so messages name the distribution
+        try:
+            plugin = ep.load()
+            self._add(pm, plugin, ep.name)
+        except PluginError as exc:
+            return replace(broken, error=str(exc))
+        except Exception as exc:
+            return replace(
+                broken,
+                error=f"format {ep.name!r} from {dist}: entry point {ep.value} failed: {exc!r}",
+            )
+        return self._with_methods(pm, replace(broken, description=_describe(plugin)))
+
+    @staticmethod
+    def _add(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
         try:
             pm.register(plugin, name=name)
             pm.check_pending()
-        except pluggy.PluginValidationError as exc:
+        except (pluggy.PluginValidationError, ValueError) as exc:
             if pm.get_plugin(name) is not None:
                 pm.unregister(name=name)
             raise PluginError(f"format {name!r}: {exc}") from None
 
-    def _with_methods(self, info: FormatInfo) -> FormatInfo:
+    def _with_methods(self, pm: pluggy.PluginManager, info: FormatInfo) -> FormatInfo:
+        self._infos[info.name] = info
         try:
-            methods = tuple(sorted(self.quant_methods(info.name)))
+            methods = tuple(sorted(self._quant_methods(pm, info.name)))
         except FlexqError as exc:
-            self.manager.unregister(name=info.name)
+            if pm.get_plugin(info.name) is not None:
+                pm.unregister(name=info.name)
             return replace(info, error=str(exc))
         return replace(info, methods=methods)
 
@@ -144,22 +186,31 @@ class FormatRegistry:
         name = name or getattr(plugin, "FORMAT_NAME", None) or getattr(plugin, "__name__", None)
         if not isinstance(name, str) or not name:
             raise PluginError(f"cannot tell the name of format plugin {plugin!r}; pass name=")
-        if name in self._infos or self.manager.get_plugin(name) is not None:
-            raise PluginError(f"a format named {name!r} is already registered")
-        self._add(plugin, name)
-        version = str(getattr(plugin, "__version__", ""))
-        info = FormatInfo(name, version, "", "runtime", _describe(plugin))
-        self._infos[name] = info
-        self._infos[name] = self._with_methods(info)
+        pm = self.manager
+        with self._lock:
+            if name in self._infos or pm.get_plugin(name) is not None:
+                raise PluginError(f"a format named {name!r} is already registered")
+            self._add(pm, plugin, name)
+            version = str(getattr(plugin, "__version__", ""))
+            info = self._with_methods(
+                pm, FormatInfo(name, version, "", "runtime", _describe(plugin))
+            )
+            if info.error is not None:
+                del self._infos[name]
+                raise PluginError(info.error)
+            self._infos[name] = info
+            self._warned.discard(name)
         return name
 
     def unregister(self, name: str) -> None:
         """Remove the format ``name`` (entry point or runtime)."""
-        if name not in self._infos or name == passthrough.NAME:
-            raise PluginError(f"no format named {name!r} is registered")
-        del self._infos[name]
-        if self.manager.get_plugin(name) is not None:
-            self.manager.unregister(name=name)
+        pm = self.manager
+        with self._lock:
+            if name not in self._infos or name == passthrough.NAME:
+                raise PluginError(f"no format named {name!r} is registered")
+            del self._infos[name]
+            if pm.get_plugin(name) is not None:
+                pm.unregister(name=name)
 
     def rows(self) -> list[FormatInfo]:
         """Every known format, working or broken, sorted by name (the passthrough owner
@@ -210,13 +261,50 @@ class FormatRegistry:
         """Whether format ``name`` implements hook ``hook`` (e.g. ``"flexq_encode"``)."""
         return any(i.plugin_name == name for i in getattr(self.manager.hook, hook).get_hookimpls())
 
+    def disabled(self, name: str) -> bool:
+        """Whether format ``name`` was disabled for returning a result of the wrong type."""
+        info = self._infos.get(name)
+        return info is not None and info.error is not None
+
+    def warn_disabled(self, name: str) -> None:
+        """One :class:`PluginWarning` (per process and format) that ``name`` is disabled."""
+        with self._lock:
+            info = self._infos.get(name)
+            if info is None or info.error is None or name in self._warned:
+                return
+            self._warned.add(name)
+        warnings.warn(PluginWarning(f"{info.error}; the other formats keep working"), stacklevel=3)
+
+    def _wrong_result(self, name: str, hook: str, what: str) -> PluginError:
+        """Disable format ``name`` (hook ``hook`` returned ``what``) and return the error
+        saying so; the format's tensors are then nobody's until it is fixed."""
+        who = self.describe(name)
+        info = self._infos.get(name)
+        fix = f"fix or uninstall {info.distribution}" if info and info.distribution else "fix it"
+        error = f"{who}: {hook} returned {what}; the format is disabled ({fix})"
+        with self._lock:
+            info = self._infos.get(name)
+            if info is not None and info.error is None and name != passthrough.NAME:
+                self._infos[name] = replace(info, error=error)
+                pm = self._pm
+                if pm is not None and pm.get_plugin(name) is not None:
+                    pm.unregister(name=name)
+        return PluginError(error)
+
     # -- one checked method per hook ----------------------------------------------
     def _call(self, name: str, hook: str, **kwargs: Any) -> Any:
+        return self._call_with(self.manager, name, hook, kwargs)
+
+    def _call_with(
+        self, pm: pluggy.PluginManager, name: str, hook: str, kwargs: dict[str, Any]
+    ) -> Any:
         """``pm.hook.<hook>`` restricted to format ``name``; a non-flexq exception escaping
         the plugin becomes a :class:`PluginError` naming the format."""
-        pm = self.manager
-        others = [p for n, p in pm.list_name_plugin() if n != name and p is not None]
-        caller = pm.subset_hook_caller(hook, others)
+        if self.disabled(name):
+            raise PluginError(self._infos[name].error)
+        with self._lock:
+            others = [p for n, p in pm.list_name_plugin() if n != name and p is not None]
+            caller = pm.subset_hook_caller(hook, others)
         try:
             return caller(**kwargs)
         except FlexqError:
@@ -228,37 +316,50 @@ class FormatRegistry:
 
     def quant_methods(self, name: str) -> frozenset[str]:
         """The config methods format ``name`` decodes."""
-        found = self._call(name, "flexq_quant_methods") or ()
-        if isinstance(found, str) or not all(isinstance(m, str) for m in found):
-            raise PluginError(
-                f"{self.describe(name)}: flexq_quant_methods must return names, got {found!r}"
-            )
-        return frozenset(found)
+        return self._quant_methods(self.manager, name)
+
+    def _quant_methods(self, pm: pluggy.PluginManager, name: str) -> frozenset[str]:
+        hook = "flexq_quant_methods"
+        found = self._call_with(pm, name, hook, {})
+        methods = as_names(() if found is None else found)
+        if methods is None:
+            raise self._wrong_result(name, hook, f"{shown(found)}, not a collection of names")
+        return methods
 
     def logical_metadata(self, name: str, checkpoint: Checkpoint) -> dict[str, LogicalTensor]:
         """The logical tensors format ``name`` claims in ``checkpoint``, checked."""
-        claimed = self._call(name, "flexq_logical_metadata", checkpoint=checkpoint) or {}
-        who = self.describe(name)
+        hook = "flexq_logical_metadata"
+        claimed = self._call(name, hook, checkpoint=checkpoint)
+        if claimed is None:
+            return {}
         if not isinstance(claimed, Mapping):
-            raise PluginError(f"{who}: flexq_logical_metadata returned {type(claimed).__name__}")
+            raise self._wrong_result(name, hook, f"{shown(claimed)}, not a mapping")
         for key, meta in claimed.items():
-            if not isinstance(meta, LogicalTensor):
-                raise PluginError(f"{who}: metadata of {key!r} is not a LogicalTensor")
+            why = "a key that is not a str" if not isinstance(key, str) else logical_problem(meta)
+            if why is not None:
+                raise self._wrong_result(name, hook, f"an entry {key!r:.60} that {why}")
         return dict(claimed)
 
     def recognized_keys(self, name: str, checkpoint: Checkpoint) -> frozenset[str]:
         """Physical keys format ``name`` recognizes as its components, used or not."""
-        found = self._call(name, "flexq_recognized_keys", checkpoint=checkpoint) or ()
-        return frozenset(found)
+        hook = "flexq_recognized_keys"
+        found = self._call(name, hook, checkpoint=checkpoint)
+        keys = as_names(() if found is None else found)
+        if keys is None:
+            raise self._wrong_result(name, hook, f"{shown(found)}, not a collection of names")
+        return keys
 
     def source_keys(self, name: str, checkpoint: Checkpoint, logical_key: str) -> tuple[str, ...]:
         """The physical components of ``logical_key``, checked to exist in ``checkpoint``."""
-        sources = self._call(
-            name, "flexq_source_keys", checkpoint=checkpoint, logical_key=logical_key
-        )
+        hook = "flexq_source_keys"
+        sources = self._call(name, hook, checkpoint=checkpoint, logical_key=logical_key)
         who = self.describe(name)
-        if not sources or isinstance(sources, str):
+        if sources is None or (isinstance(sources, (list, tuple)) and not sources):
             raise PluginError(f"{who}: no source keys for logical tensor {logical_key!r}")
+        if not isinstance(sources, (list, tuple)) or not all(isinstance(k, str) for k in sources):
+            raise self._wrong_result(
+                name, hook, f"{shown(sources)} for {logical_key!r}, not a sequence of names"
+            )
         for src in sources:
             if src not in checkpoint.tensors:
                 raise PluginError(
@@ -290,7 +391,9 @@ class FormatRegistry:
             return None
         where = f"{self.describe(name)}: read plan for {logical_key!r}"
         if not isinstance(plan, ReadPlan):
-            raise PluginError(f"{where} is a {type(plan).__name__}, not a flexq.ReadPlan")
+            raise self._wrong_result(
+                name, "flexq_read_plan", f"{shown(plan)} for {logical_key!r}, not a flexq.ReadPlan"
+            )
         if plan.mode == "local" and plan.target != target:
             raise PluginError(f"{where} produces {plan.target}, not the asked {target}")
         for key, (offset, shape) in plan.source_slices.items():
@@ -335,7 +438,9 @@ class FormatRegistry:
         who = self.describe(name)
         shape = plan.target.local_shape
         if result is None or not hasattr(result, "shape") or not hasattr(result, "dtype"):
-            raise PluginError(f"{who}: apply for {logical_key!r} returned {type(result).__name__}")
+            raise self._wrong_result(
+                name, "flexq_apply", f"{type(result).__name__} for {logical_key!r}, not an array"
+            )
         if tuple(result.shape) != tuple(shape):
             raise PluginError(
                 f"{who}: apply for {logical_key!r} returned shape {tuple(result.shape)}, "
@@ -364,10 +469,13 @@ class FormatRegistry:
         others: Mapping[str, RawTensor],
     ) -> float | None:
         """Write a checkpoint in format ``name``; its promised logits cosine (None: cannot)."""
-        result = self._call(
-            name, "flexq_encode", directory=directory, weights=weights, others=others
-        )
-        return None if result is None else float(result)
+        hook = "flexq_encode"
+        result = self._call(name, hook, directory=directory, weights=weights, others=others)
+        if result is None:
+            return None
+        if isinstance(result, bool) or not isinstance(result, (int, float)):
+            raise self._wrong_result(name, hook, f"{shown(result)}, not a cosine (float)")
+        return float(result)
 
 
 registry = FormatRegistry()

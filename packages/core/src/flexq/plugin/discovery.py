@@ -1,0 +1,37 @@
+"""Which entry point of the group ``flexq`` the registry loads for each format name.
+
+For :class:`flexq.plugin.manager.FormatRegistry`'s discovery: several
+distributions may offer one format name (a third-party package registering
+``fp8``); the first-party one (:data:`flexq.plugin.known.FIRST_PARTY`) is kept,
+and the warning names every distribution involved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flexq.plugin.known import FIRST_PARTY
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+
+def distribution_of(ep: EntryPoint) -> str:
+    """The name of the distribution that declares ``ep`` (``?`` when unknown)."""
+    return ep.dist.name if ep.dist else "?"
+
+
+def kept_entry_point(name: str, eps: list[EntryPoint]) -> tuple[EntryPoint, str | None]:
+    """The entry point to load for format ``name`` and, when several distributions offer
+    it, the warning naming them all: a first-party one wins, else the first on sys.path
+    (a third-party package registering ``fp8`` must not replace flexq's own)."""
+    kept = next((ep for ep in eps if distribution_of(ep) in FIRST_PARTY), eps[0])
+    dist = distribution_of(kept)
+    others = sorted({distribution_of(ep) for ep in eps} - {dist})
+    if not others:
+        return kept, None
+    why = "flexq's own" if dist in FIRST_PARTY else "found first on sys.path"
+    return kept, (
+        f"format {name!r} is offered by {dist} and by {', '.join(others)}; keeping {dist} "
+        f"({why}), {', '.join(others)} is not loaded (uninstall {others[0]} to silence this)"
+    )
