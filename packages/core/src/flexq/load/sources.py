@@ -113,6 +113,11 @@ class DirectSource(_Opened):
 
     def _open(self, options: LoadOptions) -> None:
         self._held: dict[int, dict[str, Any]] = {}
+        # Every file this rank reads is checked before the first write (each read
+        # checks its own again), so a file replaced or cut since compose leaves
+        # every target as it was, not only those of later pieces.
+        ckpt = self._ct.checkpoint
+        ckpt.check_files({ckpt.info(k).file for plan in self._plans for k in plan.source_slices})
 
     def boxes(
         self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
