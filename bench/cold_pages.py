@@ -6,8 +6,8 @@ Usage (as root, it evicts the page cache): ``python -m bench.cold_pages [--ranks
 of a tensor holds a piece of every rank's slice once rows are narrower than pages
 times ranks), the page cache is evicted (``sync; echo 3 > /proc/sys/vm/drop_caches``),
 then each rank of a node loads its slices of a block-FP8 checkpoint with the direct
-engine, in a fresh process of its own, one after another (the node's ranks share its
-page cache, as concurrent ranks do). Printed per layout:
+engine, in a fresh process of its own, all of a node's ranks at once (sharing its page
+cache). Printed per node:
 
 - ``disk``: the ranks' ``/proc/self/io`` ``read_bytes`` during their loads, summed
   (what the node fetched from disk; compose and imports happen before, untimed);
@@ -16,7 +16,7 @@ page cache, as concurrent ranks do). Printed per layout:
   from the headers, independently of the reader;
 - ``disk / floor`` (the goal: at most 1.1) and the ranks' own ``pages_read_bytes``.
 
-The scale bench reuses :func:`node_floor` and :func:`run_rank` for its nodes.
+The scale bench can reuse :func:`node_floor` and :func:`run_node` for its nodes.
 """
 
 from __future__ import annotations
@@ -129,20 +129,27 @@ def child(
     }
 
 
-def run_rank(
-    ckpt: Path, warm: Path, layout: str, rank: int, world: int, side: int, linears: int
-) -> dict[str, Any]:
-    """Run one rank's load in a fresh interpreter and return its figures."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.cold_pages", "--child", str(ckpt), str(warm), layout,
-         str(rank), str(world), str(side), str(linears)],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=900,
-        env={**os.environ, "GLOG_minloglevel": "2"},
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"rank {rank} failed:\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+def run_node(
+    ckpt: Path, warm: Path, layout: str, ranks: list[int], world: int, side: int, linears: int
+) -> list[dict[str, Any]]:
+    """Run ``ranks``' loads at once, each in a fresh interpreter (as a node's ranks run),
+    and return their figures."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.cold_pages", "--child", str(ckpt), str(warm), layout,
+             str(rank), str(world), str(side), str(linears)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "GLOG_minloglevel": "2"},
+        )
+        for rank in ranks
+    ]
+    out = []
+    for rank, proc in zip(ranks, procs, strict=True):
+        stdout, stderr = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rank {rank} failed:\n{stderr[-3000:]}")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             ranks = list(range(node * per_node, (node + 1) * per_node))
             floor = node_floor(ckpt, args.side, BLOCK, layout, ranks, args.ranks)
             drop_caches()
-            got = [
-                run_rank(ckpt, warm, layout, k, args.ranks, args.side, args.linears)
-                for k in ranks
-            ]
+            got = run_node(ckpt, warm, layout, ranks, args.ranks, args.side, args.linears)
             disk = sum(g["disk"] for g in got)
             own = [g["pages_read_bytes"] for g in got]
             print(f"{layout} round {r + 1} node {node} (ranks {ranks}): disk {disk / 2**20:.2f} MiB, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 CONFIG_NAME = "config.json"
+#: Largest band read at once when a slice's runs share pages (a column band's rows):
+#: the span is read whole into a buffer of this size, then its runs copied out.
+BAND_BYTES = 8 << 20
 QUANT_CONFIG_NAME = "quant_config.json"
 
 
@@ -72,8 +76,7 @@ class Checkpoint:
         self.bytes_read = 0
         self.bytes_read_by_file: Counter[str] = Counter()
         self._pages = PageSet()
-        # Where the bytes between two runs of one read go (never more than two pages).
-        self._gap = memoryview(bytearray(2 * PAGE))
+        self._local = threading.local()
 
     # -- inventory -----------------------------------------------------------
     @property
@@ -204,33 +207,62 @@ class Checkpoint:
         self, info: TensorInfo, items: tuple[int, ...], box: tuple[slice, ...], out: np.ndarray
     ) -> None:
         """Fill ``out`` with ``box`` of the tensor ``info`` (stored as ``items`` of
-        ``out.itemsize`` bytes), reading each contiguous run of the box once."""
+        ``out.itemsize`` bytes): every run of the box is read once, alone or in a band."""
         starts, length = _runs(info.start, items, box, out.itemsize)
-        # Adjacent runs are one segment of the destination and of the file.
-        seg = np.flatnonzero(starts[1:] != starts[:-1] + length) + 1
-        firsts = np.concatenate(([0], seg))
-        lasts = np.concatenate((seg, [len(starts)]))
-        seg_starts = starts[firsts]
-        seg_stops = starts[lasts - 1] + length
-        # Segments whose gap holds no whole page are read as one span (those pages are
-        # read anyway); a new span starts where reading the gap would cost a page.
-        cut = np.flatnonzero(seg_starts[1:] // PAGE > (seg_stops[:-1] - 1) // PAGE + 1) + 1
-        dest = memoryview(out.reshape(-1).view(np.uint8))
-        spans = []
-        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(seg_starts)], strict=True):
-            buffers, at = [], int(seg_starts[lo])
-            for k in range(lo, hi):
-                begin, stop = int(seg_starts[k]), int(seg_stops[k])
-                if begin > at:  # the gap between two segments: read and dropped
-                    buffers.append(self._gap[: begin - at])
-                pos = int(firsts[k]) * length
-                buffers.append(dest[pos : pos + stop - begin])
-                at = stop
-            spans.append((int(seg_starts[lo]), buffers))
-            self._pages.add(info.file, int(seg_starts[lo]), at)
+        stops = starts + length
+        rows = out.reshape(-1).view(np.uint8).reshape(len(starts), length)
+        # Runs whose gap holds no whole page are one span (the gap's pages are read
+        # anyway); a new span starts where reading the gap would cost a page.
+        cut = np.flatnonzero(starts[1:] // PAGE > (stops[:-1] - 1) // PAGE + 1) + 1
+        alone: list[tuple[int, list[memoryview]]] = []
+        bands: list[tuple[int, int]] = []
+        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True):
+            self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
+            while lo < hi:
+                # A band: the runs whose span fits the band buffer (at least one run).
+                top = lo + max(1, int(np.searchsorted(stops[lo:hi], starts[lo] + BAND_BYTES, "right")))
+                if top - lo == 1:
+                    alone.append((int(starts[lo]), [memoryview(rows[lo])]))
+                else:
+                    bands.append((lo, top))
+                lo = top
         df = self._data[info.file]
         df.check()
-        df.read_spans(spans)
+        df.read_spans(alone)
+        for lo, hi in bands:
+            first, span = int(starts[lo]), int(stops[hi - 1] - starts[lo])
+            band = self._band_buffer()[:span]
+            df.read_spans([(first, [memoryview(band)])])
+            _scatter(band, starts[lo:hi] - first, rows[lo:hi])
+
+    def _band_buffer(self) -> np.ndarray:
+        """This thread's band buffer (reads may come from several threads)."""
+        buf: np.ndarray | None = getattr(self._local, "band", None)
+        if buf is None:
+            buf = self._local.band = np.empty(BAND_BYTES, np.uint8)
+        return buf
+
+
+def _scatter(band: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> None:
+    """Copy the runs at ``offsets`` of ``band`` into ``rows``, one strided copy per stretch
+    of equally spaced runs (a whole band for a 2-D slice)."""
+    length = rows.shape[1]
+    gaps = np.diff(offsets)
+    i = 0
+    while i < len(offsets):
+        j = i + 1
+        if j < len(offsets):
+            step = int(gaps[i])
+            # the run of equal gaps from i on
+            unequal = np.flatnonzero(gaps[i:] != step)
+            j = i + 1 + (int(unequal[0]) if len(unequal) else len(gaps) - i)
+        else:
+            step = length
+        view = np.lib.stride_tricks.as_strided(
+            band[int(offsets[i]) :], shape=(j - i, length), strides=(step, 1), writeable=False
+        )
+        rows[i:j] = view
+        i = j
 
 
 def _runs(

@@ -105,6 +105,13 @@ class DataFile:
         """Fill buffers from the file: each span is (file offset, buffers filled in order
         from that offset). A short read (the file truncated meanwhile) is an error."""
         fd = self._fh.fileno()
+        if hasattr(os, "posix_fadvise") and len(spans) > 1:
+            # Many small spans (a column band's rows): queue them all with the disk
+            # first, so a cold read waits for one batch of requests, not for each in
+            # turn; exactly these ranges are fetched, nothing around them.
+            for offset, buffers in spans:
+                size = sum(b.nbytes for b in buffers)
+                os.posix_fadvise(fd, offset, size, os.POSIX_FADV_WILLNEED)
         for offset, buffers in spans:
             for start in range(0, len(buffers), MAX_BUFFERS):
                 offset = self._preadv_all(fd, list(buffers[start : start + MAX_BUFFERS]), offset)
