@@ -45,8 +45,13 @@ def band(side: int, axis: int, rank: int, ranks: int) -> tuple[tuple[int, int], 
     return (offset[0], offset[1]), (shape[0], shape[1])
 
 
-def _pages(start: int, itemsize: int, full: tuple[int, ...], offset: tuple[int, int],
-           shape: tuple[int, int]) -> set[int]:
+def _pages(
+    start: int,
+    itemsize: int,
+    full: tuple[int, ...],
+    offset: tuple[int, int],
+    shape: tuple[int, int],
+) -> set[int]:
     """The pages of a 2-D box of a C-order tensor stored from byte ``start``."""
     row = full[1] * itemsize
     out: set[int] = set()
@@ -57,8 +62,7 @@ def _pages(start: int, itemsize: int, full: tuple[int, ...], offset: tuple[int, 
     return out
 
 
-def node_floor(ckpt: Path, side: int, block: int, layout: str, ranks: list[int],
-               world: int) -> int:
+def node_floor(ckpt: Path, side: int, block: int, layout: str, ranks: list[int], world: int) -> int:
     """Page floor of ``ranks``' slices (weights and their covering scale blocks)."""
     import flexq
 
@@ -103,7 +107,6 @@ def child(
     from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 
     import flexq
-
     from bench.checkpoints import fp8_keys
 
     def targets(keys: list[str], edge: int) -> dict[str, Any]:
@@ -136,9 +139,23 @@ def run_node(
     and return their figures."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.cold_pages", "--child", str(ckpt), str(warm), layout,
-             str(rank), str(world), str(side), str(linears)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "bench.cold_pages",
+                "--child",
+                str(ckpt),
+                str(warm),
+                layout,
+                str(rank),
+                str(world),
+                str(side),
+                str(linears),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, "GLOG_minloglevel": "2"},
         )
         for rank in ranks
@@ -179,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         warm = write_fp8_block(Path(tmp) / "warm", 4, side=512)
         size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors"))
         per_node = args.ranks // args.nodes
-        print(f"checkpoint: {args.linears} x {args.side}^2 block-FP8, {size / 2**20:.1f} MiB; "
-              f"{args.ranks} ranks on {args.nodes} nodes, each node's load from a cold cache")
+        print(
+            f"checkpoint: {args.linears} x {args.side}^2 block-FP8, {size / 2**20:.1f} MiB; "
+            f"{args.ranks} ranks on {args.nodes} nodes, each node's load from a cold cache"
+        )
         for layout, r, node in itertools.product(LAYOUTS, range(args.rounds), range(args.nodes)):
             ranks = list(range(node * per_node, (node + 1) * per_node))
             floor = node_floor(ckpt, args.side, BLOCK, layout, ranks, args.ranks)
@@ -188,11 +207,13 @@ def main(argv: list[str] | None = None) -> int:
             got = run_node(ckpt, warm, layout, ranks, args.ranks, args.side, args.linears)
             disk = sum(g["disk"] for g in got)
             own = [g["pages_read_bytes"] for g in got]
-            print(f"{layout} round {r + 1} node {node} (ranks {ranks}): disk {disk / 2**20:.2f} MiB, "
-                  f"floor {floor / 2**20:.2f} MiB, disk / floor {disk / floor:.3f}, "
-                  f"disk / file {disk / size:.3f}; per rank pages_read_bytes "
-                  f"{[None if p is None else round(p / 2**20, 2) for p in own]} MiB, "
-                  f"seconds {[round(g['seconds'], 3) for g in got]}")
+            print(
+                f"{layout} round {r + 1} node {node} (ranks {ranks}): disk {disk / 2**20:.2f} MiB, "
+                f"floor {floor / 2**20:.2f} MiB, disk / floor {disk / floor:.3f}, "
+                f"disk / file {disk / size:.3f}; per rank pages_read_bytes "
+                f"{[None if p is None else round(p / 2**20, 2) for p in own]} MiB, "
+                f"seconds {[round(g['seconds'], 3) for g in got]}"
+            )
     return 0
 
 

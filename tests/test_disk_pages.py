@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import paddle
@@ -24,14 +24,18 @@ from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 
 import flexq
 from flexq.io import checkpoint
-from flexq.io.header import TensorInfo
+
+if TYPE_CHECKING:
+    from flexq.io.header import TensorInfo
 
 PAGE = 4096
 
 
 def page_floor(ranges: list[tuple[str, int, int]]) -> int:
     """Bytes of the distinct pages of (file, start, stop) byte ranges: the oracle."""
-    pages = {(f, p) for f, lo, hi in ranges if hi > lo for p in range(lo // PAGE, (hi - 1) // PAGE + 1)}
+    pages = {
+        (f, p) for f, lo, hi in ranges if hi > lo for p in range(lo // PAGE, (hi - 1) // PAGE + 1)
+    }
     return len(pages) * PAGE
 
 
@@ -63,8 +67,10 @@ def test_the_page_figure_of_any_box_is_its_page_floor_and_no_more_is_read(
     # A small tensor first, so the big one's data does not start on a page boundary.
     path = flexq.save_checkpoint(
         tmp_path_factory.mktemp("c"),
-        {"a": flexq.RawTensor("U8", np.ones(data.draw(st.integers(1, 5000)), np.uint8)),
-         "t": flexq.RawTensor(name, values)},
+        {
+            "a": flexq.RawTensor("U8", np.ones(data.draw(st.integers(1, 5000)), np.uint8)),
+            "t": flexq.RawTensor(name, values),
+        },
     )
     offset = tuple(data.draw(st.integers(0, d - 1)) for d in shape)
     box = tuple(data.draw(st.integers(1, d - o)) for d, o in zip(shape, offset, strict=True))
@@ -72,9 +78,9 @@ def test_the_page_figure_of_any_box_is_its_page_floor_and_no_more_is_read(
     asked: list[int] = []
     real, band = os.preadv, checkpoint.BAND_BYTES
 
-    def counted(fd: int, buffers: list[memoryview], at: int) -> int:
+    def counted(fd: int, buffers: Any, at: int, flags: int = 0) -> int:
         asked.append(sum(b.nbytes for b in buffers))
-        return real(fd, buffers, at)
+        return real(fd, buffers, at, flags)
 
     # Hypothesis examples share the test's fixtures: patched by hand. A small band
     # buffer splits spans into several bands.
@@ -97,8 +103,12 @@ def rows_and_wide() -> dict[str, flexq.RawTensor]:
     """Two float32 tensors: 4 KiB rows (a quarter of a row shares a page with its
     neighbours) and 32 KiB rows (a quarter spans two pages, and skips six)."""
     return {
-        "model.w.weight": flexq.RawTensor.of(np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)),
-        "model.v.weight": flexq.RawTensor.of(np.arange(16 * 8192, dtype=np.float32).reshape(16, 8192)),
+        "model.w.weight": flexq.RawTensor.of(
+            np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)
+        ),
+        "model.v.weight": flexq.RawTensor.of(
+            np.arange(16 * 8192, dtype=np.float32).reshape(16, 8192)
+        ),
     }
 
 
@@ -117,15 +127,15 @@ def test_a_loads_page_figure_is_exactly_the_page_floor_of_its_slices(
 ) -> None:
     tensors = rows_and_wide()
     path = flexq.save_checkpoint(tmp_path / "c", tensors)
-    targets: dict[str, Any] = {
-        k: shard(k, t.data.shape, axis, part, 4) for k, t in tensors.items()
-    }
+    targets: dict[str, Any] = {k: shard(k, t.data.shape, axis, part, 4) for k, t in tensors.items()}
     report = flexq.load_state_dict(targets, path, engine="direct")
     ck = flexq.Checkpoint(path)
     ranges = []
     for key, target in targets.items():
         ranges += box_ranges(ck.info(key), 4, target.global_offset, target.local_shape)
-        box = tuple(slice(o, o + n) for o, n in zip(target.global_offset, target.local_shape, strict=True))
+        box = tuple(
+            slice(o, o + n) for o, n in zip(target.global_offset, target.local_shape, strict=True)
+        )
         np.testing.assert_array_equal(target.local_tensor.numpy(), tensors[key].data[box])
     ck.close()
     floor = page_floor(ranges)
@@ -134,13 +144,19 @@ def test_a_loads_page_figure_is_exactly_the_page_floor_of_its_slices(
     if axis == 1:
         # Shard(1) of the 4 KiB rows touches a page or two per row, of the 32 KiB rows
         # two or three pages of eight: well below the whole tensors' pages.
-        whole = page_floor([(f, lo, hi) for f, lo, hi in (
-            ("model.safetensors", ck.info(k).start, ck.info(k).start + ck.info(k).nbytes)
-            for k in tensors
-        )])
+        whole = page_floor(
+            [
+                (f, lo, hi)
+                for f, lo, hi in (
+                    ("model.safetensors", ck.info(k).start, ck.info(k).start + ck.info(k).nbytes)
+                    for k in tensors
+                )
+            ]
+        )
         assert floor < whole
     # /proc/self/io exists on Linux: the measured figure is a count, not None.
-    assert isinstance(report.disk_read_bytes, int) and report.disk_read_bytes >= 0
+    assert isinstance(report.disk_read_bytes, int)
+    assert report.disk_read_bytes >= 0
 
 
 def test_the_flexcheckpoint_engine_reports_no_page_figure_of_its_own(tmp_path: Path) -> None:

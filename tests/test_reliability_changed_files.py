@@ -26,7 +26,7 @@ import pytest
 
 import flexq
 from flexq.errors import CheckpointError
-from flexq.load import api
+from flexq.load import api as load_api
 
 from .reliability import surgery
 from .test_reliability import bits, make_targets, snapshot
@@ -64,20 +64,22 @@ def test_a_shard_changed_after_compose_is_an_error_and_changes_nothing(
 ) -> None:
     ckpt = surgery.fp8(tmp_path / "ckpt", sharded=True)
     damage, detail = CASES[case]
-    real = api.compose
+    real = load_api.compose  # type: ignore[attr-defined]
 
     def compose_then_change(*args: Any, **kwargs: Any) -> Any:
         ct = real(*args, **kwargs)
         damage(ckpt)  # between the header reads and the first data read
         return ct
 
-    monkeypatch.setattr(api, "compose", compose_then_change)
+    monkeypatch.setattr(load_api, "compose", compose_then_change)
     targets = make_targets(ckpt)
     before = bits(targets)
     with pytest.raises(CheckpointError) as err:
         flexq.load_state_dict(targets, ckpt, engine=engine, max_inflight_bytes=1)  # type: ignore[arg-type]
     message = str(err.value)
-    assert SHARD2 in message and CHANGED in message and detail in message
+    assert SHARD2 in message
+    assert CHANGED in message
+    assert detail in message
     assert "reload" in message
     assert bits(targets) == before
 
@@ -151,8 +153,14 @@ def test_a_shard_truncated_in_place_during_a_load_is_an_error_not_sigbus(tmp_pat
     ckpt = save_fp8_checkpoint(tmp_path / "ckpt", weights, layout="block", block_size=(128, 128))
     shard = next(ckpt.glob("*.safetensors"))
     proc = subprocess.run(
-        [sys.executable, "-c", TRUNCATE_DURING_LOAD, str(ckpt), str(shard),
-         json.dumps({k: list(v.shape) for k, v in weights.items()})],
+        [
+            sys.executable,
+            "-c",
+            TRUNCATE_DURING_LOAD,
+            str(ckpt),
+            str(shard),
+            json.dumps({k: list(v.shape) for k, v in weights.items()}),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -162,7 +170,8 @@ def test_a_shard_truncated_in_place_during_a_load_is_an_error_not_sigbus(tmp_pat
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["error"] == "CheckpointError"
-    assert shard.name in out["message"] and CHANGED in out["message"]
+    assert shard.name in out["message"]
+    assert CHANGED in out["message"]
     assert "ends before byte" in out["message"]
     assert out["untouched"] is True
     assert "Traceback" not in proc.stderr

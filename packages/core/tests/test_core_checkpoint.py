@@ -60,7 +60,8 @@ def test_reads_are_owned_arrays_that_outlive_close(tmp_path: Path) -> None:
     whole = np.arange(60, dtype=np.uint8).reshape(6, 10)
     rows = ck.read("w", (2, 0), (3, 10))  # rows: one run of the file
     cols = ck.read("w", (0, 2), (6, 3))  # columns: six runs, read as one span
-    assert rows.flags.owndata and rows.flags.writeable
+    assert rows.flags.owndata
+    assert rows.flags.writeable
     assert ck.bytes_read == 30 + 18
     ck.close()
     np.testing.assert_array_equal(rows, whole[2:5])

@@ -220,9 +220,11 @@ class Checkpoint:
             self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
             while lo < hi:
                 # A band: the runs whose span fits the band buffer (at least one run).
-                top = lo + max(1, int(np.searchsorted(stops[lo:hi], starts[lo] + BAND_BYTES, "right")))
+                top = lo + max(
+                    1, int(np.searchsorted(stops[lo:hi], starts[lo] + BAND_BYTES, "right"))
+                )
                 if top - lo == 1:
-                    alone.append((int(starts[lo]), [memoryview(rows[lo])]))
+                    alone.append((int(starts[lo]), [memoryview(rows[lo].data)]))
                 else:
                     bands.append((lo, top))
                 lo = top
@@ -232,7 +234,7 @@ class Checkpoint:
         for lo, hi in bands:
             first, span = int(starts[lo]), int(stops[hi - 1] - starts[lo])
             band = self._band_buffer()[:span]
-            df.read_spans([(first, [memoryview(band)])])
+            df.read_spans([(first, [memoryview(band.data)])])
             _scatter(band, starts[lo:hi] - first, rows[lo:hi])
 
     def _band_buffer(self) -> np.ndarray:
@@ -276,10 +278,13 @@ def _runs(
     """
     if not items:
         return np.array([base], dtype=np.int64), size
-    cut = max((i for i, (b, n) in enumerate(zip(box, items, strict=True)) if b != slice(0, n)),
-              default=0)
+    cut = max(
+        (i for i, (b, n) in enumerate(zip(box, items, strict=True)) if b != slice(0, n)), default=0
+    )
     strides = [math.prod(items[i + 1 :]) * size for i in range(len(items))]
     starts = np.array(base + box[cut].start * strides[cut], dtype=np.int64)
     for i in range(cut):
-        starts = np.add.outer(starts, np.arange(box[i].start, box[i].stop, dtype=np.int64) * strides[i])
+        starts = np.add.outer(
+            starts, np.arange(box[i].start, box[i].stop, dtype=np.int64) * strides[i]
+        )
     return starts.reshape(-1), (box[cut].stop - box[cut].start) * strides[cut]

@@ -120,7 +120,8 @@ class DataFile:
         """Fill every buffer from ``offset`` on, retrying partial reads; the offset after."""
         while buffers:
             # One call is kept under the kernel's per-call cap by the buffers it is given.
-            call, total = [], 0
+            call: list[memoryview] = []
+            total = 0
             for b in buffers:
                 if call and total + b.nbytes > MAX_CALL_BYTES:
                     break

@@ -1,10 +1,11 @@
 """Where the load engine gets the source boxes its read plans name: one interface, two sources.
 
 :class:`DirectSource` reads each rank's boxes straight from the files, through
-the descriptors the checkpoint opened them with (no collective communication); :class:`FlexCheckpointSource` fetches them
-through Paddle 3.3.1's FlexCheckpoint loader and resharder: every rank asks for
-the boxes its read plans name, Paddle balances the files over the ranks, reads
-each file once and moves the boxes between ranks.
+the descriptors the checkpoint opened them with (no collective communication);
+:class:`FlexCheckpointSource` fetches them through Paddle 3.3.1's FlexCheckpoint
+loader and resharder: every rank asks for the boxes its read plans name, Paddle
+balances the files over the ranks, reads each file once and moves the boxes
+between ranks.
 
 Two things 3.3.1 cannot do are worked around without touching the checkpoint
 directory: its safetensors metadata generator writes into the checkpoint
