@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -175,3 +176,21 @@ def test_a_shard_truncated_in_place_during_a_load_is_an_error_not_sigbus(tmp_pat
     assert "ends before byte" in out["message"]
     assert out["untouched"] is True
     assert "Traceback" not in proc.stderr
+
+
+#: The rows of docs/reliability.md's "Files that change under a load": case -> test.
+DOCUMENTED = {
+    "shard-replaced-after-compose": "test_a_shard_changed_after_compose_is_an_error_and_changes_nothing",
+    "shard-truncated-after-compose": "test_a_shard_changed_after_compose_is_an_error_and_changes_nothing",
+    "shard-rewritten-in-place": "test_a_shard_rewritten_in_place_after_compose_is_an_error",
+    "shard-truncated-during-load": "test_a_shard_truncated_in_place_during_a_load_is_an_error_not_sigbus",
+}
+
+
+def test_the_reliability_page_lists_each_case_with_its_error() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "reliability.md").read_text()
+    section = text.split("## Files that change under a load", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| [^|]+ \| `(\w+)` \|", section, flags=re.M)
+    assert dict(rows) == dict.fromkeys(DOCUMENTED, "CheckpointError")
+    assert set(CASES) <= DOCUMENTED.keys()
+    assert all(callable(globals()[test]) for test in DOCUMENTED.values())
