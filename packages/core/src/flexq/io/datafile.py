@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,8 @@ class DataFile:
             # Reads are sized to the runs a plan needs: read-around would pull in
             # pages of other ranks' slices (a whole file per node for row slices).
             os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        # A checkpoint nobody closes closes its files when it goes (no ResourceWarning).
+        weakref.finalize(self, fh.close)
         return fh
 
     def check(self) -> None:
