@@ -194,3 +194,18 @@ def test_the_reliability_page_lists_each_case_with_its_error() -> None:
     assert dict(rows) == dict.fromkeys(DOCUMENTED, "CheckpointError")
     assert set(CASES) <= DOCUMENTED.keys()
     assert all(callable(globals()[test]) for test in DOCUMENTED.values())
+
+
+def test_paddles_scratch_links_open_the_files_compose_opened(tmp_path: Path) -> None:
+    from flexq.load.sources import scratch_checkpoint
+
+    ckpt = surgery.fp8(tmp_path / "ckpt", sharded=True)
+    ct = flexq.compose(ckpt)
+    original = (ckpt / SHARD2).read_bytes()
+    replace_shard(ckpt)
+    assert (ckpt / SHARD2).read_bytes() != original
+    with scratch_checkpoint(ct.checkpoint) as scratch:
+        # Paddle opens the scratch link by name: it gets the file whose header
+        # planned the boxes, not the one renamed over it since.
+        assert (Path(scratch) / SHARD2).read_bytes() == original
+    ct.checkpoint.close()

@@ -34,6 +34,7 @@ from flexq.plan import box_inside
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
+    from pathlib import Path
     from types import TracebackType
 
 CONFIG_NAME = "config.json"
@@ -156,6 +157,11 @@ class Checkpoint:
         for readers that open the files by name themselves (Paddle's loader)."""
         for name in self._data if names is None else names:
             self._data[name].check()
+
+    def reopen_path(self, name: str) -> Path:
+        """A path that opens the very data file ``name`` this checkpoint opened
+        (:meth:`flexq.io.datafile.DataFile.reopen_path`), for readers that open by name."""
+        return self._data[name].reopen_path()
 
     def close(self) -> None:
         """Close the data files (arrays returned by :meth:`read` stay valid)."""

@@ -16,6 +16,7 @@ import io
 import os
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flexq.errors import CheckpointError
@@ -23,10 +24,10 @@ from flexq.io.header import Header, read_header
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
 
 #: Largest byte count one ``preadv`` call is asked for (Linux caps a read at 2 GiB - 4 KiB).
 MAX_CALL_BYTES = 1 << 30
+_PROC_FD = Path("/proc/self/fd")
 #: Most buffers one ``preadv`` call takes (POSIX guarantees at least 16; Linux takes 1024).
 MAX_BUFFERS = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
@@ -96,6 +97,14 @@ class DataFile:
             raise self.changed(f"it was rewritten or truncated ({_diff(self.identity, now_fd)})")
         if now_path != self.identity:
             raise self.changed(f"it was replaced ({_diff(self.identity, now_path)})")
+
+    def reopen_path(self) -> Path:
+        """A path that opens this very file, for a reader that opens files by name
+        (Paddle's loader): on Linux ``/proc/self/fd/N`` of the open descriptor, so a
+        file renamed over this one's name is not what that reader gets; elsewhere the
+        checked path (then :meth:`check` before and after its reads is all there is)."""
+        proc = _PROC_FD / str(self._fh.fileno())
+        return proc if not self._fh.closed and proc.exists() else self.path
 
     def changed(self, how: str) -> CheckpointError:
         """The error for a file that is no longer the one opened."""

@@ -220,7 +220,8 @@ def uint8_transport() -> Iterator[None]:
 
 @contextlib.contextmanager
 def scratch_checkpoint(ckpt: Checkpoint) -> Iterator[str]:
-    """A temporary directory of symlinks to the data files plus flexq-built metadata."""
+    """A temporary directory of symlinks to the data files (to the very files the
+    checkpoint opened, where the platform allows) plus flexq-built metadata."""
     import paddle
     from paddle.distributed.flex_checkpoint.dcp.metadata import (
         LocalTensorIndex,
@@ -231,7 +232,9 @@ def scratch_checkpoint(ckpt: Checkpoint) -> Iterator[str]:
     scratch = tempfile.mkdtemp(prefix="flexq-fc-")
     try:
         for name in sorted({t.file for t in ckpt.tensors.values()}):
-            os.symlink((ckpt.path / name).resolve(), os.path.join(scratch, name))
+            # Linked to the descriptor compose opened: Paddle reads the file whose
+            # header planned the boxes, even if another file has taken its name since.
+            os.symlink(ckpt.reopen_path(name), os.path.join(scratch, name))
         state, storage = {}, {}
         for key, info in ckpt.tensors.items():
             travels = transport(info.dtype)
