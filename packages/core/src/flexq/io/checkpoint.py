@@ -222,8 +222,8 @@ class Checkpoint:
         cut = np.flatnonzero(starts[1:] // PAGE > (stops[:-1] - 1) // PAGE + 1) + 1
         alone: list[tuple[int, list[memoryview]]] = []
         bands: list[tuple[int, int]] = []
-        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True):
-            self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
+        spans = list(zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True))
+        for lo, hi in spans:
             while lo < hi:
                 # A band: the runs whose span fits the band buffer (at least one run).
                 top = lo + max(
@@ -242,6 +242,8 @@ class Checkpoint:
             band = self._band_buffer()[:span]
             df.read_spans([(first, [memoryview(band.data)])])
             _scatter(band, starts[lo:hi] - first, rows[lo:hi])
+        for lo, hi in spans:  # counted once read
+            self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
 
     def _band_buffer(self) -> np.ndarray:
         """This thread's band buffer (reads may come from several threads)."""
