@@ -236,6 +236,7 @@ class Checkpoint:
                 lo = top
         df = self._data[info.file]
         df.check()
+        df.prefetch((int(starts[lo]), int(stops[hi - 1])) for lo, hi in spans)
         df.read_spans(alone)
         for lo, hi in bands:
             first, span = int(starts[lo]), int(stops[hi - 1] - starts[lo])

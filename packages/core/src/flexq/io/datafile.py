@@ -23,11 +23,13 @@ from flexq.errors import CheckpointError
 from flexq.io.header import Header, read_header
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
 #: Largest byte count one ``preadv`` call is asked for (Linux caps a read at 2 GiB - 4 KiB).
 MAX_CALL_BYTES = 1 << 30
 _PROC_FD = Path("/proc/self/fd")
+#: Bytes one prefetch request asks for (below any read-ahead window the kernel uses).
+PREFETCH_CHUNK = 2 << 20
 #: Most buffers one ``preadv`` call takes (POSIX guarantees at least 16; Linux takes 1024).
 MAX_BUFFERS = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
@@ -113,17 +115,25 @@ class DataFile:
             "reload the checkpoint (compose again) once it is complete"
         )
 
+    def prefetch(self, ranges: Iterable[tuple[int, int]]) -> None:
+        """Ask the kernel to start reading the byte ranges [start, stop) now, all of them.
+
+        With random access advised, a read fetches at most one read-ahead window at a
+        time and waits for it; queued first, a cold read's requests overlap each other
+        (and the copies) instead. Exactly these ranges are fetched, nothing around them.
+        """
+        if not hasattr(os, "posix_fadvise"):
+            return
+        fd = self._fh.fileno()
+        for start, stop in ranges:
+            # The kernel queues at most one read-ahead window per call: ask in chunks.
+            for at in range(start, stop, PREFETCH_CHUNK):
+                os.posix_fadvise(fd, at, min(PREFETCH_CHUNK, stop - at), os.POSIX_FADV_WILLNEED)
+
     def read_spans(self, spans: Sequence[tuple[int, Sequence[memoryview]]]) -> None:
         """Fill buffers from the file: each span is (file offset, buffers filled in order
         from that offset). A short read (the file truncated meanwhile) is an error."""
         fd = self._fh.fileno()
-        if hasattr(os, "posix_fadvise") and len(spans) > 1:
-            # Many small spans (a column band's rows): queue them all with the disk
-            # first, so a cold read waits for one batch of requests, not for each in
-            # turn; exactly these ranges are fetched, nothing around them.
-            for offset, buffers in spans:
-                size = sum(b.nbytes for b in buffers)
-                os.posix_fadvise(fd, offset, size, os.POSIX_FADV_WILLNEED)
         for offset, buffers in spans:
             for start in range(0, len(buffers), MAX_BUFFERS):
                 offset = self._preadv_all(fd, list(buffers[start : start + MAX_BUFFERS]), offset)
