@@ -192,3 +192,16 @@ def test_any_box_equals_numpy_slicing(data: st.DataObject) -> None:
             box = tuple(slice(o, o + s) for o, s in zip(offset, size, strict=True))
             np.testing.assert_array_equal(got, full[box])
             assert ck.bytes_read == got.nbytes
+
+
+def test_reads_without_preadv_seek_and_read_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flexq.io import datafile
+
+    monkeypatch.setattr(datafile, "_PREADV", False)  # as on Windows
+    ck = flexq.Checkpoint(make(tmp_path))
+    whole = np.arange(60, dtype=np.uint8).reshape(6, 10)
+    np.testing.assert_array_equal(ck.read("w", (1, 3), (4, 5)), whole[1:5, 3:8])
+    np.testing.assert_array_equal(ck.read("w"), whole)
+    ck.close()

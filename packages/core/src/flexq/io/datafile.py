@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 #: Largest byte count one ``preadv`` call is asked for (Linux caps a read at 2 GiB - 4 KiB).
 MAX_CALL_BYTES = 1 << 30
 _PROC_FD = Path("/proc/self/fd")
+_PREADV = hasattr(os, "preadv")
 #: Bytes one prefetch request asks for (below any read-ahead window the kernel uses).
 PREFETCH_CHUNK = 2 << 20
 #: Most buffers one ``preadv`` call takes (POSIX guarantees at least 16; Linux takes 1024).
@@ -59,6 +61,7 @@ class DataFile:
     def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.path = path
+        self._lock = threading.Lock()
         self._fh = self._open()
         try:
             self.identity = Identity.of(os.fstat(self._fh.fileno()))
@@ -150,7 +153,7 @@ class DataFile:
                 call.append(b)
                 total += b.nbytes
             try:
-                got = os.preadv(fd, call, offset)
+                got = os.preadv(fd, call, offset) if _PREADV else self._readinto(call, offset)
             except OSError as exc:
                 raise CheckpointError(
                     f"{self.name}: read at byte {offset} failed ({exc}); "
@@ -165,6 +168,18 @@ class DataFile:
             if got:
                 buffers[0] = buffers[0][got:]
         return offset
+
+    def _readinto(self, buffers: list[memoryview], offset: int) -> int:
+        """``preadv`` where the platform has none (Windows): seek and read under a lock."""
+        with self._lock:
+            self._fh.seek(offset)
+            got = 0
+            for b in buffers:
+                n = self._fh.readinto(b) or 0
+                got += n
+                if n < b.nbytes:
+                    break
+            return got
 
     def close(self) -> None:
         """Close the descriptor (a later :meth:`check` opens the file again)."""
