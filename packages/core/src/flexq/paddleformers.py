@@ -99,7 +99,40 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
             "model with HF conversion rules"
         )
     aoa = rules(model.config)
-    return load_state_dict(model.sharded_state_dict(), path, aoa_config=aoa)
+    targets = _own_heads(model.config, model.sharded_state_dict())
+    return load_state_dict(targets, path, aoa_config=aoa)
+
+
+def _own_heads(config: Any, targets: dict[str, Any]) -> dict[str, Any]:
+    """``targets`` with gpt-oss's attention ``sinks`` declared as what they are.
+
+    PaddleFormers 1.2.0 builds each rank's ``sinks`` for its own heads
+    (``num_attention_heads // tensor_model_parallel_size`` of them) but declares them
+    replicated, so its own tensor-parallel load gives every rank the sinks of heads
+    0, 1, ... (wrong on rank >= 1) and the checkpoint's ``[num_heads]`` tensor does not
+    fit the declared shape. Declared as this rank's slice of the heads, every rank
+    loads its own heads' sinks.
+    """
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+    tp = int(getattr(config, "tensor_model_parallel_size", 1) or 1)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    if tp <= 1 or heads % tp:
+        return targets
+    local = heads // tp
+    out = dict(targets)
+    for key, w in targets.items():
+        if key.endswith(".self_attn.sinks") and tuple(w.global_shape) == (local,):
+            offset = (_tp_rank() * local,)
+            out[key] = ShardedWeight(key, w.local_tensor, (local,), (heads,), offset)
+    return out
+
+
+def _tp_rank() -> int:
+    """This process's rank in the tensor-parallel group (PaddleFormers' ``mp`` group)."""
+    from paddle.distributed import fleet
+
+    return max(int(fleet.get_hybrid_communicate_group().get_model_parallel_rank()), 0)
 
 
 def _concrete_class(model_class: Any, checkpoint: Checkpoint) -> Any:
