@@ -29,6 +29,12 @@ versions as ``Qwen3ForCausalLMDeprecated`` / ``Qwen3MoeForCausalLMDeprecated``.
 Tested (``nox -s paddleformers``): Llama, gpt-oss, ERNIE-4.5 and ERNIE-4.5-MoE.
 On CPU the fused RMSNorm kernel does not exist, so the config's
 ``fuse_rms_norm`` is set to False there.
+
+Parallel models: PaddleFormers' own settings (``tensor_model_parallel_size``,
+``moe_group``, ...) pass through ``kw``; each rank loads the boxes of its
+``sharded_state_dict()``, fused parameters split per rank as AOA splits them
+(:mod:`flexq.load.aoa`), and gpt-oss's ``sinks``, which PaddleFormers 1.2.0
+declares replicated, as each rank's own heads (:func:`_own_heads`).
 """
 
 from __future__ import annotations
