@@ -380,9 +380,12 @@ def all_boxes(t: Target) -> list[Any]:
 
     counts = []
     for size, local, offset in zip(t.global_shape, t.local_shape, t.offset, strict=True):
-        if local <= 0 or size % local or offset % local:
+        if local == size:
+            counts.append(1)  # whole along this axis (a zero-sized one too)
+        elif local <= 0 or size % local or offset % local:
             return []
-        counts.append(size // local)
+        else:
+            counts.append(size // local)
     if math.prod(counts) > MAX_TILES:
         return []
     return [
