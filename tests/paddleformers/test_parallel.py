@@ -191,3 +191,13 @@ def test_every_rank_holds_its_slice_of_the_one_rank_load(
                 assert not np.allclose(their_logits, expected, rtol=1e-3, atol=1e-3)
             else:
                 np.testing.assert_array_equal(mine_logits, their_logits)
+
+
+def test_a_parallel_setting_without_fleet_init_is_a_clear_error(checkpoints: Checkpoints) -> None:
+    """PaddleFormers' own layers would fail with an AttributeError on ``None``."""
+    with pytest.raises(flexq.FlexqError, match=r"tensor_model_parallel_size=2: .*fleet\.init"):
+        flexq.paddleformers.from_pretrained(
+            model_class("GptOssForCausalLM"),
+            checkpoints.twin("GptOssForCausalLM", "fp8"),
+            tensor_model_parallel_size=2,
+        )

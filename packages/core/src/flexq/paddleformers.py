@@ -83,6 +83,9 @@ def from_pretrained(
     if not paddle.is_compiled_with_cuda():
         config.fuse_rms_norm = False  # the fused kernel is GPU-only
     config.perform_initialization = False
+    tp = int(getattr(config, "tensor_model_parallel_size", 1) or 1)
+    if tp > 1:
+        _hybrid_group(tp)  # before building: PaddleFormers' layers fail obscurely without it
     with no_init_weights(_enable=True), paddle.LazyGuard(), dtype_guard(dtype):
         model = cls(config, *(config["init_args"] or ()), **model_kwargs)
     load(model, checkpoint.path)
@@ -129,16 +132,27 @@ def _own_heads(config: Any, targets: dict[str, Any]) -> dict[str, Any]:
     out = dict(targets)
     for key, w in targets.items():
         if key.endswith(".self_attn.sinks") and tuple(w.global_shape) == (local,):
-            offset = (_tp_rank() * local,)
-            out[key] = ShardedWeight(key, w.local_tensor, (local,), (heads,), offset)
+            # This rank's place in the tensor-parallel (PaddleFormers' "mp") group.
+            rank = max(int(_hybrid_group(tp).get_model_parallel_rank()), 0)
+            out[key] = ShardedWeight(key, w.local_tensor, (local,), (heads,), (rank * local,))
     return out
 
 
-def _tp_rank() -> int:
-    """This process's rank in the tensor-parallel group (PaddleFormers' ``mp`` group)."""
+def _hybrid_group(tp: int) -> Any:
+    """fleet's hybrid communicate group, which PaddleFormers' parallel layers need."""
     from paddle.distributed import fleet
 
-    return max(int(fleet.get_hybrid_communicate_group().get_model_parallel_rank()), 0)
+    try:
+        hcg = fleet.get_hybrid_communicate_group()
+    except AttributeError:  # fleet never initialized in this process
+        hcg = None
+    if hcg is None:
+        raise FlexqError(
+            f"tensor_model_parallel_size={tp}: PaddleFormers' tensor-parallel layers need "
+            "fleet.init(is_collective=True, strategy=...) with hybrid_configs "
+            f"mp_degree={tp} first, on every rank of a paddle.distributed.launch job"
+        )
+    return hcg
 
 
 def _concrete_class(model_class: Any, checkpoint: Checkpoint) -> Any:
