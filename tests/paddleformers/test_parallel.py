@@ -10,12 +10,13 @@ settings. Pinned here:
 
 - every rank's every parameter is bit-identical to its slice of the one-rank flexq
   load: its box of a plain tensor, its own chunk of gate followed by its own chunk of
-  up in a fused ``up_gate_proj`` (what AOA's ``fused_ffn`` lays out for two shards),
-  its own heads of gpt-oss's ``sinks``;
+  up in a fused ``up_gate_proj`` / ``gate_up_proj`` (what AOA's ``fused_ffn`` lays out
+  for two shards), its own chunks of q, k and v in Phi-3's ``qkv_proj``
+  (``fused_qkv_old``), its own heads of gpt-oss's ``sinks``;
 - it is bit-identical to PaddleFormers' own parallel load too, except gpt-oss's
   ``sinks`` on rank 1, where PaddleFormers' own load is wrong (it gives every rank
   the sinks of heads 0-1);
-- the tensor-parallel float32 forwards (Llama, ERNIE-4.5, gpt-oss) give the one-rank
+- the tensor-parallel float32 forwards (Llama, ERNIE-4.5, gpt-oss, Phi-3) give the one-rank
   logits within reduction-order error, and exactly PaddleFormers' own parallel
   model's logits (gpt-oss: PaddleFormers' own, with rank 1's sinks wrong, is off).
 
@@ -57,6 +58,7 @@ LAYOUTS: dict[tuple[str, str], tuple[dict[str, int], dict[str, Any]]] = {
     ),
     ("Ernie4_5_MoeForCausalLM", "ep"): ({"dp_degree": 2}, {"moe_group": "dp"}),
     ("GptOssForCausalLM", "tp"): ({"mp_degree": 2}, {"tensor_model_parallel_size": 2}),
+    ("Phi3ForCausalLM", "tp"): ({"mp_degree": 2}, {"tensor_model_parallel_size": 2}),
 }
 #: (format, dtype) loaded in every launch.
 CASES = {
@@ -107,23 +109,41 @@ def raw(t: Any) -> np.ndarray:
     return np.asarray((t.view(paddle.int16) if t.dtype == paddle.bfloat16 else t).numpy())
 
 
-def rank_slice(full: np.ndarray, key: str, box: np.ndarray, rank: int) -> np.ndarray:
+def fused_parts(name: str, key: str, shape: tuple[int, ...], config: Any) -> list[int]:
+    """Sizes of the parts a fused parameter of the one-rank model concatenates along its
+    last axis, when a tensor-parallel rank holds its own chunk of every part (AOA's
+    ``fused_ffn`` and ``fused_qkv_old`` over two shards); empty for any other parameter
+    (ERNIE's ``fused_qkv`` groups heads, so a rank's box is a plain slice)."""
+    if key.endswith(("mlp.up_gate_proj.weight", "mlp.gate_up_proj.weight")):
+        return [shape[-1] // 2] * 2  # gate, up
+    if name == "Phi3ForCausalLM" and key.endswith("self_attn.qkv_proj.weight"):
+        head = config.hidden_size // config.num_attention_heads
+        kv = config.num_key_value_heads * head
+        return [config.num_attention_heads * head, kv, kv]  # q, k, v
+    return []
+
+
+def rank_slice(
+    full: np.ndarray, key: str, box: np.ndarray, rank: int, parts: list[int]
+) -> np.ndarray:
     """What rank ``rank`` holds of the one-rank tensor ``full`` for parameter ``key``
-    declared over ``box`` (offset, local shape, global shape)."""
+    declared over ``box`` (offset, local shape, global shape); ``parts`` as
+    :func:`fused_parts` gives them."""
     offset, local, whole = (tuple(int(v) for v in row) for row in box)
     if key.endswith(".self_attn.sinks"):
         # Declared replicated by PaddleFormers, built for the rank's own heads.
         n = local[0]
         return full[rank * n : (rank + 1) * n]
-    cut = [i for i, (lo, wh) in enumerate(zip(local, whole, strict=True)) if lo != wh]
-    if key.endswith("up_gate_proj.weight") and cut:
-        # fused_ffn over two shards: this rank's chunk of gate, then its chunk of up.
-        (axis,) = cut
-        half, part = whole[axis] // 2, local[axis] // 2
-        start = offset[axis] // local[axis] * part
-        gate = np.take(full, range(start, start + part), axis=axis)
-        up = np.take(full, range(half + start, half + start + part), axis=axis)
-        return np.concatenate([gate, up], axis=axis)
+    if parts and local[-1] != whole[-1]:
+        # This rank's chunk of every part, in order (gate then up; q, k, v).
+        shards = whole[-1] // local[-1]
+        i = offset[-1] // local[-1]
+        starts = np.cumsum([0, *parts[:-1]])
+        chunks = [
+            full[..., start + i * size // shards : start + (i + 1) * size // shards]
+            for start, size in zip(starts, parts, strict=True)
+        ]
+        return np.concatenate(chunks, axis=-1)
     return full[tuple(slice(o, o + n) for o, n in zip(offset, local, strict=True))]
 
 
@@ -158,11 +178,12 @@ def test_every_rank_holds_its_slice_of_the_one_rank_load(
             for key in sorted(keys[r]):
                 box, mine, theirs = got[f"box/{key}"], got[f"got/{key}"], got[f"ref/{key}"]
                 where = f"{name} {layout} {fmt} {dtype} rank {r}: {key}"
+                parts = fused_parts(name, key, full[key].shape, single.config)
                 np.testing.assert_array_equal(
-                    mine, rank_slice(full[key], key, box, r), err_msg=where
+                    mine, rank_slice(full[key], key, box, r, parts), err_msg=where
                 )
                 sharded += int(tuple(box[1]) != tuple(box[2]))
-                fused += int(key.endswith("up_gate_proj.weight") and mine.shape != full[key].shape)
+                fused += int(bool(parts) and mine.shape != full[key].shape)
                 if key.endswith(".self_attn.sinks"):
                     sinks += 1
                     # PaddleFormers' own load gives every rank the sinks of heads 0, 1, ...
@@ -173,8 +194,8 @@ def test_every_rank_holds_its_slice_of_the_one_rank_load(
                 np.testing.assert_array_equal(mine, theirs, err_msg=where)
         # The layout really is parallel: sharded or split parameters on both ranks.
         assert sharded > 0 or keys[0] != keys[1], (fmt, dtype)
-        if name.startswith("Ernie") and layout != "ep":
-            assert fused > 0, "no fused up_gate_proj was split across the ranks"
+        if name.startswith(("Ernie", "Phi3")) and layout != "ep":
+            assert fused > 0, "no fused parameter was split across the ranks"
         if name == "GptOssForCausalLM":
             assert sinks == 2 * single.config.num_hidden_layers
         if forward and dtype == "float32":

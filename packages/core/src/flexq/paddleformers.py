@@ -26,7 +26,7 @@ which is not on the package index (``paddleformers[paddlefleet]`` wants
 ``paddlefleet==0.3.0``), so they are untested here; an Auto class that picks one
 without it is a :class:`flexq.FlexqError`. PaddleFormers keeps plain-Paddle
 versions as ``Qwen3ForCausalLMDeprecated`` / ``Qwen3MoeForCausalLMDeprecated``.
-Tested (``nox -s paddleformers``): Llama, gpt-oss, ERNIE-4.5 and ERNIE-4.5-MoE.
+Tested (``nox -s paddleformers``): Llama, gpt-oss, ERNIE-4.5, ERNIE-4.5-MoE and Phi-3.
 On CPU the fused RMSNorm kernel does not exist, so the config's
 ``fuse_rms_norm`` is set to False there.
 
