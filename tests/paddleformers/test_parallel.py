@@ -114,7 +114,7 @@ def fused_parts(name: str, key: str, shape: tuple[int, ...], config: Any) -> lis
     last axis, when a tensor-parallel rank holds its own chunk of every part (AOA's
     ``fused_ffn`` and ``fused_qkv_old`` over two shards); empty for any other parameter
     (ERNIE's ``fused_qkv`` groups heads, so a rank's box is a plain slice)."""
-    if key.endswith(("mlp.up_gate_proj.weight", "mlp.gate_up_proj.weight")):
+    if key.endswith((".up_gate_proj.weight", ".gate_up_proj.weight")):
         return [shape[-1] // 2] * 2  # gate, up
     if name == "Phi3ForCausalLM" and key.endswith("self_attn.qkv_proj.weight"):
         head = config.hidden_size // config.num_attention_heads
@@ -192,8 +192,17 @@ def test_every_rank_holds_its_slice_of_the_one_rank_load(
                         assert not np.array_equal(mine, theirs), where
                         continue
                 np.testing.assert_array_equal(mine, theirs, err_msg=where)
-        # The layout really is parallel: sharded or split parameters on both ranks.
-        assert sharded > 0 or keys[0] != keys[1], (fmt, dtype)
+        # The layout really is parallel: sharded parameters, or experts split over the ranks.
+        if layout == "ep":
+            assert sharded == 0, (fmt, dtype)
+        else:
+            assert sharded > 0, (fmt, dtype)
+        if "ep" in layout:
+            only = keys[0] ^ keys[1]
+            assert only, (fmt, dtype)
+            assert all(".experts." in k for k in only), (fmt, dtype)
+        else:
+            assert keys[0] == keys[1], (fmt, dtype)
         if name.startswith(("Ernie", "Phi3")) and layout != "ep":
             assert fused > 0, "no fused parameter was split across the ranks"
         if name == "GptOssForCausalLM":
