@@ -88,6 +88,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "moe_layer_start_index": 1,
         "tie_word_embeddings": False,
     },
+    # HF's Phi-3 stores qkv_proj and gate_up_proj fused already: AOA's fused_qkv_old and
+    # the one-source fused_ffn re-lay them out (per rank under tensor parallelism).
+    "Phi3ForCausalLM": {
+        "vocab_size": 128,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+        "tie_word_embeddings": False,
+    },
 }
 CLASSES = list(CONFIGS)
 

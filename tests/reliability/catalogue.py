@@ -285,6 +285,14 @@ def _wrong_dtype(targets: dict[str, Any]) -> None:
     targets[B] = paddle.zeros([96, 64], dtype="int32")
 
 
+def _untiled_fuse(targets: dict[str, Any]) -> None:
+    # One rank's 48 of 128 columns: no even tiling, so the other ranks' boxes are unknown.
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+    t = paddle.zeros([64, 48], dtype="bfloat16")
+    targets["model.gu.weight"] = ShardedWeight("model.gu.weight", t, (64, 48), (64, 128), (0, 48))
+
+
 def _missing_key(targets: dict[str, Any]) -> None:
     targets["model.c.weight"] = paddle.zeros([8, 8], dtype="bfloat16")
 
@@ -464,6 +472,9 @@ CASES: list[Case] = [
     Case("aoa-macro-expands-to-nothing", T, "a misspelled $LAYER_ID statement", "fp8",
          TargetError, ("model.layer.$LAYER_ID.weight", "expands to nothing"), stage="target",
          aoa=("model.layer.$LAYER_ID.weight -> x.$LAYER_ID.weight",)),
+    Case("aoa-fuse-over-untiled-shard", T, "fused_ffn into a shard that does not tile its tensor",
+         "fp8", TargetError, ("model.gu.weight", "does not tile"), stage="target",
+         retarget=_untiled_fuse, aoa=("model.a.weight, model.a.weight -> model.gu.weight, fused_ffn",)),
 ]  # fmt: skip
 
 # -- issue 23: every check metadata and scales allow runs before the first write ----

@@ -26,9 +26,15 @@ which is not on the package index (``paddleformers[paddlefleet]`` wants
 ``paddlefleet==0.3.0``), so they are untested here; an Auto class that picks one
 without it is a :class:`flexq.FlexqError`. PaddleFormers keeps plain-Paddle
 versions as ``Qwen3ForCausalLMDeprecated`` / ``Qwen3MoeForCausalLMDeprecated``.
-Tested (``nox -s paddleformers``): Llama, gpt-oss, ERNIE-4.5 and ERNIE-4.5-MoE.
+Tested (``nox -s paddleformers``): Llama, gpt-oss, ERNIE-4.5, ERNIE-4.5-MoE and Phi-3.
 On CPU the fused RMSNorm kernel does not exist, so the config's
 ``fuse_rms_norm`` is set to False there.
+
+Parallel models: PaddleFormers' own settings (``tensor_model_parallel_size``,
+``moe_group``, ...) pass through ``kw``; each rank loads the boxes of its
+``sharded_state_dict()``, fused parameters split per rank as AOA splits them
+(:mod:`flexq.load.aoa`), and gpt-oss's ``sinks``, which PaddleFormers 1.2.0
+declares replicated, as each rank's own heads (:func:`_own_heads`).
 """
 
 from __future__ import annotations
@@ -77,6 +83,9 @@ def from_pretrained(
     if not paddle.is_compiled_with_cuda():
         config.fuse_rms_norm = False  # the fused kernel is GPU-only
     config.perform_initialization = False
+    tp = int(getattr(config, "tensor_model_parallel_size", 1) or 1)
+    if tp > 1:
+        _hybrid_group(tp)  # before building: PaddleFormers' layers fail obscurely without it
     with no_init_weights(_enable=True), paddle.LazyGuard(), dtype_guard(dtype):
         model = cls(config, *(config["init_args"] or ()), **model_kwargs)
     load(model, checkpoint.path)
@@ -99,7 +108,51 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
             "model with HF conversion rules"
         )
     aoa = rules(model.config)
-    return load_state_dict(model.sharded_state_dict(), path, aoa_config=aoa)
+    targets = _own_heads(model.config, model.sharded_state_dict())
+    return load_state_dict(targets, path, aoa_config=aoa)
+
+
+def _own_heads(config: Any, targets: dict[str, Any]) -> dict[str, Any]:
+    """``targets`` with gpt-oss's attention ``sinks`` declared as what they are.
+
+    PaddleFormers 1.2.0 builds each rank's ``sinks`` for its own heads
+    (``num_attention_heads // tensor_model_parallel_size`` of them) but declares them
+    replicated, so its own tensor-parallel load gives every rank the sinks of heads
+    0, 1, ... (wrong on rank >= 1) and the checkpoint's ``[num_heads]`` tensor does not
+    fit the declared shape. Declared as this rank's slice of the heads, every rank
+    loads its own heads' sinks.
+    """
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+    tp = int(getattr(config, "tensor_model_parallel_size", 1) or 1)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    if tp <= 1 or heads % tp:
+        return targets
+    local = heads // tp
+    out = dict(targets)
+    for key, w in targets.items():
+        if key.endswith(".self_attn.sinks") and tuple(w.global_shape) == (local,):
+            # This rank's place in the tensor-parallel (PaddleFormers' "mp") group.
+            rank = max(int(_hybrid_group(tp).get_model_parallel_rank()), 0)
+            out[key] = ShardedWeight(key, w.local_tensor, (local,), (heads,), (rank * local,))
+    return out
+
+
+def _hybrid_group(tp: int) -> Any:
+    """fleet's hybrid communicate group, which PaddleFormers' parallel layers need."""
+    from paddle.distributed import fleet
+
+    try:
+        hcg = fleet.get_hybrid_communicate_group()
+    except AttributeError:  # fleet never initialized in this process
+        hcg = None
+    if hcg is None:
+        raise FlexqError(
+            f"tensor_model_parallel_size={tp}: PaddleFormers' tensor-parallel layers need "
+            "fleet.init(is_collective=True, strategy=...) with hybrid_configs "
+            f"mp_degree={tp} first, on every rank of a paddle.distributed.launch job"
+        )
+    return hcg
 
 
 def _concrete_class(model_class: Any, checkpoint: Checkpoint) -> Any:

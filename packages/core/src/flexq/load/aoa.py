@@ -8,13 +8,25 @@ here, before any data is read or any target written: a statement that expands
 to nothing or names no tensor is an error quoting that statement, and each
 piece's dtypes are checked (a float passthrough tensor is cast to its target's
 float dtype; integers never silently become floats).
+
+AOA's fuse macros (``fused_ffn``, ``fused_qkv_old``) lay a fused tensor out by the
+number of shards its target has over all ranks: with two tensor-parallel shards,
+``gate, up -> up_gate_proj, fused_ffn`` puts each rank's chunk of gate before its
+chunk of up. Paddle's own load shows AOA every rank's boxes (gathered); flexq shows
+it every rank's boxes as the local one implies them, without asking the other
+ranks (a rank's cost does not grow with the world): an even tiling of the global
+shape by the local box, which is what tensor- and expert-parallel layouts are. A
+fuse whose layout depends on a target's shards when the local box does not tile
+its tensor evenly is an error, never a plain concatenation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -153,10 +165,12 @@ def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptio
         k: [ShardedWeightDesc(k, e.shape, e.shape, (0,) * len(e.shape), _NEUTRAL)]
         for k, e in ct.entries.items()
     }
-    dest = {t.key: [_neutral(t)] for t in targets}
+    boxes = {t.key: all_boxes(t) for t in targets}
+    dest = {t.key: boxes[t.key] or [_neutral(t)] for t in targets}
+    untiled = {t.key: t for t in targets if not boxes[t.key]}
     config = dict(aoa_config or {})
     statements = list(config.setdefault("aoa_statements", []))
-    check_statements(ct, statements, source, dest)
+    check_statements(ct, statements, source, dest, untiled)
     try:
         # AOA prints its own traceback block to stdout on a bad statement; flexq's
         # error below says the same in one line.
@@ -191,26 +205,43 @@ def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptio
 
 
 def check_statements(
-    ct: ComposedTransform, statements: list[str], source: dict[str, Any], dest: dict[str, Any]
+    ct: ComposedTransform,
+    statements: list[str],
+    source: dict[str, Any],
+    dest: dict[str, Any],
+    untiled: Mapping[str, Target] | None = None,
 ) -> None:
     """Raise TargetError, quoting the statement, for one that expands to nothing (a
-    misspelled ``$LAYER_ID`` pattern) or whose left side names no tensor, and, quoting
-    both, for two statements (or two expansions of one) that write the same target:
-    AOA would silently keep the last."""
-    from paddle.distributed.flex_checkpoint.aoa.aoa_engine import AOAShardInfoContext
+    misspelled ``$LAYER_ID`` pattern), whose left side names no tensor, or that lays a
+    fused tensor out by the shards of a target in ``untiled`` (a sharded target whose
+    box does not tile its tensor evenly, so the other ranks' boxes are unknown); and,
+    quoting both, for two statements (or two expansions of one) that write the same
+    target: AOA would silently keep the last."""
     from paddle.distributed.flex_checkpoint.aoa.lexer import Lexer, TokenType
 
-    context = AOAShardInfoContext(source, dest, False)
+    context = _recording_context(source, dest)
     defined = set(source)
     written: dict[str, str] = {}  # target key -> the statement that writes it
     for statement in statements:
         lexer = Lexer(context)
+        context.asked.clear()
         try:
             lexer.all_tokens([statement])
         except Exception as exc:
             raise TargetError(
                 f"AOA statement {statement!r} is not valid: {type(exc).__name__}: {exc}"
             ) from None
+        for key in context.asked:
+            if untiled and key in untiled:
+                t = untiled[key]
+                raise TargetError(
+                    f"target {key!r}: AOA statement {statement!r} lays the fused tensor "
+                    f"out by its shards over all ranks, but this rank's box (offset "
+                    f"{list(t.offset)}, shape {list(t.local_shape)} of {list(t.global_shape)}) "
+                    "does not tile it evenly, so flexq cannot tell the other ranks' boxes "
+                    "and a plain concatenation would load it wrong; shard it evenly "
+                    "(as tensor parallelism does) or load it whole"
+                )
         if not lexer.final_expressions:
             raise TargetError(
                 f"AOA statement {statement!r} expands to nothing: no logical tensor of "
@@ -341,6 +372,61 @@ def _planned(ct: ComposedTransform, d: _Draft, probed: bool) -> Piece:
     if probe is not None and not probe.reads_within(plan):
         probe = plan
     return Piece(d.target, d.logical_key, s, d.dst_desc, d.transposes, d.owner, plan, probe, d.cast)
+
+
+def _recording_context(source: dict[str, Any], dest: dict[str, Any]) -> Any:
+    """Paddle's AOAShardInfoContext over ``source`` and ``dest`` that records (in
+    ``asked``) every target whose shard count a macro asks for: those are the
+    targets a fuse lays out per rank."""
+    from paddle.distributed.flex_checkpoint.aoa.aoa_engine import (
+        AOAShardInfoContext,
+        split_optimizer_state_key,
+    )
+
+    class Recording(AOAShardInfoContext):  # type: ignore[misc]
+        asked: set[str]
+
+        def get_dst_state_shard_num(self, dst_state_key: str) -> int:
+            key = split_optimizer_state_key(dst_state_key)[0]
+            self.asked.update((key, self.resolve_mapping_chain(key, reverse=False)))
+            return int(super().get_dst_state_shard_num(dst_state_key))
+
+    context = Recording(source, dest, False)
+    context.asked = set()
+    return context
+
+
+#: Most boxes :func:`all_boxes` infers for one tensor (a finer tiling is no parallel layout).
+MAX_TILES = 1 << 12
+
+
+def all_boxes(t: Target) -> list[Any]:
+    """Every rank's box of ``t``'s tensor as this rank's box implies it: the even tiling of
+    the global shape by the local box (one box for a whole tensor), in AOA's neutral
+    dtype; empty when the local box does not tile the global shape evenly (or would
+    take more than :data:`MAX_TILES` boxes, far beyond any parallel layout)."""
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeightDesc
+
+    counts = []
+    for size, local, offset in zip(t.global_shape, t.local_shape, t.offset, strict=True):
+        if local == size:
+            counts.append(1)  # whole along this axis (a zero-sized one too)
+        elif local <= 0 or size % local or offset % local:
+            return []
+        else:
+            counts.append(size // local)
+    if math.prod(counts) > MAX_TILES:
+        return []
+    return [
+        ShardedWeightDesc(
+            t.key,
+            t.local_shape,
+            t.global_shape,
+            tuple(i * local for i, local in zip(index, t.local_shape, strict=True)),
+            _NEUTRAL,
+        )
+        for index in itertools.product(*(range(n) for n in counts))
+    ]
 
 
 def _neutral(t: Target) -> Any:
