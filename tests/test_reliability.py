@@ -171,6 +171,14 @@ def test_python_api_raises_flexqs_error_and_changes_nothing(
             assert peak < OPEN_PEAK_BYTES
         aoa = {"aoa_statements": list(case.aoa)} if case.aoa else None
         for load in loads(case):
+            if "faulty" in case.base and registry.disabled("faulty"):
+                # A wrong-typed result disables the format for the process: the next load
+                # starts from one registered afresh (before its fault is switched on, as
+                # ``plugins`` does), as a new process would.
+                flexq.unregister_format("faulty")
+                monkeypatch.delenv(faulty_module().MODE_ENV)
+                flexq.register_format(faulty_module(), name="faulty")
+                monkeypatch.setenv(faulty_module().MODE_ENV, case.mode)
             with escalated(case), pytest.raises(case.error) as loaded:
                 flexq.load_state_dict(
                     targets, ckpt, formats=formats_of(case), aoa_config=aoa, **load
