@@ -56,9 +56,15 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
+def _settle() -> None:
+    """The command's outcome is decided (or being cleaned up after): later signals are
+    ignored, so the one line that says how it ended is the only one."""
     for sig in EXIT_SIGNAL:
-        signal.signal(sig, signal.SIG_IGN)  # one line, one cleanup: later signals wait
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
+    _settle()
     raise Interrupted(signum)
 
 
@@ -152,8 +158,9 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Bar:
-    """convert's progress as a rich bar on stderr: bytes written, rate, time left."""
+class _Progress:
+    """convert's progress: a rich bar on stderr (bytes written, rate, time left) when
+    stderr is a terminal; and, once DST is complete, signals ignored from then on."""
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -173,6 +180,7 @@ class _Bar:
             TransferSpeedColumn(),
             TimeRemainingColumn(),
             console=Console(stderr=True),
+            disable=not sys.stderr.isatty(),
         )
         self._task: TaskID | None = None
 
@@ -183,6 +191,10 @@ class _Bar:
     def advance(self, key: str, nbytes: int) -> None:
         assert self._task is not None
         self._progress.advance(self._task, nbytes)
+
+    def done(self) -> None:
+        # DST is in place: an interrupt now could only make the report lie about it.
+        _settle()
 
     def stop(self) -> None:
         self._progress.stop()
@@ -199,7 +211,7 @@ def _convert(args: argparse.Namespace) -> int:
     src = Checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
-    bar = _Bar() if sys.stderr.isatty() else None
+    progress = _Progress()
     try:
         report = convert(
             src,
@@ -209,11 +221,10 @@ def _convert(args: argparse.Namespace) -> int:
             max_shard_bytes=parse_size(args.max_shard_size),
             force=args.force,
             allow_unclaimed=args.allow_unclaimed,
-            progress=bar,
+            progress=progress,
         )
     finally:
-        if bar is not None:
-            bar.stop()
+        progress.stop()
     if report.skipped:
         names = ", ".join(report.skipped)
         print(f"flexq: not copied (not checkpoint companions): {names}", file=sys.stderr)
@@ -372,32 +383,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``flexq`` command; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, noted: Sequence[int] = ()) -> int:
+    """Entry point of the ``flexq`` command; returns the exit code.
+
+    :param noted: signals that came before this function took over (the console
+        script's :mod:`flexq_entry` notes them while the command's modules import);
+        the first ends the command as an interrupt.
+    """
     args = build_parser().parse_args(argv)
     # flexq's logger at DEBUG also lets Paddle's own logs through (flexq.load.quiet).
     logging.getLogger("flexq").setLevel(logging.DEBUG if args.debug else logging.WARNING)
     if not args.debug:
         warnings.showwarning = _one_line_warning
-    previous = {sig: signal.signal(sig, _on_signal) for sig in EXIT_SIGNAL}
+    previous = {sig: signal.getsignal(sig) for sig in EXIT_SIGNAL}
+    try:
+        for sig in EXIT_SIGNAL:
+            signal.signal(sig, _on_signal)
+        if noted:
+            _on_signal(noted[0], None)
+        return _run(args)
+    except Interrupted as exc:
+        done = "; the partial output was removed" if args.command == "convert" else ""
+        print(f"flexq: interrupted by {exc}{done}", file=sys.stderr)
+        return EXIT_SIGNAL[signal.Signals(exc.signum)]
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command ``args`` name: its exit code, and one line for each failure.
+
+    Each failure branch settles first (:func:`_settle`), so a signal either comes
+    before it and the command ends as interrupted, or is ignored.
+    """
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         with quiet_paddle():
             return func(args)
     except BrokenPipeError:
+        _settle()
         # The reader went away (`flexq inspect ... | head`): stop quietly, as cat does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except Interrupted as exc:
-        done = "; the partial output was removed" if args.command == "convert" else ""
-        print(f"flexq: interrupted by {exc}{done}", file=sys.stderr)
-        return EXIT_SIGNAL[signal.Signals(exc.signum)]
     except (FlexqError, OSError) as exc:
+        _settle()
         if args.debug:
             raise
         print(f"flexq: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:
+        _settle()
         if args.debug:
             raise
         if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "paddle":
@@ -408,6 +445,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.formatkit.arrays import host_view
+from flexq.interrupts import uninterrupted
 from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.load.report import LoadReport
 
@@ -90,17 +91,20 @@ def fill(
                     # above the targets stays near one piece, not one batch.
                     source.release()
             # An atomic batch is staged whole before its first write, so only the
-            # batches written before a later failure need restoring.
+            # batches written before a later failure need restoring; and it is written
+            # whole (a Ctrl-C waits for the end of it), so no restore misses a piece.
             keep = n < len(batches) - 1
-            for p, value, view in staged:
-                if keep:
-                    undo.append((p, host_copy(region(p))))
-                write(p, value, view)
+            with uninterrupted():
+                for p, value, view in staged:
+                    if keep:
+                        undo.append((p, host_copy(region(p))))
+                    write(p, value, view)
             del staged
             source.release()
     except BaseException:
-        for p, old in reversed(undo):
-            write(p, old.to(p.target.tensor.place), None, transposed=False)
+        with uninterrupted():  # a second Ctrl-C must not stop a restore half-way
+            for p, old in reversed(undo):
+                write(p, old.to(p.target.tensor.place), None, transposed=False)
         raise
     casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
     return LoadReport(

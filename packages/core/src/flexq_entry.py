@@ -1,0 +1,41 @@
+"""The ``flexq`` command's entry point (its console script), for everyone who runs ``flexq``.
+
+Python imports a package before any module in it, and ``flexq/__init__.py``
+and the command's modules import numpy, pydantic and rich: a few tenths of a
+second, up to a second on a busy machine. A SIGINT or SIGTERM in that time
+would print a ``KeyboardInterrupt`` traceback from deep inside an import (or
+end the process without a word). So this module, outside the package and
+importing nothing that is not loaded already, takes both signals first: it
+only notes them, and :func:`flexq.cli.main.main` reports a noted one as any
+other interrupt (one line, exit 130 / 143) as soon as it has taken over.
+
+Once the command has returned, its outcome is decided and both signals are
+ignored: exiting takes a few tenths of a second more (Paddle's teardown), and
+a signal then would only replace the exit code with a death by signal.
+"""
+
+from __future__ import annotations
+
+# The C module, loaded at every start: ``signal`` itself would first import enum
+# (~10 ms more during which Ctrl-C prints a traceback). It has no type stub.
+import _signal  # type: ignore[import-not-found]
+import sys
+
+#: Signals that came before the command took over, in order.
+_noted: list[int] = []
+
+
+def _note(signum: int, frame: object) -> None:
+    _noted.append(signum)
+
+
+def main() -> int:
+    """Run the ``flexq`` command (``sys.argv``); returns its exit code."""
+    for sig in (_signal.SIGINT, _signal.SIGTERM):
+        _signal.signal(sig, _note)
+    from flexq.cli.main import main as run
+
+    code = run(sys.argv[1:], noted=_noted)
+    for sig in (_signal.SIGINT, _signal.SIGTERM):
+        _signal.signal(sig, _signal.SIG_IGN)
+    return code
