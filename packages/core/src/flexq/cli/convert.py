@@ -217,8 +217,12 @@ def _replace(tmp: Path, target: Path) -> Path | None:
     return old
 
 
-#: errno values that mean the file system has no room for the output.
-_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+#: What to do about the OS errors a full or capped file system gives.
+_WRITE_HINTS = {
+    errno.ENOSPC: "free space on DST's file system, or choose a DST on another one",
+    errno.EDQUOT: "free space within your disk quota, or choose a DST on another file system",
+    errno.EFBIG: "a smaller --max-shard-size keeps every file under the size limit",
+}
 
 
 @contextmanager
@@ -230,10 +234,10 @@ def _writing(dst: object, name: str) -> Iterator[None]:
         yield
     except OSError as exc:
         why = exc.strerror or str(exc)
-        full = exc.errno in _FULL
-        hint = "; free space there or choose a DST on another file system" if full else ""
+        hint = _WRITE_HINTS.get(exc.errno or 0)
         raise FlexqError(
-            f"{dst}: writing {name} failed: {why}; the partial output was removed{hint}"
+            f"{dst}: writing {name} failed: {why}; the partial output was removed"
+            + (f" ({hint})" if hint else "")
         ) from exc
 
 

@@ -31,6 +31,7 @@ from flexq.cli.documents import (
 )
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError, PluginError
+from flexq.interrupts import uninterrupted
 from flexq.io.checkpoint import Checkpoint
 from flexq.load.quiet import quiet_paddle
 from flexq.plugin.manager import list_formats, registry
@@ -200,6 +201,17 @@ class _Progress:
         self._progress.stop()
 
 
+def _import_paddle() -> None:
+    """Import Paddle, for the commands that need it, with SIGINT and SIGTERM held off.
+
+    Interrupted inside its C extension, Paddle's import fails with ``ImportError:
+    initialization failed`` and prints an error line of its own; held off, a signal
+    ends the command as soon as the import is done (about a second at most).
+    """
+    with uninterrupted():
+        import paddle  # noqa: F401
+
+
 def _convert(args: argparse.Namespace) -> int:
     """dequantize a checkpoint into plain safetensors
 
@@ -208,6 +220,7 @@ def _convert(args: argparse.Namespace) -> int:
     complete or untouched; it may not be, hold or lie inside SRC.
     """
     _check_registry(args.formats)
+    _import_paddle()
     src = Checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
@@ -240,7 +253,7 @@ def _demo(args: argparse.Namespace) -> int:
     each back into Paddle and compare logits with the unquantized model (needs Paddle).
     """
     try:
-        import paddle  # noqa: F401 - the demo's models are Paddle models
+        _import_paddle()  # the demo's models are Paddle models
     except ModuleNotFoundError:
         raise FlexqError(f"flexq demo needs PaddlePaddle, which is not installed: "
                          f"{PADDLE_INSTALL}") from None  # fmt: skip
@@ -412,6 +425,20 @@ def main(argv: Sequence[str] | None = None, *, noted: Sequence[int] = ()) -> int
                 signal.signal(sig, handler)
 
 
+def _interrupt_behind(exc: BaseException) -> Interrupted | None:
+    """The interrupt an exception stands for: a C extension turns one raised inside it
+    into an exception of its own (pybind11 turns a Ctrl-C during ``import paddle``
+    into ``ImportError: initialization failed``, the interrupt as its cause)."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, Interrupted):
+            return found
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run the command ``args`` name: its exit code, and one line for each failure.
 
@@ -427,16 +454,16 @@ def _run(args: argparse.Namespace) -> int:
         # The reader went away (`flexq inspect ... | head`): stop quietly, as cat does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (FlexqError, OSError) as exc:
-        _settle()
-        if args.debug:
-            raise
-        print(f"flexq: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except Exception as exc:
         _settle()
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:
+            raise interrupt from None
         if args.debug:
             raise
+        if isinstance(exc, (FlexqError, OSError)):
+            print(f"flexq: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "paddle":
             print(f"flexq: error: this needs PaddlePaddle: {PADDLE_INSTALL}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -11,12 +11,15 @@ are let go right after, so memory above the targets stays near one piece (the
 check before the first write decodes only the first rows of each format's
 smallest piece). ``atomic`` loads stage a whole batch before its
 first write and keep undo copies of the regions earlier batches wrote, so a
-failure only decoding reveals (a plugin error) restores every target.
+failure only decoding reveals (a plugin error) restores every target; so does
+an interrupt (KeyboardInterrupt), except one that comes once the last batch is
+being written: the load then completes and the interrupt is raised after it.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,6 +63,9 @@ def fill(
             target.tensor.set_value(paddle.zeros(list(target.local_shape), target.dtype))
     undo: list[tuple[Piece, Any]] = []
     scratch = Scratch()
+    # Once the last batch of an atomic load starts being written the load completes: an
+    # interrupt (Ctrl-C) then waits for its end and is raised after it, every target loaded.
+    finish = ExitStack()
     try:
         for n, batch in enumerate(batches):
             staged = []
@@ -92,8 +98,10 @@ def fill(
                     source.release()
             # An atomic batch is staged whole before its first write, so only the
             # batches written before a later failure need restoring; and it is written
-            # whole (a Ctrl-C waits for the end of it), so no restore misses a piece.
+            # whole (an interrupt waits for the end of it), so no restore misses a piece.
             keep = n < len(batches) - 1
+            if staged and not keep:
+                finish.enter_context(uninterrupted())
             with uninterrupted():
                 for p, value, view in staged:
                     if keep:
@@ -105,7 +113,9 @@ def fill(
         with uninterrupted():  # a second Ctrl-C must not stop a restore half-way
             for p, old in reversed(undo):
                 write(p, old.to(p.target.tensor.place), None, transposed=False)
+        finish.close()
         raise
+    finish.close()
     casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
     return LoadReport(
         source.name, len(pieces), len(batches), source.bytes_read, source.planned_bytes, casts
