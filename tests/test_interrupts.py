@@ -11,6 +11,7 @@ partial result. The in-process tests pin the same at exact moments.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import subprocess
 import sys
@@ -38,6 +39,8 @@ CHILD = HERE / "interrupted_load.py"
 BOUND_S = 10
 RUNS = 20
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: A hung process shows where it hangs when sent SIGABRT.
+DUMP_ON_ABORT = {**os.environ, "PYTHONFAULTHANDLER": "1"}
 #: A batch of the API load (its float32 bytes): several batches, so restores are exercised.
 INFLIGHT = 4 << 20
 
@@ -100,7 +103,9 @@ class Ended:
 def interrupt(cmd: list[str], delay: float, sig: signal.Signals, again: float = 0.05) -> Ended:
     """Start ``cmd``, send ``sig`` after ``delay`` s and once more ``again`` s later
     (a second Ctrl-C during the cleanup), and wait for the end (at most BOUND_S)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=DUMP_ON_ABORT
+    )
     if delay:
         time.sleep(delay)
     proc.send_signal(sig)  # at 0 s: right after exec, before Python takes any signal
@@ -110,9 +115,9 @@ def interrupt(cmd: list[str], delay: float, sig: signal.Signals, again: float = 
     try:
         out, err = proc.communicate(timeout=BOUND_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
         out, err = proc.communicate()
-        pytest.fail(f"{cmd[:3]} hung after {sig.name} at {delay:.2f} s: {err[-2000:]}")
+        pytest.fail(f"{cmd[:3]} hung after {sig.name} at {delay:.2f} s: {err[-6000:]}")
     return Ended(delay, proc.returncode, out, err)
 
 
