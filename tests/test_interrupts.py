@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -368,3 +369,22 @@ def test_the_api_convert_raises_the_interrupt_after_the_rename_and_cleans_up(
         convert_module.convert(small_ckpt, out, force=True)
     assert files(out) == ref
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "small"]
+
+
+def test_the_reliability_page_lists_these_tests_by_name() -> None:
+    """docs/reliability.md's block on interrupts, full disks and companion links names
+    every test of this module and of test_convert_faults.py, and only tests that exist."""
+    text = (HERE.parent / "docs" / "reliability.md").read_text()
+    block = text.split("## Interrupts, full disks and companion links", 1)[1].split("\n## ")[0]
+    named = set(re.findall(r"`(test_\w+)`", block))
+    core = HERE.parent / "packages" / "core" / "tests"
+    sources = [Path(__file__), HERE / "test_convert_faults.py"]
+    defined = {
+        path: set(re.findall(r"^def (test_\w+)", path.read_text(), flags=re.M))
+        for path in [*sources, core / "test_core_threads.py", core / "test_core_interrupts.py"]
+    }
+    mine = set().union(*(defined[p] for p in sources)) - {
+        "test_the_reliability_page_lists_these_tests_by_name"
+    }
+    assert named <= set().union(*defined.values())
+    assert mine <= named
