@@ -11,12 +11,16 @@ which would hold up the end of the process.
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import signal
-import sys
-import threading
-from typing import Any
+try:
+    import hashlib
+    import logging
+    import signal
+    import sys
+    import threading
+    from typing import Any
+except KeyboardInterrupt:  # before any line of flexq or Paddle ran: nothing to check
+    print("interrupted -\nthreads 0")
+    raise SystemExit(0) from None
 
 #: The value every target starts with (exact in bfloat16).
 START = 0.5
