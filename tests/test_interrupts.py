@@ -42,6 +42,7 @@ RUNS = 20
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 #: A hung process shows where it hangs when sent SIGABRT.
 DUMP_ON_ABORT = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+LIBPADDLE = Path(paddle.__file__).parent / "base" / "libpaddle.so"
 #: A batch of the API load (its float32 bytes): several batches, so restores are exercised.
 INFLIGHT = 4 << 20
 
@@ -239,8 +240,11 @@ def test_a_sigint_storm_during_an_atomic_api_load_leaves_old_or_new_targets(
             outcomes.append("killed")
             continue
         assert ended.returncode == 0, where
-        assert ended.stderr == "", where
         result, threads = ended.stdout.splitlines()
+        # Paddle prints this itself when its own import (the caller's, before flexq
+        # runs) is interrupted inside its C extension.
+        paddle_import = f"Error: Can not import paddle core while this file exists: {LIBPADDLE}\n"
+        assert ended.stderr in ("", paddle_import if result == "interrupted -" else ""), where
         assert threads == "threads 0", where  # nothing left to hold up the exit
         outcome, value = result.split()
         if outcome == "loaded":
