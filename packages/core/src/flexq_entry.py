@@ -9,9 +9,13 @@ importing nothing that is not loaded already, takes both signals first: it
 only notes them, and :func:`flexq.cli.main.main` reports a noted one as any
 other interrupt (one line, exit 130 / 143) as soon as it has taken over.
 
-Once the command has returned, its outcome is decided and both signals are
-ignored: exiting takes a few tenths of a second more (Paddle's teardown), and
-a signal then would only replace the exit code with a death by signal.
+Once the command has returned, its outcome is decided and printed: both
+signals are ignored (one now would only replace the exit code with a death by
+signal) and the process ends at once, without the interpreter's teardown. That
+teardown runs Paddle's (a few tenths of a second) for nothing a finished
+command needs, and under heavy load it twice never ended after an interrupted
+convert had printed its line (in about 90 tries; no Python frame was left to
+show where).
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ from __future__ import annotations
 # The C module, loaded at every start: ``signal`` itself would first import enum
 # (~10 ms more during which Ctrl-C prints a traceback). It has no type stub.
 import _signal  # type: ignore[import-not-found]
+import os
 import sys
+
+TYPE_CHECKING = False  # (typing itself would import re and enum first)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 #: Signals that came before the command took over, in order.
 _noted: list[int] = []
@@ -29,8 +38,9 @@ def _note(signum: int, frame: object) -> None:
     _noted.append(signum)
 
 
-def main() -> int:
-    """Run the ``flexq`` command (``sys.argv``); returns its exit code."""
+def main() -> NoReturn:
+    """Run the ``flexq`` command (``sys.argv``) and end the process with its exit code
+    (for the console script only: it never returns)."""
     for sig in (_signal.SIGINT, _signal.SIGTERM):
         _signal.signal(sig, _note)
     from flexq.cli.main import main as run
@@ -38,4 +48,9 @@ def main() -> int:
     code = run(sys.argv[1:], noted=_noted)
     for sig in (_signal.SIGINT, _signal.SIGTERM):
         _signal.signal(sig, _signal.SIG_IGN)
-    return code
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 - contextlib is not loaded at start-up; this module imports nothing
+            stream.flush()
+        except OSError:  # the reader went away: nothing more to say to it
+            pass
+    os._exit(code)
