@@ -6,7 +6,8 @@ every element 0.5, get the checkpoint's logical tensors. Prints two lines on std
 ``loaded DIGEST`` or ``interrupted DIGEST`` (a KeyboardInterrupt ended it; DIGEST is the
 sha256 of every target's bytes in key order, ``-`` when the targets did not exist yet),
 then ``threads N``: the threads other than the main one and daemon ones still alive,
-which would hold up the end of the process.
+which would hold up the end of the process. (Before them, a line for each interrupt
+Python lost: one that landed in a weakref callback, where it cannot be raised.)
 """
 
 from __future__ import annotations
@@ -34,8 +35,19 @@ def digest(targets: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
+def _unraisable(info: Any) -> None:
+    # A KeyboardInterrupt that lands in a weakref callback or __del__ (importlib's
+    # module locks have one) cannot be raised: Python prints "Exception ignored" and
+    # goes on, so the interrupt is lost. Say so on stdout instead of in a traceback.
+    if isinstance(info.exc_value, KeyboardInterrupt):
+        print("lost an interrupt Python could not raise")
+    else:
+        sys.__unraisablehook__(info)
+
+
 def main(path: str, max_inflight_bytes: int) -> None:
     logging.getLogger("flexq").setLevel(logging.WARNING)  # no engine choice on stderr
+    sys.unraisablehook = _unraisable
     targets: dict[str, Any] | None = None
     outcome = "interrupted"
     try:
