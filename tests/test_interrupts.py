@@ -256,10 +256,15 @@ def test_a_sigint_storm_during_an_atomic_api_load_leaves_old_or_new_targets(
             assert (ended.stdout, ended.stderr) == ("", ""), where
             outcomes.append("killed")
             continue
-        assert ended.returncode == 0, where
         lines = ended.stdout.splitlines()
         lost = "lost an interrupt Python could not raise"
         result, threads = [line for line in lines if line != lost]
+        # Interrupted in the caller's own `import paddle` (before flexq runs), Paddle is
+        # left half-initialised, and its teardown was once seen to end the process by
+        # the signal after the outcome was printed.
+        assert ended.returncode in ((0, -signal.SIGINT) if result == "interrupted -" else (0,)), (
+            where
+        )
         # Paddle prints this itself when its own import (the caller's, before flexq
         # runs) is interrupted inside its C extension.
         paddle_import = f"Error: Can not import paddle core while this file exists: {LIBPADDLE}\n"
