@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -123,3 +124,73 @@ def test_row_runs_cover_every_row_once_on_the_workers(monkeypatch: pytest.Monkey
     assert sorted(rows) == list(range(5000))
     assert max(calls) <= RUNS_PER_TASK
     assert len(calls) > 1
+
+
+def test_the_workers_never_hold_up_the_end_of_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Daemon threads: the interpreter does not join them at exit (a non-daemon pool
+    hung `flexq convert` forever after a Ctrl-C that came while it started a worker)."""
+    monkeypatch.setenv("FLEXQ_THREADS", "2")
+    names, _ = threads_used(8, 1)
+    workers = [t for t in threading.enumerate() if t.name in names]
+    assert workers
+    assert all(t.daemon for t in workers)
+
+
+def test_an_interrupt_drops_the_parts_not_started_and_waits_for_the_running_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while run_parts waits: it raises only once no part is running, so no
+    worker writes into the caller's arrays after the caller has moved on."""
+    monkeypatch.setenv("FLEXQ_THREADS", "2")
+    lock = threading.Lock()
+    running: list[int] = []
+    finished: list[int] = []
+    release = threading.Event()
+
+    def work(part: Sequence[int]) -> None:
+        with lock:
+            running.append(part[0])
+        if part[0] == 0:
+            signal.raise_signal(signal.SIGINT)  # handled in the main thread, which waits
+        release.wait(0.05)  # a part takes a while: the interrupt lands mid-run
+        with lock:
+            finished.append(part[0])
+
+    with pytest.raises(KeyboardInterrupt):
+        run_parts(work, range(200), 1)
+    with lock:
+        assert sorted(running) == sorted(finished)  # nothing still running
+        ran = len(running)
+    assert ran < 200  # the rest were dropped
+    release.wait(0.2)
+    assert len(running) == ran  # and none started later
+
+
+def test_an_error_in_one_part_is_raised_once_the_others_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLEXQ_THREADS", "3")
+    lock = threading.Lock()
+    active = [0]
+    active_at_raise: list[int] = []
+
+    def work(part: Sequence[int]) -> None:
+        with lock:
+            active[0] += 1
+        try:
+            threading.Event().wait(0.01)
+            if part[0] == 5:
+                raise ValueError("part 5 is bad")
+        finally:
+            with lock:
+                active[0] -= 1
+
+    def run() -> None:
+        try:
+            run_parts(work, range(60), 1)
+        finally:
+            active_at_raise.append(active[0])
+
+    with pytest.raises(ValueError, match="part 5 is bad"):
+        run()
+    assert active_at_raise == [0]

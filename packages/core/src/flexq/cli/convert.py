@@ -8,28 +8,41 @@ never other weights). Tensors are converted one at a time and written one shard
 at a time, so memory stays near one shard.
 
 Convert never destroys: everything is written into a temporary directory beside
-DST and renamed at the end, so DST is either complete or untouched; a DST that
-is, holds or lies inside SRC is refused; ``force`` replaces only an empty
-directory or one an earlier convert wrote (it carries the :data:`MARKER` file).
+DST and renamed at the end, so DST is either complete or untouched (also when
+interrupted: the rename is never cut in half, and a failed or interrupted
+convert removes its temporary directory); a DST that is, holds or lies inside
+SRC is refused; ``force`` replaces only an empty directory or one an earlier
+convert wrote (it carries the :data:`MARKER` file). A write that fails (disk
+full, file too large, no permission) is a :class:`FlexqError` naming the file.
+Companions are copied only from inside SRC: one that is a link leading out of
+it (or, for a Hugging Face cache snapshot, out of its ``models--*`` tree) is
+refused before anything is written, as the checkpoint's own files are.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import math
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from flexq.compose import ComposedTransform, compose
-from flexq.errors import FlexqError
+from flexq.errors import CheckpointError, FlexqError
+from flexq.interrupts import uninterrupted
 from flexq.io.checkpoint import CONFIG_NAME, Checkpoint
 from flexq.io.dtypes import paddle_dtype
+from flexq.io.hub import PREFERRED_INDEX, locate
 from flexq.io.writer import RawTensor, save_file
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 FLOATS = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _QUANT_KEYS = ("quantization_config", "compression_config")
@@ -68,6 +81,11 @@ class ConvertProgress(Protocol):
 
     def advance(self, key: str, nbytes: int) -> None:
         """Called after each tensor with its output bytes."""
+
+    def done(self) -> None:
+        """Called once DST is complete (renamed into place), with SIGINT and SIGTERM
+        held off: whatever it does about signals holds from then on (the CLI ignores
+        them, so an interrupt cannot make it report a removal that did not happen)."""
 
 
 @dataclass(frozen=True)
@@ -113,8 +131,10 @@ def convert(
     :param force: replace an existing ``dst`` that is empty or an earlier output.
     :param allow_unclaimed: pass through tensors that look quantized (see
         :func:`flexq.compose`).
-    :raises FlexqError: on bad input or a ``dst`` convert may not write; ``dst``
-        and ``src`` are then untouched.
+    :raises FlexqError: on bad input, a ``dst`` convert may not write, or a write
+        that fails (disk full, file too large, no permission); ``dst`` and ``src``
+        are then untouched. Interrupted (KeyboardInterrupt), ``dst`` is untouched
+        too, or complete when the interrupt came while it was being renamed into place.
     """
     if dtype is not None and dtype not in FLOATS:
         raise FlexqError(f"--dtype must be one of {sorted(FLOATS)}, not {dtype!r}")
@@ -122,17 +142,31 @@ def convert(
     source, target = ckpt.path.resolve(), Path(dst).resolve()
     check_target(source, target, dst, force)  # before anything else can fail
     ct = compose(ckpt, formats, allow_unclaimed=allow_unclaimed)
+    companions, skipped = _companions(ckpt.path)
     _remove_stale(target)
     tmp = target.parent / f".{target.name}{_TMP_MARK}{os.getpid()}"
-    tmp.mkdir(parents=True)
+    old: Path | None = None
     try:
-        (tmp / MARKER).write_text(json.dumps({"source": str(source), "dtype": dtype}) + "\n")
-        report = _write(ct, tmp, dtype, max_shard_bytes, progress)
-        skipped = _copy_companions(source, tmp, dtype)
-        _replace(tmp, target)
+        with _writing(dst, "its temporary directory"):
+            tmp.mkdir(parents=True)
+        with _writing(dst, MARKER):
+            (tmp / MARKER).write_text(json.dumps({"source": str(source), "dtype": dtype}) + "\n")
+        report = _write(ct, tmp, dtype, max_shard_bytes, progress, dst)
+        for name, path in companions.items():
+            with _writing(dst, name):
+                _copy_companion(name, path, tmp, dtype)
+        with uninterrupted():  # renamed in whole or not at all, even on Ctrl-C
+            old = _replace(tmp, target)
+            if progress is not None:
+                progress.done()
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        # (Nothing to remove once renamed: an interrupt held off during the rename comes here.)
+        with uninterrupted():  # a second Ctrl-C must not leave half of it behind
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if old is not None:  # the output DST replaced (a convert killed now: the next one)
+            shutil.rmtree(old, ignore_errors=True)
     return ConvertReport(report.tensors, report.shards, report.bytes, skipped)
 
 
@@ -167,11 +201,12 @@ def check_target(source: Path, target: Path, dst: object, force: bool) -> None:
         )
 
 
-def _replace(tmp: Path, target: Path) -> None:
-    """Rename ``tmp`` to ``target``; an old ``target`` is moved aside first, removed last."""
+def _replace(tmp: Path, target: Path) -> Path | None:
+    """Rename ``tmp`` to ``target``; an old ``target`` is moved aside first and returned
+    (for the caller to remove once the new one is in place)."""
     if not target.exists():
         tmp.rename(target)
-        return
+        return None
     old = target.parent / f".{target.name}{_OLD_MARK}{os.getpid()}"
     target.rename(old)
     try:
@@ -179,7 +214,31 @@ def _replace(tmp: Path, target: Path) -> None:
     except BaseException:
         old.rename(target)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    return old
+
+
+#: What to do about the OS errors a full or capped file system gives.
+_WRITE_HINTS = {
+    errno.ENOSPC: "free space on DST's file system, or choose a DST on another one",
+    errno.EDQUOT: "free space within your disk quota, or choose a DST on another file system",
+    errno.EFBIG: "a smaller --max-shard-size keeps every file under the size limit",
+}
+
+
+@contextmanager
+def _writing(dst: object, name: str) -> Iterator[None]:
+    """Turn an OS error while writing ``name`` into DST's temporary directory into a
+    one-line :class:`FlexqError` naming DST and the file (the caller then removes
+    the temporary directory)."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        hint = _WRITE_HINTS.get(exc.errno or 0)
+        raise FlexqError(
+            f"{dst}: writing {name} failed: {why}; the partial output was removed"
+            + (f" ({hint})" if hint else "")
+        ) from exc
 
 
 def _out_dtype(ct: ComposedTransform, key: str, dtype: str | None) -> str:
@@ -193,6 +252,7 @@ def _write(
     dtype: str | None,
     limit: int,
     progress: ConvertProgress | None,
+    dst: object,
 ) -> ConvertReport:
     keys = sorted(ct.entries)
     sizes = {
@@ -223,11 +283,13 @@ def _write(
             weight_map[key] = name
             if progress is not None:
                 progress.advance(key, sizes[key])
-        save_file(tensors, out / name, {"format": "pt"})
+        with _writing(dst, name):
+            save_file(tensors, out / name, {"format": "pt"})
         del tensors
     if len(shards) > 1:
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+        with _writing(dst, PREFERRED_INDEX):
+            (out / PREFERRED_INDEX).write_text(json.dumps(index, indent=2))
     return ConvertReport(len(keys), len(shards), total)
 
 
@@ -242,11 +304,18 @@ def is_companion(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in COMPANIONS)
 
 
-def _copy_companions(source: Path, out: Path, dtype: str | None) -> tuple[str, ...]:
-    """config.json without its quantization section, and the other companions; returns
-    the names of the other plain files, which are not copied."""
+def _companions(directory: Path) -> tuple[dict[str, Path], tuple[str, ...]]:
+    """The companions of the checkpoint at ``directory`` (name -> the file to copy,
+    every link resolved and checked to stay inside the checkpoint, as its own files
+    are: :meth:`flexq.io.hub.Files.safe_path`), and the names of the other plain
+    files, which are not copied.
+
+    :raises CheckpointError: when a companion leads out of the checkpoint.
+    """
+    files = locate(directory)
+    companions: dict[str, Path] = {}
     skipped = []
-    for path in sorted(source.iterdir()):
+    for path in sorted(files.path.iterdir()):
         name = path.name
         if not path.is_file() or name.startswith("."):
             continue
@@ -254,16 +323,27 @@ def _copy_companions(source: Path, out: Path, dtype: str | None) -> tuple[str, .
             if not name.endswith((".safetensors", ".safetensors.index.json", "quant_config.json")):
                 skipped.append(name)
             continue
-        if name == CONFIG_NAME:
-            config = json.loads(path.read_text())
-            for k in _QUANT_KEYS:
-                config.pop(k, None)
-            if dtype is not None and "torch_dtype" in config:
-                config["torch_dtype"] = dtype
-            (out / name).write_text(json.dumps(config, indent=2))
-        else:
-            shutil.copyfile(path, out / name)
-    return tuple(skipped)
+        try:
+            companions[name] = files.safe_path(name)
+        except CheckpointError as exc:
+            raise CheckpointError(
+                f"{exc}; convert copies companions only from inside the checkpoint "
+                "(copy the file into it, or remove the link)"
+            ) from None
+    return companions, tuple(skipped)
+
+
+def _copy_companion(name: str, path: Path, out: Path, dtype: str | None) -> None:
+    """Copy one companion into ``out``: config.json without its quantization section."""
+    if name == CONFIG_NAME:
+        config = json.loads(path.read_text())
+        for k in _QUANT_KEYS:
+            config.pop(k, None)
+        if dtype is not None and "torch_dtype" in config:
+            config["torch_dtype"] = dtype
+        (out / name).write_text(json.dumps(config, indent=2))
+    else:
+        shutil.copyfile(path, out / name)
 
 
 def _remove_stale(target: Path) -> None:

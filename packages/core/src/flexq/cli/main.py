@@ -31,6 +31,7 @@ from flexq.cli.documents import (
 )
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError, PluginError, PluginWarning
+from flexq.interrupts import uninterrupted
 from flexq.io.checkpoint import Checkpoint
 from flexq.load.quiet import quiet_paddle
 from flexq.plugin.manager import list_formats, registry
@@ -56,9 +57,15 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
+def _settle() -> None:
+    """The command's outcome is decided (or being cleaned up after): later signals are
+    ignored, so the one line that says how it ended is the only one."""
     for sig in EXIT_SIGNAL:
-        signal.signal(sig, signal.SIG_IGN)  # one line, one cleanup: later signals wait
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
+    _settle()
     raise Interrupted(signum)
 
 
@@ -159,8 +166,9 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Bar:
-    """convert's progress as a rich bar on stderr: bytes written, rate, time left."""
+class _Progress:
+    """convert's progress: a rich bar on stderr (bytes written, rate, time left) when
+    stderr is a terminal; and, once DST is complete, signals ignored from then on."""
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -180,6 +188,7 @@ class _Bar:
             TransferSpeedColumn(),
             TimeRemainingColumn(),
             console=Console(stderr=True),
+            disable=not sys.stderr.isatty(),
         )
         self._task: TaskID | None = None
 
@@ -191,8 +200,23 @@ class _Bar:
         assert self._task is not None
         self._progress.advance(self._task, nbytes)
 
+    def done(self) -> None:
+        # DST is in place: an interrupt now could only make the report lie about it.
+        _settle()
+
     def stop(self) -> None:
         self._progress.stop()
+
+
+def _import_paddle() -> None:
+    """Import Paddle, for the commands that need it, with SIGINT and SIGTERM held off.
+
+    Interrupted inside its C extension, Paddle's import fails with ``ImportError:
+    initialization failed`` and prints an error line of its own; held off, a signal
+    ends the command as soon as the import is done (about a second at most).
+    """
+    with uninterrupted():
+        import paddle  # noqa: F401
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -203,10 +227,11 @@ def _convert(args: argparse.Namespace) -> int:
     complete or untouched; it may not be, hold or lie inside SRC.
     """
     _check_registry(args.formats)
+    _import_paddle()
     src = Checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
-    bar = _Bar() if sys.stderr.isatty() else None
+    progress = _Progress()
     try:
         report = convert(
             src,
@@ -216,11 +241,10 @@ def _convert(args: argparse.Namespace) -> int:
             max_shard_bytes=parse_size(args.max_shard_size),
             force=args.force,
             allow_unclaimed=args.allow_unclaimed,
-            progress=bar,
+            progress=progress,
         )
     finally:
-        if bar is not None:
-            bar.stop()
+        progress.stop()
     if report.skipped:
         names = ", ".join(report.skipped)
         print(f"flexq: not copied (not checkpoint companions): {names}", file=sys.stderr)
@@ -236,7 +260,7 @@ def _demo(args: argparse.Namespace) -> int:
     each back into Paddle and compare logits with the unquantized model (needs Paddle).
     """
     try:
-        import paddle  # noqa: F401 - the demo's models are Paddle models
+        _import_paddle()  # the demo's models are Paddle models
     except ModuleNotFoundError:
         raise FlexqError(f"flexq demo needs PaddlePaddle, which is not installed: "
                          f"{PADDLE_INSTALL}") from None  # fmt: skip
@@ -379,34 +403,74 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``flexq`` command; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, noted: Sequence[int] = ()) -> int:
+    """Entry point of the ``flexq`` command; returns the exit code.
+
+    :param noted: signals that came before this function took over (the console
+        script's :mod:`flexq_entry` notes them while the command's modules import);
+        the first ends the command as an interrupt.
+    """
     args = build_parser().parse_args(argv)
     # flexq's logger at DEBUG also lets Paddle's own logs through (flexq.load.quiet).
     logging.getLogger("flexq").setLevel(logging.DEBUG if args.debug else logging.WARNING)
     if not args.debug:
         warnings.showwarning = _one_line_warning
-    previous = {sig: signal.signal(sig, _on_signal) for sig in EXIT_SIGNAL}
+    previous = {sig: signal.getsignal(sig) for sig in EXIT_SIGNAL}
+    try:
+        for sig in EXIT_SIGNAL:
+            signal.signal(sig, _on_signal)
+        if noted:
+            _on_signal(noted[0], None)
+        return _run(args)
+    except Interrupted as exc:
+        done = "; the partial output was removed" if args.command == "convert" else ""
+        print(f"flexq: interrupted by {exc}{done}", file=sys.stderr)
+        return EXIT_SIGNAL[signal.Signals(exc.signum)]
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+
+
+def _interrupt_behind(exc: BaseException) -> Interrupted | None:
+    """The interrupt an exception stands for: a C extension turns one raised inside it
+    into an exception of its own (pybind11 turns a Ctrl-C during ``import paddle``
+    into ``ImportError: initialization failed``, the interrupt as its cause)."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, Interrupted):
+            return found
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command ``args`` name: its exit code, and one line for each failure.
+
+    Each failure branch settles first (:func:`_settle`), so a signal either comes
+    before it and the command ends as interrupted, or is ignored.
+    """
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         with quiet_paddle():
             return func(args)
     except BrokenPipeError:
+        _settle()
         # The reader went away (`flexq inspect ... | head`): stop quietly, as cat does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except Interrupted as exc:
-        done = "; the partial output was removed" if args.command == "convert" else ""
-        print(f"flexq: interrupted by {exc}{done}", file=sys.stderr)
-        return EXIT_SIGNAL[signal.Signals(exc.signum)]
-    except (FlexqError, OSError) as exc:
-        if args.debug:
-            raise
-        print(f"flexq: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except Exception as exc:
+        _settle()
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:
+            raise interrupt from None
         if args.debug:
             raise
+        if isinstance(exc, (FlexqError, OSError)):
+            print(f"flexq: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "paddle":
             print(f"flexq: error: this needs PaddlePaddle: {PADDLE_INSTALL}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -415,6 +479,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

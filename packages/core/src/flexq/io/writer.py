@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from safetensors import TensorSpec, serialize_file
+from safetensors import SafetensorError, TensorSpec, serialize_file
 
 from flexq.io.dtypes import BY_NUMPY, dtype
 
@@ -64,9 +65,22 @@ def save_file(
         for k, t in tensors.items()
     }
     # `arrays` keeps every buffer alive until serialize_file returns.
-    serialize_file(specs, os.fspath(path), metadata or {"format": "pt"})
+    try:
+        serialize_file(specs, os.fspath(path), metadata or {"format": "pt"})
+    except SafetensorError as exc:
+        # The library reports the OS's write errors (disk full, file too large) as its
+        # own error with the errno in the text: raise them as the OSError they are.
+        found = _OS_ERROR.search(str(exc))
+        if found is None:
+            raise
+        code = int(found[1])
+        raise OSError(code, os.strerror(code), os.fspath(path)) from exc
     # safetensors creates its files 0600; give them the umask's mode like any other file.
     os.chmod(path, 0o666 & ~_umask())
+
+
+#: How safetensors' messages give the errno of an OS error ("... (os error 28)").
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 def _umask() -> int:

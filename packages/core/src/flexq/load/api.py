@@ -51,7 +51,10 @@ def load_state_dict(
     :param max_inflight_bytes: bound on dequantized float32 bytes staged at once
         (the size pieces of one tensor are cut to).
     :param atomic: also restore every target when decoding itself fails (a
-        plugin error part-way): each batch is staged whole before it is written
+        plugin error part-way) or the load is interrupted (KeyboardInterrupt; one
+        that comes while the last batch is being written waits for the load to
+        complete instead, so the targets are all old or all new, never a mix):
+        each batch is staged whole before it is written
         and the regions earlier batches wrote are copied to host memory first,
         which costs host memory up to the size of the targets. Without it (the
         default) every error metadata and scales can reveal (shapes, plans,

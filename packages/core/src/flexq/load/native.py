@@ -20,6 +20,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from flexq.errors import FlexqError, TargetError
+from flexq.interrupts import uninterrupted
 from flexq.load import sources
 
 if TYPE_CHECKING:
@@ -98,8 +99,9 @@ def load(
                     **options,
                 )
         except BaseException as exc:
-            for tensor, old in saved:
-                tensor.copy_(old.to(tensor.place), False)
+            with uninterrupted():  # a second Ctrl-C must not stop a restore half-way
+                for tensor, old in saved:
+                    tensor.copy_(old.to(tensor.place), False)
             if isinstance(exc, FlexqError) or not isinstance(exc, Exception):
                 raise
             raise FlexqError(

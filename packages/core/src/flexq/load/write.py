@@ -11,17 +11,21 @@ are let go right after, so memory above the targets stays near one piece (the
 check before the first write decodes only the first rows of each format's
 smallest piece). ``atomic`` loads stage a whole batch before its
 first write and keep undo copies of the regions earlier batches wrote, so a
-failure only decoding reveals (a plugin error) restores every target.
+failure only decoding reveals (a plugin error) restores every target; so does
+an interrupt (KeyboardInterrupt), except one that comes once the last batch is
+being written: the load then completes and the interrupt is raised after it.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flexq.formatkit.arrays import host_view
+from flexq.interrupts import uninterrupted
 from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.load.report import LoadReport
 
@@ -59,6 +63,9 @@ def fill(
             target.tensor.set_value(paddle.zeros(list(target.local_shape), target.dtype))
     undo: list[tuple[Piece, Any]] = []
     scratch = Scratch()
+    # Once the last batch of an atomic load starts being written the load completes: an
+    # interrupt (Ctrl-C) then waits for its end and is raised after it, every target loaded.
+    finish = ExitStack()
     try:
         for n, batch in enumerate(batches):
             staged = []
@@ -90,18 +97,25 @@ def fill(
                     # above the targets stays near one piece, not one batch.
                     source.release()
             # An atomic batch is staged whole before its first write, so only the
-            # batches written before a later failure need restoring.
+            # batches written before a later failure need restoring; and it is written
+            # whole (an interrupt waits for the end of it), so no restore misses a piece.
             keep = n < len(batches) - 1
-            for p, value, view in staged:
-                if keep:
-                    undo.append((p, host_copy(region(p))))
-                write(p, value, view)
+            if staged and not keep:
+                finish.enter_context(uninterrupted())
+            with uninterrupted():
+                for p, value, view in staged:
+                    if keep:
+                        undo.append((p, host_copy(region(p))))
+                    write(p, value, view)
             del staged
             source.release()
     except BaseException:
-        for p, old in reversed(undo):
-            write(p, old.to(p.target.tensor.place), None, transposed=False)
+        with uninterrupted():  # a second Ctrl-C must not stop a restore half-way
+            for p, old in reversed(undo):
+                write(p, old.to(p.target.tensor.place), None, transposed=False)
+        finish.close()
         raise
+    finish.close()
     casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
     return LoadReport(
         source.name,
