@@ -153,7 +153,9 @@ def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptio
         k: [ShardedWeightDesc(k, e.shape, e.shape, (0,) * len(e.shape), _NEUTRAL)]
         for k, e in ct.entries.items()
     }
-    dest = {t.key: [_neutral(t)] for t in targets}
+    dest: dict[str, list[Any]] = {}
+    for t in targets:  # a rank may hold several shards of one tensor
+        dest.setdefault(t.key, []).append(_neutral(t))
     config = dict(aoa_config or {})
     statements = list(config.setdefault("aoa_statements", []))
     check_statements(ct, statements, source, dest)
