@@ -30,9 +30,11 @@ BLOCK = 128
 L0 = "model.layers.0"
 NORM = f"{L0}.input_layernorm.weight"
 ROUTER = f"{L0}.mlp.gate.weight"
-Q = f"{L0}.self_attn.q_proj.weight"
-O = f"{L0}.self_attn.o_proj.weight"
-SHARED_KEYS = {p: f"{L0}.mlp.shared_experts.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj")}
+Q_PROJ = f"{L0}.self_attn.q_proj.weight"
+O_PROJ = f"{L0}.self_attn.o_proj.weight"
+SHARED_KEYS = {
+    p: f"{L0}.mlp.shared_experts.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj")
+}
 
 
 def expert_keys(e: int) -> dict[str, str]:
@@ -43,8 +45,8 @@ def expert_keys(e: int) -> dict[str, str]:
 #: Key -> global shape of every FP8 weight ([out, in]); column-parallel ones are split by
 #: rows (Shard(0)), row-parallel ones (o_proj, down_proj) by columns (Shard(1)).
 FP8: dict[str, tuple[int, int]] = {
-    Q: (HIDDEN, HIDDEN),
-    O: (HIDDEN, HIDDEN),
+    Q_PROJ: (HIDDEN, HIDDEN),
+    O_PROJ: (HIDDEN, HIDDEN),
     SHARED_KEYS["gate_proj"]: (SHARED, HIDDEN),
     SHARED_KEYS["up_proj"]: (SHARED, HIDDEN),
     SHARED_KEYS["down_proj"]: (HIDDEN, SHARED),
@@ -58,7 +60,7 @@ FP8: dict[str, tuple[int, int]] = {
 BF16: dict[str, tuple[int, ...]] = {NORM: (HIDDEN,), ROUTER: (EXPERTS, HIDDEN)}
 #: The file (shard number) of each weight: attention + norms, shared expert, experts 0-1, 2-3.
 FILE_OF = {
-    **{k: 0 for k in (Q, O, NORM, ROUTER)},
+    **{k: 0 for k in (Q_PROJ, O_PROJ, NORM, ROUTER)},
     **{k: 1 for k in SHARED_KEYS.values()},
     **{k: 2 + e // 2 for e in range(EXPERTS) for k in expert_keys(e).values()},
 }
@@ -82,7 +84,7 @@ def write(directory: Path, seed: int = 0) -> Path:
 
 def is_row_parallel(key: str) -> bool:
     """o_proj and down_proj are split by columns (their input dimension)."""
-    return key == O or key.endswith("down_proj.weight")
+    return key == O_PROJ or key.endswith("down_proj.weight")
 
 
 def _split(shape: tuple[int, ...], axis: int, parts: int, index: int) -> Box:
@@ -111,7 +113,7 @@ def boxes(layout: str, world: int, rank: int) -> dict[str, Box]:
     Replicated BF16 tensors (norm, router) are in every layout.
     """
     out = {k: _whole(s) for k, s in BF16.items()}
-    dense = [Q, O, *SHARED_KEYS.values()]
+    dense = [Q_PROJ, O_PROJ, *SHARED_KEYS.values()]
     if layout == "tp":
         out.update({k: _tp(k, world, rank) for k in dense})
     elif layout == "ep":
@@ -135,7 +137,10 @@ def multishard_boxes(world: int, rank: int) -> dict[str, list[Box]]:
     chunks ``rank`` and ``rank + world`` of ``2 * world`` (q_proj by rows, the shared
     down_proj by columns, so the chunks cut scale blocks)."""
     parts = 2 * world
-    return {k: [_tp(k, parts, rank), _tp(k, parts, rank + world)] for k in (Q, SHARED_KEYS["down_proj"])}
+    return {
+        k: [_tp(k, parts, rank), _tp(k, parts, rank + world)]
+        for k in (Q_PROJ, SHARED_KEYS["down_proj"])
+    }
 
 
 def box_bytes(key: str, box: Box) -> int:

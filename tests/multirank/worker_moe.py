@@ -42,7 +42,7 @@ def layout_targets(layout: str, world: int, rank: int) -> dict[Any, Any]:
     """The targets of ``layout`` on this rank, from Paddle placements (see the module)."""
     line = dist.ProcessMesh(list(range(world)), dim_names=["x"])
     split = {k: dist.Shard(1 if moe.is_row_parallel(k) else 0) for k in moe.FP8}
-    dense = [moe.Q, moe.O, *moe.SHARED_KEYS.values()]
+    dense = [moe.Q_PROJ, moe.O_PROJ, *moe.SHARED_KEYS.values()]
     state: dict[Any, Any] = {
         k: dist.shard_tensor(_zeros(s, "float32"), line, [dist.Replicate()])
         for k, s in moe.BF16.items()
@@ -103,7 +103,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.loads: list[dict[str, Any]] = []
-        self.arrays: dict[str, np.ndarray] = {}
+        self.arrays: dict[str, Any] = {}
 
     def load(self, engine: str, case: str, state: dict[Any, Any], path: str) -> None:
         record: dict[str, Any] = {"engine": engine, "case": case}

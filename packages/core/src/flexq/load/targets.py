@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from flexq.errors import TargetError
 from flexq.io.dtypes import paddle_dtype_name
@@ -52,8 +52,13 @@ class Target:
 FlatKey = str | tuple[str, tuple[int, ...]]
 
 
-def flatten(state_dict: Mapping[Any, Any], prefix: str = "") -> dict[FlatKey, Any]:
-    """``{"model": {"w": t}}`` -> ``{"model.w": t}``; ``(name, offset)`` keys stay as they are."""
+@overload
+def flatten(state_dict: Mapping[str, Any], prefix: str = "") -> dict[str, Any]: ...
+@overload
+def flatten(state_dict: Mapping[Any, Any], prefix: str = "") -> dict[FlatKey, Any]: ...
+def flatten(state_dict: Mapping[Any, Any], prefix: str = "") -> dict[Any, Any]:
+    """``{"model": {"w": t}}`` -> ``{"model.w": t}``; ``(name, offset)`` keys stay as they are
+    (a string-keyed state dict flattens to string keys)."""
     flat: dict[FlatKey, Any] = {}
     for key, value in state_dict.items():
         if isinstance(key, tuple):
