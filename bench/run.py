@@ -7,7 +7,8 @@ multi-rank scale series (:mod:`bench.scale`) and writes its results and
 docs/scale.md, leaving docs/performance.md as it is. The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
-2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its peak (4 GiB of targets).
+2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
+peak (4 GiB of targets).
 """
 
 from __future__ import annotations
