@@ -1,6 +1,6 @@
-"""What keeps a default load's memory near one piece: each piece's file pages are let go
-once it is written, and the decode check before the first write covers only the first
-rows of a format's smallest piece."""
+"""What keeps a default load's memory near one piece: no file is mapped, each piece's
+sources are read into buffers of its own that go once it is written, and the decode
+check before the first write covers only the first rows of a format's smallest piece."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 import flexq
 from flexq.load import aoa
+from flexq.load.sources import DirectSource
 from flexq_fp8 import save_fp8_checkpoint
 
 from .conftest import LINEARS, weights
@@ -45,23 +46,28 @@ def fp8_apply_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[in
     return calls
 
 
-def test_a_default_load_lets_each_pieces_file_pages_go_once_it_is_written(
+def test_a_default_load_maps_no_checkpoint_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = fp8_checkpoint(tmp_path)
-    released: list[int] = []
-    real = flexq.Checkpoint.unmap_pages
+    files = sorted(str(f.resolve()) for f in path.glob("*.safetensors"))
+    mapped: list[list[str]] = []
+    real_boxes = DirectSource.boxes
 
-    def counted(self: flexq.Checkpoint) -> None:
-        released.append(1)
-        real(self)
+    def watched(self: DirectSource, *args: Any, **kwargs: Any) -> Any:
+        # What this process has mapped at every fetch of sources.
+        maps = Path("/proc/self/maps").read_text()
+        mapped.append([f for f in files if f in maps])
+        return real_boxes(self, *args, **kwargs)
 
-    monkeypatch.setattr(flexq.Checkpoint, "unmap_pages", counted)
+    monkeypatch.setattr(DirectSource, "boxes", watched)
     sd = plain_targets()
     report = flexq.load_state_dict(sd, path)
-    # One batch (the default bound is 1 GiB), yet pages go after every piece.
+    # One batch (the default bound is 1 GiB), yet no file is mapped: reads are preads
+    # into each piece's own buffers, freed with the piece once it is written.
     assert report.batches == 1
-    assert len(released) >= report.pieces
+    assert len(mapped) >= report.pieces
+    assert all(m == [] for m in mapped)
     ct = flexq.compose(path)
     for key, t in sd.items():
         np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)

@@ -253,6 +253,8 @@ TROUBLESHOOTING = [
     "no such directory",
     "is a file; pass the checkpoint directory that holds it",
     "no *.safetensors files",
+    "the file changed since it was opened",
+    "check the disk and reload the checkpoint",
     "which no installed format provides",
     "is not installed (installed:",
     "orphaned component",

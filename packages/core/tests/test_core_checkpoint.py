@@ -55,28 +55,19 @@ def test_slices_read_only_the_bytes_they_need(tmp_path: Path) -> None:
     assert sum(ck.bytes_read_by_file.values()) == 16
 
 
-def test_views_of_contiguous_boxes_are_read_only_and_outlive_close(tmp_path: Path) -> None:
+def test_reads_are_owned_arrays_that_outlive_close(tmp_path: Path) -> None:
     ck = flexq.Checkpoint(make(tmp_path))
     whole = np.arange(60, dtype=np.uint8).reshape(6, 10)
-    rows = ck.read("w", (2, 0), (3, 10), copy=False)  # rows: contiguous in the file
-    cols = ck.read("w", (0, 2), (6, 3), copy=False)  # columns: copied
-    assert not rows.flags.writeable
-    assert not rows.flags.owndata
-    assert cols.flags.owndata
+    rows = ck.read("w", (2, 0), (3, 10))  # rows: one run of the file
+    cols = ck.read("w", (0, 2), (6, 3))  # columns: six runs, read as one span
+    assert rows.flags.owndata
+    assert rows.flags.writeable
     assert ck.bytes_read == 30 + 18
-    # Dropping the mapped pages from memory keeps views readable (paged back in).
-    ck.unmap_pages()
-    np.testing.assert_array_equal(rows, whole[2:5])
     ck.close()
-    # The map was only let go: the view still reads the file's bytes.
     np.testing.assert_array_equal(rows, whole[2:5])
     np.testing.assert_array_equal(cols, whole[:, 2:5])
-    with pytest.raises(ValueError, match="read-only"):
-        rows[0, 0] = 1
-    # A reopened checkpoint reads again after the close; its copies own their data.
-    again = ck.read("w", (2, 0), (3, 10))
-    assert again.flags.owndata
-    np.testing.assert_array_equal(again, whole[2:5])
+    # A closed checkpoint reads again (the file reopened, checked to be the same one).
+    np.testing.assert_array_equal(ck.read("w", (2, 0), (3, 10)), whole[2:5])
 
 
 @pytest.mark.parametrize(

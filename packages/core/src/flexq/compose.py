@@ -211,13 +211,9 @@ class ComposedTransform:
             )
 
     def read_sources(self, plan: ReadPlan) -> dict[str, np.ndarray]:
-        """Read exactly the source boxes ``plan`` names, straight from the files.
-
-        Boxes contiguous in their file come back as read-only views of the
-        mapped file (no copy); formats only read their sources.
-        """
+        """Read exactly the source boxes ``plan`` names, straight from the files."""
         return {
-            key: self.checkpoint.read(key, offset, shape, copy=False)
+            key: self.checkpoint.read(key, offset, shape)
             for key, (offset, shape) in plan.source_slices.items()
         }
 

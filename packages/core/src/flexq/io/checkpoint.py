@@ -5,32 +5,41 @@ for the load pipeline (which reads whole tensors or slices). Supports a single
 ``model.safetensors``, shards listed by a ``*.safetensors.index.json``, or a
 directory of ``*.safetensors`` files, plus an optional ``config.json``.
 
-Headers are parsed by :mod:`flexq.io.header`, so every dtype string works; data is
-read through read-only memory maps, touching only the bytes a slice needs, and
-every byte copied out is counted in :attr:`Checkpoint.bytes_read`. Nothing is
-ever written into the directory.
+Headers are parsed by :mod:`flexq.io.header`, so every dtype string works. Each
+data file is opened once (:mod:`flexq.io.datafile`): its header and its data come
+from the same descriptor, and a file that changed since is an error. Data is read
+with ``preadv`` in runs sized to the slice (no memory map, no read-around), every
+byte read is counted in :attr:`Checkpoint.bytes_read` and the pages the reads
+touch in :attr:`Checkpoint.pages_read_bytes`. Nothing is ever written into the
+directory.
 """
 
 from __future__ import annotations
 
-import mmap
+import math
 import os
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flexq.errors import CheckpointError
+from flexq.io.datafile import DataFile
 from flexq.io.dtypes import byte_length, dtype
-from flexq.io.header import TensorInfo, read_headers
+from flexq.io.header import TensorInfo, merge_headers
 from flexq.io.hub import locate
+from flexq.io.pages import PAGE, PageSet
 from flexq.plan import box_inside
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from types import TracebackType
 
 CONFIG_NAME = "config.json"
+#: Largest band read at once when a slice's runs share pages (a column band's rows):
+#: the span is read whole into a buffer of this size, then its runs copied out.
+BAND_BYTES = 8 << 20
 QUANT_CONFIG_NAME = "quant_config.json"
 
 
@@ -45,20 +54,29 @@ class Checkpoint:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        files = locate(path)
-        self.path = files.path
-        self.config: dict[str, Any] = files.read_json(CONFIG_NAME)
+        located = locate(path)
+        self.path = located.path
+        self.config: dict[str, Any] = located.read_json(CONFIG_NAME)
         # Older AutoAWQ checkpoints keep their settings beside config.json.
-        self._quant_file = files.read_json(QUANT_CONFIG_NAME)
-        #: data file name -> its checked path (and the keys its index assigns to it)
-        self._files = files.data_files()
-        self.tensors: dict[str, TensorInfo] = read_headers(self._files, self.path)
-        #: bytes copied out of the files by :meth:`read`, in total and per file.
+        self._quant_file = located.read_json(QUANT_CONFIG_NAME)
+        files = located.data_files()
+        #: data file name -> the file, open from here to :meth:`close`
+        self._data: dict[str, DataFile] = {}
+        try:
+            for name, (file_path, _) in files.items():
+                self._data[name] = DataFile(name, file_path)
+            self.tensors: dict[str, TensorInfo] = merge_headers(
+                {name: (df.header, files[name][1]) for name, df in self._data.items()},
+                self.path,
+            )
+        except BaseException:
+            self.close()
+            raise
+        #: bytes read out of the files by :meth:`read`, in total and per file.
         self.bytes_read = 0
         self.bytes_read_by_file: Counter[str] = Counter()
-        self._maps: dict[str, mmap.mmap] = {}
-        #: files whose map :meth:`read` returned views of (see :meth:`close`)
-        self._viewed: set[str] = set()
+        self._pages = PageSet()
+        self._local = threading.local()
 
     # -- inventory -----------------------------------------------------------
     @property
@@ -89,24 +107,27 @@ class Checkpoint:
         return byte_length(self.info(key).dtype, tuple(shape)) or 0
 
     # -- reads ---------------------------------------------------------------
+    @property
+    def pages_read_bytes(self) -> int:
+        """The page floor of every :meth:`read` so far: bytes of the distinct 4 KiB file
+        pages their byte ranges touch (:mod:`flexq.io.pages`)."""
+        return self._pages.bytes()
+
     def read(
         self,
         key: str,
         offset: Sequence[int] | None = None,
         shape: Sequence[int] | None = None,
-        *,
-        copy: bool = True,
     ) -> np.ndarray:
-        """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a numpy array.
+        """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a new numpy array.
 
         Offsets and shapes are in header elements. The array dtype is the
         storage dtype (:mod:`flexq.io.dtypes`): F8/F4 come back as uint8 bytes (F4
-        with the last dimension halved), BF16 as uint16 bits.
+        with the last dimension halved), BF16 as uint16 bits. Only the box's own
+        bytes are read (plus the few between two of its rows that share a page).
 
-        :param copy: False returns a read-only view of the file's pages when the
-            box is contiguous in the file (rows of a tensor), so a decoder reads
-            the page cache directly instead of a fresh copy; other boxes are
-            still copied. A view keeps its file mapped until it is freed.
+        :raises CheckpointError: when the box is out of bounds, or the file changed
+            (was replaced, rewritten or truncated) since its header was read.
         """
         info = self.info(key)
         full = info.shape
@@ -123,43 +144,23 @@ class Checkpoint:
         else:
             items = self._item_shape(info.shape, sd.elems_per_item)
             box = self._item_box(box, sd.elems_per_item)
-        if info.nbytes == 0:
-            return np.zeros([s.stop - s.start for s in box], dtype=sd.numpy)
-        whole = np.ndarray(items, dtype=sd.numpy, buffer=self._map(info.file), offset=info.start)
-        part = whole[box]
-        if not copy and part.flags.c_contiguous:
-            self._viewed.add(info.file)
-            out = part
-        else:
-            out = np.array(part, copy=True)
+        out = np.empty([s.stop - s.start for s in box], dtype=sd.numpy)
+        if out.nbytes:
+            self._read_box(info, items, box, out)
         self.bytes_read += out.nbytes
         self.bytes_read_by_file[info.file] += out.nbytes
         return out
 
-    def unmap_pages(self) -> None:
-        """Drop the file pages mapped so far from this process's memory.
-
-        They stay in the kernel's page cache, and views returned by :meth:`read`
-        stay valid (a later access maps the page again), so a long load's
-        resident memory does not grow with the checkpoint it has read.
-        """
-        if not hasattr(mmap, "MADV_DONTNEED"):
-            return  # no madvise on this platform (Windows): pages stay mapped
-        for m in self._maps.values():
-            m.madvise(mmap.MADV_DONTNEED)
+    def check_files(self, names: Iterable[str] | None = None) -> None:
+        """Refuse when a data file (those named, or all) changed since it was opened:
+        for readers that open the files by name themselves (Paddle's loader)."""
+        for name in self._data if names is None else names:
+            self._data[name].check()
 
     def close(self) -> None:
-        """Release the memory maps (arrays returned by :meth:`read` stay valid).
-
-        A map :meth:`read` handed views of is only let go: numpy keeps the map
-        object alive, not an export of it, so closing it would leave those views
-        pointing at unmapped memory. It is unmapped when the last view is freed.
-        """
-        for file, m in self._maps.items():
-            if file not in self._viewed:
-                m.close()
-        self._maps.clear()
-        self._viewed.clear()
+        """Close the data files (arrays returned by :meth:`read` stay valid)."""
+        for df in self._data.values():
+            df.close()
 
     def __enter__(self) -> Checkpoint:
         return self
@@ -202,11 +203,88 @@ class Checkpoint:
             )
         return (*box[:-1], slice(last.start // per_item, last.stop // per_item))
 
-    def _map(self, file: str) -> mmap.mmap:
-        if file not in self._maps:
-            try:
-                with open(self._files[file][0], "rb") as fh:
-                    self._maps[file] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except OSError as exc:
-                raise CheckpointError(f"{self.path}: cannot read {file!r} ({exc})") from None
-        return self._maps[file]
+    def _read_box(
+        self, info: TensorInfo, items: tuple[int, ...], box: tuple[slice, ...], out: np.ndarray
+    ) -> None:
+        """Fill ``out`` with ``box`` of the tensor ``info`` (stored as ``items`` of
+        ``out.itemsize`` bytes): every run of the box is read once, alone or in a band."""
+        starts, length = _runs(info.start, items, box, out.itemsize)
+        stops = starts + length
+        rows = out.reshape(-1).view(np.uint8).reshape(len(starts), length)
+        # Runs whose gap holds no whole page are one span (the gap's pages are read
+        # anyway); a new span starts where reading the gap would cost a page.
+        cut = np.flatnonzero(starts[1:] // PAGE > (stops[:-1] - 1) // PAGE + 1) + 1
+        alone: list[tuple[int, list[memoryview]]] = []
+        bands: list[tuple[int, int]] = []
+        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True):
+            self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
+            while lo < hi:
+                # A band: the runs whose span fits the band buffer (at least one run).
+                top = lo + max(
+                    1, int(np.searchsorted(stops[lo:hi], starts[lo] + BAND_BYTES, "right"))
+                )
+                if top - lo == 1:
+                    alone.append((int(starts[lo]), [memoryview(rows[lo].data)]))
+                else:
+                    bands.append((lo, top))
+                lo = top
+        df = self._data[info.file]
+        df.check()
+        df.read_spans(alone)
+        for lo, hi in bands:
+            first, span = int(starts[lo]), int(stops[hi - 1] - starts[lo])
+            band = self._band_buffer()[:span]
+            df.read_spans([(first, [memoryview(band.data)])])
+            _scatter(band, starts[lo:hi] - first, rows[lo:hi])
+
+    def _band_buffer(self) -> np.ndarray:
+        """This thread's band buffer (reads may come from several threads)."""
+        buf: np.ndarray | None = getattr(self._local, "band", None)
+        if buf is None:
+            buf = self._local.band = np.empty(BAND_BYTES, np.uint8)
+        return buf
+
+
+def _scatter(band: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> None:
+    """Copy the runs at ``offsets`` of ``band`` into ``rows``, one strided copy per stretch
+    of equally spaced runs (a whole band for a 2-D slice)."""
+    length = rows.shape[1]
+    gaps = np.diff(offsets)
+    i = 0
+    while i < len(offsets):
+        j = i + 1
+        if j < len(offsets):
+            step = int(gaps[i])
+            # the run of equal gaps from i on
+            unequal = np.flatnonzero(gaps[i:] != step)
+            j = i + 1 + (int(unequal[0]) if len(unequal) else len(gaps) - i)
+        else:
+            step = length
+        view = np.lib.stride_tricks.as_strided(
+            band[int(offsets[i]) :], shape=(j - i, length), strides=(step, 1), writeable=False
+        )
+        rows[i:j] = view
+        i = j
+
+
+def _runs(
+    base: int, items: tuple[int, ...], box: tuple[slice, ...], size: int
+) -> tuple[np.ndarray, int]:
+    """The file offsets of the contiguous runs of ``box`` in a C-order tensor of ``items``
+    (``size`` bytes each) stored from byte ``base``, in destination order, and their length.
+
+    The dims after the last cut one are whole, so every index of the dims before it
+    starts one run.
+    """
+    if not items:
+        return np.array([base], dtype=np.int64), size
+    cut = max(
+        (i for i, (b, n) in enumerate(zip(box, items, strict=True)) if b != slice(0, n)), default=0
+    )
+    strides = [math.prod(items[i + 1 :]) * size for i in range(len(items))]
+    starts = np.array(base + box[cut].start * strides[cut], dtype=np.int64)
+    for i in range(cut):
+        starts = np.add.outer(
+            starts, np.arange(box[i].start, box[i].stop, dtype=np.int64) * strides[i]
+        )
+    return starts.reshape(-1), (box[cut].stop - box[cut].start) * strides[cut]

@@ -9,7 +9,6 @@ by a number from the file before it has been checked against the file size.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,16 +55,14 @@ class Header:
     metadata: dict[str, str]
 
 
-def read_headers(
-    files: Mapping[str, tuple[Path, set[str] | None]], where: Path
+def merge_headers(
+    headers: Mapping[str, tuple[Header, set[str] | None]], where: Path
 ) -> dict[str, TensorInfo]:
-    """Every tensor of the data files of checkpoint ``where`` (file name -> (path, keys
-    its index assigns to it, or None)): one key in one file, each file holding the
-    keys its index assigns to it."""
+    """Every tensor of the data files of checkpoint ``where`` (file name -> (its header,
+    the keys its index assigns to it, or None)): one key in one file, each file holding
+    the keys its index assigns to it."""
     tensors: dict[str, TensorInfo] = {}
-    for name, (path, indexed) in files.items():
-        with open(path, "rb") as fh:
-            header = read_header(fh, os.fstat(fh.fileno()).st_size, name)
+    for name, (header, indexed) in headers.items():
         for key, info in header.tensors.items():
             if key in tensors:
                 raise CheckpointError(

@@ -75,4 +75,7 @@ def load_state_dict(
     options = LoadOptions(
         aoa_config, max_inflight_bytes, atomic, process_group, offload, flexcheckpoint_options
     )
-    return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
+    try:
+        return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
+    finally:
+        ct.checkpoint.close()  # the load's own compose: its files go with it

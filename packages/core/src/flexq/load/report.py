@@ -15,6 +15,14 @@ class LoadReport:
     :ivar planned_bytes: bytes of the source boxes this rank's read plans name.
     :ivar casts: (target key, checkpoint dtype, target dtype) of every plain
         tensor cast to its target's dtype.
+    :ivar pages_read_bytes: the page floor of this rank's reads (direct engine):
+        bytes of the distinct 4 KiB file pages the byte ranges it read touch, which
+        is what a cold page cache must fetch from disk at least. None where Paddle's
+        loader did the reads (flexcheckpoint, native).
+    :ivar disk_read_bytes: bytes the kernel fetched from storage for this process
+        during the load (``read_bytes`` of ``/proc/self/io``; pages already cached
+        do not count, other threads' reads do). None where there is no such counter
+        or the engine does not measure it (native).
     """
 
     engine: str
@@ -23,6 +31,8 @@ class LoadReport:
     bytes_read: int
     planned_bytes: int
     casts: tuple[tuple[str, str, str], ...] = ()
+    pages_read_bytes: int | None = None
+    disk_read_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """Where the load engine gets the source boxes its read plans name: one interface, two sources.
 
-:class:`DirectSource` reads each rank's boxes straight from the mapped files
-(no collective communication); :class:`FlexCheckpointSource` fetches them
-through Paddle 3.3.1's FlexCheckpoint loader and resharder: every rank asks for
-the boxes its read plans name, Paddle balances the files over the ranks, reads
-each file once and moves the boxes between ranks.
+:class:`DirectSource` reads each rank's boxes straight from the files, through
+the descriptors the checkpoint opened them with (no collective communication);
+:class:`FlexCheckpointSource` fetches them through Paddle 3.3.1's FlexCheckpoint
+loader and resharder: every rank asks for the boxes its read plans name, Paddle
+balances the files over the ranks, reads each file once and moves the boxes
+between ranks.
 
 Two things 3.3.1 cannot do are worked around without touching the checkpoint
 directory: its safetensors metadata generator writes into the checkpoint
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from flexq.errors import FlexqError
 from flexq.formatkit.arrays import host_to_numpy
 from flexq.io.dtypes import DTYPES, dtype
+from flexq.io.pages import disk_read_bytes
 from flexq.load.quiet import quiet_paddle
 
 if TYPE_CHECKING:
@@ -74,6 +76,15 @@ class Source(Protocol):
     def planned_bytes(self) -> int:
         """Bytes of the source boxes this rank's plans name."""
 
+    @property
+    def pages_read_bytes(self) -> int | None:
+        """The page floor of this rank's own reads (None: another reader did them)."""
+
+    @property
+    def disk_read_bytes(self) -> int | None:
+        """Bytes the kernel fetched from storage for this process since the source was
+        opened (``/proc/self/io``; None where the platform has no such counter)."""
+
 
 class _Opened:
     """What every source keeps of the load it is opened for; :meth:`_open` does the rest."""
@@ -84,44 +95,58 @@ class _Opened:
         self._ct = ct
         self._plans = plans
         self.planned_bytes = planned_bytes(ct.checkpoint, plans)
+        self._disk_before = disk_read_bytes()
         self._open(options)
 
     def _open(self, options: LoadOptions) -> None:
         """Get ready to hand out boxes (called once, by the constructor)."""
 
+    @property
+    def disk_read_bytes(self) -> int | None:
+        now = disk_read_bytes()
+        return None if now is None or self._disk_before is None else now - self._disk_before
+
 
 class DirectSource(_Opened):
-    """Each rank reads exactly its plans' boxes from the mapped files."""
+    """Each rank reads exactly its plans' boxes from the files."""
 
     name = "direct"
 
     def _open(self, options: LoadOptions) -> None:
         self._held: dict[int, dict[str, Any]] = {}
+        # Every file this rank reads is checked before the first write (each read
+        # checks its own again), so a file replaced or cut since compose leaves
+        # every target as it was, not only those of later pieces.
+        ckpt = self._ct.checkpoint
+        ckpt.check_files({ckpt.info(k).file for plan in self._plans for k in plan.source_slices})
 
     def boxes(
         self, index: int, plan: ReadPlan, keys: Sequence[str] | None = None, *, keep: bool = False
     ) -> Mapping[str, Any]:
         read = self._ct.checkpoint.read
         if plan is not self._plans[index]:
-            # Boxes inside the piece's own (views of the mapped file): read, never held.
+            # Boxes inside the piece's own (the checks' first rows): read, never held.
             wanted = plan.source_slices if keys is None else keys
-            return {k: read(k, *plan.source_slices[k], copy=False) for k in wanted}
+            return {k: read(k, *plan.source_slices[k]) for k in wanted}
         held = self._held.get(index, {}) if keep else self._held.pop(index, {})
         for k in plan.source_slices if keys is None else keys:
             if k not in held:
-                held[k] = read(k, *plan.source_slices[k], copy=False)
+                held[k] = read(k, *plan.source_slices[k])
         if keep:
             self._held[index] = held
         return held if keys is None else {k: held[k] for k in keys}
 
     def release(self) -> None:
-        # This batch's sources are done: let their file pages go from resident
-        # memory, so it stays bounded by one batch however large the checkpoint.
-        self._ct.checkpoint.unmap_pages()
+        # Reads are copies the caller frees (nothing is mapped): nothing to let go.
+        return None
 
     @property
     def bytes_read(self) -> int:
         return self._ct.checkpoint.bytes_read
+
+    @property
+    def pages_read_bytes(self) -> int | None:
+        return self._ct.checkpoint.pages_read_bytes
 
 
 class FlexCheckpointSource(_Opened):
@@ -151,6 +176,10 @@ class FlexCheckpointSource(_Opened):
     def bytes_read(self) -> int:
         # Paddle's loader does its own reads; the planned boxes are what reached this rank.
         return self.planned_bytes
+
+    @property
+    def pages_read_bytes(self) -> int | None:
+        return None  # Paddle's loader reads whole files it picks itself
 
 
 def planned_bytes(ckpt: Checkpoint, plans: Sequence[ReadPlan]) -> int:
@@ -261,6 +290,10 @@ def fetch(
         )
         for key, (offset, shape) in boxes.items()
     }
+    # Paddle opens the files by name (through the scratch links): they must still be
+    # the files whose headers planned the boxes, before its reads and after them.
+    files = sorted({ckpt.info(k).file for k in boxes})
+    ckpt.check_files(files)
     with scratch_checkpoint(ckpt) as scratch, uint8_transport(), quiet_paddle():
         lsd._metadata_manager.clear()
         try:
@@ -275,6 +308,7 @@ def fetch(
         finally:
             lsd._metadata_manager.clear()
             lsd.PATH_TO_CHECKPOINT_FILES.pop(scratch, None)
+    ckpt.check_files(files)
     return [
         {
             key: _crop(targets[key].local_tensor, boxes[key], box)

@@ -104,7 +104,14 @@ def fill(
         raise
     casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
     return LoadReport(
-        source.name, len(pieces), len(batches), source.bytes_read, source.planned_bytes, casts
+        source.name,
+        len(pieces),
+        len(batches),
+        source.bytes_read,
+        source.planned_bytes,
+        casts,
+        source.pages_read_bytes,
+        source.disk_read_bytes,
     )
 
 

@@ -1,0 +1,160 @@
+"""One safetensors data file, opened once: its header and its bytes from the same descriptor.
+
+For :class:`flexq.io.checkpoint.Checkpoint`. The file is opened when its header is
+read and stays open; its identity (device, inode, size, modification time) is
+taken then, and checked again before data is read, so a file replaced, rewritten
+or truncated since is a :class:`~flexq.errors.CheckpointError` naming it, never
+the old header's offsets over new bytes. Data is read with ``preadv`` straight
+into the caller's buffers (no memory map: a file truncated during a read is a
+short read and an error, never SIGBUS), and the kernel is told the access is
+random, so it reads the pages asked for and nothing around them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flexq.errors import CheckpointError
+from flexq.io.header import Header, read_header
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+#: Largest byte count one ``preadv`` call is asked for (Linux caps a read at 2 GiB - 4 KiB).
+MAX_CALL_BYTES = 1 << 30
+#: Most buffers one ``preadv`` call takes (POSIX guarantees at least 16; Linux takes 1024).
+MAX_BUFFERS = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What names one version of one file: it changes when the file is replaced or rewritten."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Identity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class DataFile:
+    """A data file of a checkpoint, open from its header read to :meth:`close`.
+
+    :param name: the file's name inside the checkpoint (used in messages).
+    :param path: the checked path to open (in a cache snapshot, the link to its blob).
+    :raises CheckpointError: when the file cannot be opened or its header is malformed.
+    """
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name
+        self.path = path
+        self._fh = self._open()
+        try:
+            self.identity = Identity.of(os.fstat(self._fh.fileno()))
+            self.header: Header = read_header(self._fh, self.identity.size, name)
+        except BaseException:
+            self._fh.close()
+            raise
+
+    def _open(self) -> io.FileIO:
+        try:
+            # Unbuffered: the header is read once, data goes through preadv.
+            fh = open(self.path, "rb", buffering=0)  # noqa: SIM115 (kept open: the point)
+        except OSError as exc:
+            raise CheckpointError(f"{self.name}: cannot open {self.path} ({exc})") from None
+        if hasattr(os, "posix_fadvise"):
+            # Reads are sized to the runs a plan needs: read-around would pull in
+            # pages of other ranks' slices (a whole file per node for row slices).
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        # A checkpoint nobody closes closes its files when it goes (no ResourceWarning).
+        weakref.finalize(self, fh.close)
+        return fh
+
+    def check(self) -> None:
+        """Refuse to read when the file is not the one whose header was read.
+
+        Both the open descriptor (rewritten or truncated in place) and the path
+        (replaced by another file) are compared with the identity taken at open.
+        A file closed by :meth:`close` is opened again first (and must be the same).
+        """
+        if self._fh.closed:
+            self._fh = self._open()
+        try:
+            now_fd = Identity.of(os.fstat(self._fh.fileno()))
+            now_path = Identity.of(os.stat(self.path))
+        except (OSError, ValueError) as exc:
+            raise self.changed(f"it can no longer be read ({exc})") from None
+        if now_fd != self.identity:
+            raise self.changed(f"it was rewritten or truncated ({_diff(self.identity, now_fd)})")
+        if now_path != self.identity:
+            raise self.changed(f"it was replaced ({_diff(self.identity, now_path)})")
+
+    def changed(self, how: str) -> CheckpointError:
+        """The error for a file that is no longer the one opened."""
+        return CheckpointError(
+            f"{self.name}: the file changed since it was opened: {how} ({self.path}); "
+            "reload the checkpoint (compose again) once it is complete"
+        )
+
+    def read_spans(self, spans: Sequence[tuple[int, Sequence[memoryview]]]) -> None:
+        """Fill buffers from the file: each span is (file offset, buffers filled in order
+        from that offset). A short read (the file truncated meanwhile) is an error."""
+        fd = self._fh.fileno()
+        if hasattr(os, "posix_fadvise") and len(spans) > 1:
+            # Many small spans (a column band's rows): queue them all with the disk
+            # first, so a cold read waits for one batch of requests, not for each in
+            # turn; exactly these ranges are fetched, nothing around them.
+            for offset, buffers in spans:
+                size = sum(b.nbytes for b in buffers)
+                os.posix_fadvise(fd, offset, size, os.POSIX_FADV_WILLNEED)
+        for offset, buffers in spans:
+            for start in range(0, len(buffers), MAX_BUFFERS):
+                offset = self._preadv_all(fd, list(buffers[start : start + MAX_BUFFERS]), offset)
+
+    def _preadv_all(self, fd: int, buffers: list[memoryview], offset: int) -> int:
+        """Fill every buffer from ``offset`` on, retrying partial reads; the offset after."""
+        while buffers:
+            # One call is kept under the kernel's per-call cap by the buffers it is given.
+            call: list[memoryview] = []
+            total = 0
+            for b in buffers:
+                if call and total + b.nbytes > MAX_CALL_BYTES:
+                    break
+                call.append(b)
+                total += b.nbytes
+            try:
+                got = os.preadv(fd, call, offset)
+            except OSError as exc:
+                raise CheckpointError(
+                    f"{self.name}: read at byte {offset} failed ({exc}); "
+                    "check the disk and reload the checkpoint"
+                ) from None
+            if got == 0:
+                raise self.changed(f"it ends before byte {offset + total}")
+            offset += got
+            while buffers and got >= buffers[0].nbytes:
+                got -= buffers[0].nbytes
+                buffers.pop(0)
+            if got:
+                buffers[0] = buffers[0][got:]
+        return offset
+
+    def close(self) -> None:
+        """Close the descriptor (a later :meth:`check` opens the file again)."""
+        self._fh.close()
+
+
+def _diff(was: Identity, now: Identity) -> str:
+    if (was.device, was.inode) != (now.device, now.inode):
+        return "another file now has its name"
+    if was.size != now.size:
+        return f"{was.size} bytes when opened, {now.size} now"
+    return "modified since it was opened"
