@@ -87,18 +87,20 @@ def summarize(ranks: list[dict[str, Any]], file_bytes: int, resident: list[int])
     for n in nodes:
         mine = [r for r in ranks if r["node"] == n]
         floor = len(np.unique(np.concatenate([r["pages"] for r in mine]), axis=0)) * PAGE
+        read = sum(r["disk_read_bytes"] for r in mine)
         per_node.append(
             {
-                # What the ranks' processes read from disk: their checkpoint pages, and the
-                # pages of Paddle's own libraries that the dropped cache made them fault in
-                # again (charged to whichever process faults first).
-                "read_bytes_of_ranks": sum(r["disk_read_bytes"] for r in mine),
-                # The checkpoint's share of it: the node's copy was not in the cache before
-                # the load, and no other node reads it.
+                # What the ranks' processes read from disk (/proc/<pid>/io): their checkpoint
+                # pages, plus the pages of Paddle's own libraries the dropped cache made them
+                # fault in again (an upper bound of the checkpoint's disk bytes).
+                "read_bytes_of_ranks": read,
+                "disk_over_floor": read / floor,
+                # The node's copy in the page cache after the load (fincore): the checkpoint's
+                # own disk bytes, unless another process drops the cache during the load.
                 "checkpoint_disk_bytes": resident[n],
+                "resident_over_floor": resident[n] / floor,
                 "page_floor_bytes": floor,
-                "disk_over_floor": resident[n] / floor,
-                "disk_share_of_checkpoint": resident[n] / file_bytes,
+                "disk_share_of_checkpoint": read / file_bytes,
             }
         )
     keep = (
