@@ -1,10 +1,14 @@
 """Run every flexq benchmark once and write the results, the chart and docs/performance.md.
 
-Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N]`` (``nox -s bench``
-runs it with torch installed for the DCP comparison; without torch that part is
-skipped). The defaults a user gets are measured one load per fresh process
-(:mod:`bench.fresh`); runs in about 10 minutes on a 2-core machine and needs
-about 2.5 GB of scratch disk and 6 GB of memory at its peak (4 GiB of targets).
+Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N] [scale]``
+(``nox -s bench`` runs it with torch installed for the DCP comparison; without
+torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
+multi-rank scale series (:mod:`bench.scale`) and writes its results and
+docs/scale.md, leaving docs/performance.md as it is. The defaults a user gets are
+measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
+minutes on a 2-core machine (the scale series about 10 more) and needs about
+2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
+peak (4 GiB of targets).
 """
 
 from __future__ import annotations
@@ -25,7 +29,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # the standard library's; the root instead makes them the `bench` package.
 sys.path[0] = str(ROOT)
 
-from bench import checkpoints, formats, fresh, hotspots, ranks, report, vs_dcp, vs_paddle  # noqa: E402
+from bench import (  # noqa: E402
+    checkpoints,
+    formats,
+    fresh,
+    hotspots,
+    ranks,
+    report,
+    scale,
+    scale_report,
+    vs_dcp,
+    vs_paddle,
+)
 
 MB = 1 << 20
 
@@ -185,14 +200,36 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
+def _scale(date: str, repeats: int) -> None:
+    """The scale series in its own scratch directory (two ~1 GiB copies), its results
+    file and docs/scale.md."""
+    with tempfile.TemporaryDirectory(prefix="flexq-bench-scale-") as tmp_name:
+        _log("scale series: 1, 2, 4 ranks and 2 nodes x 2 ranks, both engines")
+        results = {
+            "date": date,
+            "machine": _machine(),
+            **scale.measure(Path(tmp_name), _log, repeats),
+        }
+    json_path = report.write_json(results, f"{date}-scale")
+    doc = scale_report.write_markdown(results, json_path)
+    _log(f"wrote {json_path.relative_to(ROOT)}, {doc.relative_to(ROOT)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per comparison")
     parser.add_argument("--fresh-rounds", type=int, default=5, help="fresh processes per case")
+    parser.add_argument(
+        "--scale-repeats", type=int, default=1, help="launches per config of the scale series"
+    )
+    parser.add_argument("only", nargs="?", choices=["scale"], help="run only this series")
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
     started = time.perf_counter()
     date = datetime.date.today().isoformat()
+    if args.only == "scale":
+        _scale(date, args.scale_repeats)
+        return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
     with tempfile.TemporaryDirectory(prefix="flexq-bench-") as tmp_name:
@@ -225,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         prof_txt = ROOT / "bench" / "results" / f"{date}-profile.txt"
         prof_txt.parent.mkdir(parents=True, exist_ok=True)
         results["profile"] = hotspots.profile(fp8, n, 3, prof_txt)
+    _scale(date, args.scale_repeats)
     results["goals"] = _goals(results)
     results["notes"] = _notes(results)
     results["run_seconds"] = time.perf_counter() - started

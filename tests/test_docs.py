@@ -289,3 +289,19 @@ def test_troubleshooting_explains_each_message_the_code_gives(message: str) -> N
     assert message in page
     sources = "\n".join(p.read_text() for p in (ROOT / "packages" / "core" / "src").rglob("*.py"))
     assert message in sources, message
+
+
+def test_the_scale_page_is_generated_from_the_results_it_names() -> None:
+    """docs/scale.md is bench/scale_report.py's rendering of the results file it cites."""
+    import json
+    import re
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from bench.scale_report import render
+
+    page = ROOT / "docs" / "scale.md"
+    found = re.search(r"from bench/results/(\S+\.json);", page.read_text())
+    assert found is not None
+    results = json.loads((ROOT / "bench" / "results" / found.group(1)).read_text())
+    regenerate_or_compare(page, render(results, found.group(1)))

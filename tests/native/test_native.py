@@ -329,6 +329,9 @@ def launch(tmp_path: Path, worker: str, ckpt: Path, name: str) -> list[dict[str,
 def test_two_ranks_with_sharded_weight_shard0_targets_match_direct(
     tmp_path: Path, format_ckpt: tuple[str, Path]
 ) -> None:
+    """ShardedWeight Shard(0) targets through direct, Paddle's own loader and engine='native'
+    (renamed and transposed), and FlexCheckpoint's tuple-keyed multi-shard form (two row
+    quarters per rank) through engine='native': each rank's rows of the one-process load."""
     name, ckpt = format_ckpt
     before = snapshot(ckpt)
     ranks = launch(tmp_path, "worker_native.py", ckpt, name)
@@ -344,6 +347,12 @@ def test_two_ranks_with_sharded_weight_shard0_targets_match_direct(
             np.testing.assert_array_equal(
                 got[f"native.t{i}"], full.T[r * cols : (r + 1) * cols], err_msg=f"^T {key}"
             )
+            # Tuple-keyed multi-shard targets: row quarters r and r + 2 on rank r.
+            quarter = full.shape[0] // 4
+            for q in (r, r + 2):
+                np.testing.assert_array_equal(
+                    got[f"multi.{i}.{q}"], full[q * quarter : (q + 1) * quarter], err_msg=key
+                )
     assert snapshot(ckpt) == before
 
 

@@ -3,8 +3,9 @@
 Usage: worker_native.py CKPT OUT FORMAT. Loads every linear weight into
 ShardedWeight ``Shard(0)`` targets three ways: ``engine="direct"``, the composed
 transform handed to Paddle's ``load_state_dict`` itself (``raw``), and
-``engine="native"`` (renamed, and transposed by AOA); writes this rank's local
-values to OUT/rank<N>.npz.
+``engine="native"`` (renamed, and transposed by AOA), then FlexCheckpoint's
+tuple-keyed multi-shard targets (two row quarters per rank) through
+``engine="native"``; writes this rank's local values to OUT/rank<N>.npz.
 """
 
 from __future__ import annotations
@@ -67,6 +68,20 @@ def main(ckpt: str, out: str, name: str) -> None:
     for i in range(len(linears)):
         arrays[f"native.{i}"] = sd[f"w{i}"].local_tensor.numpy()
         arrays[f"native.t{i}"] = sd[f"t{i}"].local_tensor.numpy()
+    # FlexCheckpoint's multi-shard form: (name, global_offset) -> ShardedWeight, row
+    # quarters rank and rank + 2 of every linear on this rank.
+    multi: dict[Any, ShardedWeight] = {}
+    for k in linears:
+        rows = shapes[k][0] // 4
+        for q in (dist.get_rank(), dist.get_rank() + 2):
+            local = paddle.zeros([rows, *shapes[k][1:]], dtype="float32")
+            offset = (q * rows, *(0 for _ in shapes[k][1:]))
+            multi[(k, offset)] = ShardedWeight(k, local, (rows, *shapes[k][1:]), shapes[k], offset)
+    report = flexq.load_state_dict(multi, ckpt, engine="native")
+    assert report.engine == "native", report
+    for (k, offset), target in multi.items():
+        q = offset[0] // (shapes[k][0] // 4)
+        arrays[f"multi.{linears.index(k)}.{q}"] = target.local_tensor.numpy()
     np.savez(f"{out}/rank{dist.get_rank()}.npz", **arrays)
 
 

@@ -181,3 +181,77 @@ def test_casts_that_are_not_one_float_rounding_are_refused_before_any_write(
     with pytest.raises(flexq.TargetError, match=message):
         flexq.load_state_dict({"t": target}, path)
     np.testing.assert_array_equal(as_float32(target), np.full(3, 7, np.float32))
+
+
+def shard(key: str, offset: tuple[int, int], rows: int, dtype: str = "float32") -> Any:
+    """A ShardedWeight of ``rows`` rows of the [3, 4] tensor ``key`` at ``offset``, filled with 7."""
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+    local = paddle.full([rows, 4], 7.0, dtype=dtype)
+    return ShardedWeight(key, local, (rows, 4), (3, 4), offset)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_tuple_keyed_shards_of_one_tensor_each_get_their_rows(
+    scaled_ckpt: Path, scaled_format: object, dtype: str, engine: str
+) -> None:
+    """FlexCheckpoint's multi-shard form, ``(name, global_offset) -> ShardedWeight``: one
+    rank holding rows 0 and 2 of ``a`` (not contiguous) gets each shard's own rows."""
+    state = {
+        ("a", (2, 0)): shard("a", (2, 0), 1, dtype),
+        ("a", (0, 0)): shard("a", (0, 0), 1, dtype),
+    }
+    report = flexq.load_state_dict(state, scaled_ckpt, formats=["scaled"], engine=engine)  # type: ignore[arg-type]
+    assert report.pieces == 2
+    for (_, (row, _)), target in state.items():
+        np.testing.assert_array_equal(as_float32(target.local_tensor), EXPECTED_A[row : row + 1])
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        pytest.param(
+            {("a",): "t"},
+            r"\('a',\): a tuple key must be FlexCheckpoint's \(name, global_offset\)",
+            id="not-a-pair",
+        ),
+        pytest.param(
+            {("a", (0, 0)): "plain"},
+            r"holds a EagerParamBase; a \(name, global_offset\) key must hold the ShardedWeight",
+            id="plain-tensor",
+        ),
+        pytest.param(
+            {("b", (0, 0)): "a@0"},
+            r"\('b', \(0, 0\)\) holds the ShardedWeight of 'a' at offset \(0, 0\); key it \('a', \(0, 0\)\)",
+            id="wrong-name",
+        ),
+        pytest.param(
+            {("a", (0, 0)): "a@0x2", ("a", (1, 0)): "a@1"},
+            r"target 'a': the shards at offsets \(0, 0\) \(shape \[2, 4\]\) and \(1, 0\) .* overlap",
+            id="overlapping",
+        ),
+        pytest.param(
+            {"a": "whole", ("a", (2, 0)): "a@2"}, r"target 'a': the shards .* overlap", id="twice"
+        ),
+        pytest.param({3: "t"}, r"state_dict key 3 is neither a string nor", id="int-key"),
+    ],
+)
+def test_malformed_tuple_keyed_targets_are_refused_before_any_write(
+    scaled_ckpt: Path, scaled_format: object, state: dict[Any, str], message: str
+) -> None:
+    """Each shard must be keyed by its own name and offset, and no element may belong to two
+    shards of one rank: otherwise a TargetError saying which, and every target stays 7."""
+    built: dict[Any, Any] = {}
+    for key, what in state.items():
+        if what == "plain" or what == "whole" or what == "t":
+            built[key] = parameter([3, 4], "float32")
+        else:
+            name, at = what.split("@")
+            row, _, rows = at.partition("x")
+            built[key] = shard(name, (int(row), 0), int(rows or 1))
+    with pytest.raises(flexq.TargetError, match=message):
+        flexq.load_state_dict(built, scaled_ckpt, formats=["scaled"], engine="direct")
+    for value in built.values():
+        tensor = getattr(value, "local_tensor", value)
+        assert (as_float32(tensor) == 7).all()

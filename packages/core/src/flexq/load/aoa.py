@@ -165,9 +165,18 @@ def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptio
         k: [ShardedWeightDesc(k, e.shape, e.shape, (0,) * len(e.shape), _NEUTRAL)]
         for k, e in ct.entries.items()
     }
-    boxes = {t.key: all_boxes(t) for t in targets}
-    dest = {t.key: boxes[t.key] or [_neutral(t)] for t in targets}
-    untiled = {t.key: t for t in targets if not boxes[t.key]}
+    shards: dict[str, list[Target]] = {}
+    for t in targets:  # a rank may hold several shards of one tensor (tuple-keyed targets)
+        shards.setdefault(t.key, []).append(t)
+    dest: dict[str, list[Any]] = {}
+    untiled: dict[str, Target] = {}
+    for key, held in shards.items():
+        tilings = [all_boxes(t) for t in held]
+        if tilings[0] and all(b == tilings[0] for b in tilings):
+            dest[key] = tilings[0]  # every rank's boxes, as the even tiling implies them
+        else:
+            dest[key] = [_neutral(t) for t in held]
+            untiled[key] = held[0]
     config = dict(aoa_config or {})
     statements = list(config.setdefault("aoa_statements", []))
     check_statements(ct, statements, source, dest, untiled)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flexq.compose import compose
+from flexq.load.agree import compose_on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, choose
 from flexq.load.report import LoadOptions, LoadReport
 
@@ -64,10 +64,17 @@ def load_state_dict(
     :param allow_unclaimed: load tensors that look quantized but that no
         installed format claims as they are (see :func:`flexq.compose`).
     :return: what the load did (engine, pieces, bytes read by this rank, casts).
+
+    On several ranks every rank opens the checkpoint from its own ``path`` (a node
+    may hold its own copy). A rank that cannot (a file missing from its copy) stops
+    before any read or write with an error naming the rank; with an engine that
+    communicates, every rank raises that error, naming every rank that failed.
     :raises FlexqError: on any problem; targets are then unchanged, except after a
         failure only decoding reveals in a non-``atomic`` load.
     """
-    ct = compose(path, formats, allow_unclaimed=allow_unclaimed)
+    ct = compose_on_every_rank(
+        path, formats, allow_unclaimed=allow_unclaimed, engine=engine, process_group=process_group
+    )
     options = LoadOptions(
         aoa_config, max_inflight_bytes, atomic, process_group, offload, flexcheckpoint_options
     )

@@ -89,7 +89,7 @@ def load(
             for batch in batches:
                 lsd._metadata_manager.clear()
                 lsd.load_state_dict(
-                    {t.key: t.sharded for t in batch},
+                    _keyed(batch),
                     scratch,
                     process_group=process_group,
                     offload=offload,
@@ -147,6 +147,15 @@ def rounds(targets: list[Target], pieces: list[Piece], process_group: Any) -> li
             u |= m
         round_of[key] = n
     return [[t for t in targets if round_of[t.key] == n] for n in range(len(used))]
+
+
+def _keyed(batch: list[Target]) -> dict[Any, Any]:
+    """The batch as Paddle's loader takes it: keyed by name, or, where a rank holds
+    several shards of one tensor, by FlexCheckpoint's ``(name, global_offset)``."""
+    names = [t.key for t in batch]
+    if len(set(names)) == len(names):
+        return {t.key: t.sharded for t in batch}
+    return {(t.key, t.offset): t.sharded for t in batch}
 
 
 def _host_copy(t: Any) -> Any:
