@@ -124,7 +124,7 @@ def test_cpu_paddle_results_round_through_numpy() -> None:
     from flexq.formatkit.rounding import to_paddle
 
     # 65519.99 is the largest float32 that rounds to a finite float16 (65504).
-    x = np.array([1.7543555e-26, 3e-7, np.nextafter(np.float32(65520), 0)], np.float32)
+    x = np.array([1.7543555e-26, 3e-7, np.nextafter(np.float32(65520), np.float32(0))], np.float32)
     assert paddle.to_tensor(x).astype("float16").numpy().view(np.uint16)[0] != 0
     got = to_paddle(x, "float16").numpy().view(np.uint16)
     np.testing.assert_array_equal(got, x.astype(np.float16).view(np.uint16))
