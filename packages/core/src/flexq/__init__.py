@@ -1,12 +1,14 @@
 """flexq: load quantized safetensors checkpoints into PaddlePaddle through FlexCheckpoint.
 
-For users: :func:`load_state_dict` and :func:`compose`. For format authors:
+For users: :func:`load_state_dict`, :func:`compose` and :func:`verify`. For format authors:
 :data:`hookimpl`, :class:`LogicalTensor`, :class:`ReadPlan`, :class:`TargetSlice`,
 :class:`Checkpoint` and :mod:`flexq.formatkit`.
 """
 
 from __future__ import annotations
 
+from flexq.check.api import verify
+from flexq.check.report import VerifyReport
 from flexq.compose import ComposedTransform, LogicalEntry, compose
 from flexq.errors import (
     CheckpointError,
@@ -45,6 +47,7 @@ __all__ = [
     "TargetError",
     "TargetSlice",
     "TensorInfo",
+    "VerifyReport",
     "block_cover",
     "compose",
     "hookimpl",
@@ -53,4 +56,5 @@ __all__ = [
     "register_format",
     "save_checkpoint",
     "unregister_format",
+    "verify",
 ]
