@@ -126,7 +126,9 @@ def _summary(ct: ComposedTransform) -> list[FormatSummary]:
     for key, entry in ct.entries.items():
         n, b = rows.get(entry.owner, (0, 0))
         rows[entry.owner] = (n + 1, b + _stored(ct, key))
-    return [FormatSummary(format=f, tensors=n, stored_bytes=b) for f, (n, b) in sorted(rows.items())]
+    return [
+        FormatSummary(format=f, tensors=n, stored_bytes=b) for f, (n, b) in sorted(rows.items())
+    ]
 
 
 def _memory(ct: ComposedTransform) -> Memory:

@@ -121,7 +121,9 @@ def _check_file(files: Files, name: str, found: Survey) -> set[str] | None:
     except CheckpointError as exc:
         found.skip.add(name)
         found.shards.append(ShardRow(file=name, expected_bytes=None, actual_bytes=None, ok=False))
-        found.problems.append(Problem(kind="missing-shard", message=str(exc), fix=REDOWNLOAD, file=name))
+        found.problems.append(
+            Problem(kind="missing-shard", message=str(exc), fix=REDOWNLOAD, file=name)
+        )
         return None
     try:
         expected, actual, keys = _sizes(path, name)
@@ -133,9 +135,7 @@ def _check_file(files: Files, name: str, found: Survey) -> set[str] | None:
         )
         return None
     whole = actual >= expected
-    found.shards.append(
-        ShardRow(file=name, expected_bytes=expected, actual_bytes=actual, ok=whole)
-    )
+    found.shards.append(ShardRow(file=name, expected_bytes=expected, actual_bytes=actual, ok=whole))
     if not whole:
         found.skip.add(name)
         found.problems.append(

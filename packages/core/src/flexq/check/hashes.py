@@ -44,11 +44,7 @@ def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> st
 
 def _files(files: Files) -> dict[str, Path]:
     """Every regular file of the checkpoint directory, by name (links resolved)."""
-    return {
-        p.name: p.resolve()
-        for p in sorted(files.path.iterdir())
-        if p.is_file()
-    }
+    return {p.name: p.resolve() for p in sorted(files.path.iterdir()) if p.is_file()}
 
 
 def _hash_all(paths: dict[str, Path], progress: Callable[[int], None] | None) -> dict[str, str]:
@@ -57,7 +53,9 @@ def _hash_all(paths: dict[str, Path], progress: Callable[[int], None] | None) ->
         return {name: f.result() for name, f in futures.items()}
 
 
-def check_blobs(files: Files, progress: Callable[[int], None] | None = None) -> tuple[int, list[Problem]]:
+def check_blobs(
+    files: Files, progress: Callable[[int], None] | None = None
+) -> tuple[int, list[Problem]]:
     """Re-hash every LFS blob of a cache snapshot and compare with its name: (bytes
     hashed, one problem per corrupt blob).
 
@@ -85,7 +83,9 @@ def check_blobs(files: Files, progress: Callable[[int], None] | None = None) -> 
     return sum(p.stat().st_size for p in blobs.values()), problems
 
 
-def write_manifest(files: Files, manifest: Path, progress: Callable[[int], None] | None = None) -> int:
+def write_manifest(
+    files: Files, manifest: Path, progress: Callable[[int], None] | None = None
+) -> int:
     """Record the sha256 of every file of the checkpoint in ``manifest`` (outside it):
     the bytes hashed."""
     if manifest.resolve().parent == files.root:

@@ -54,16 +54,17 @@ def check_scales(ct: ComposedTransform) -> tuple[list[ScaleCounts], list[Problem
             continue
         try:
             plan = ct.plan(key, TargetSlice.whole(entry.shape, "float32"))
-            sources = {
-                s: ckpt.read(s, *plan.source_slices[s]) for s in plan.checked
-            }
+            sources = {s: ckpt.read(s, *plan.source_slices[s]) for s in plan.checked}
             for s in plan.scales:
                 info = ckpt.info(s)
                 decoded = scale_to_float32(ops_for(sources[s]), sources[s], info.dtype)
                 counts = count(np.asarray(decoded))
                 rows.append(
                     ScaleCounts(
-                        tensor=s, logical=key, format=entry.owner, values=int(np.size(decoded)),
+                        tensor=s,
+                        logical=key,
+                        format=entry.owner,
+                        values=int(np.size(decoded)),
                         **counts,
                     )
                 )

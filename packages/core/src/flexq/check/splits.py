@@ -2,9 +2,11 @@
 
 For :func:`flexq.verify`. The rule is the formats' own read plans, not a table of block
 sizes: the logical tensor is cut into N equal boxes along the split dimension, each
-format plans each rank's box, and the split is aligned when no component box is read
-by two ranks (each rank reads only its own FP8 128x128 blocks, MXFP4 32-groups, int
-groups) and every plan is local. Column: dim 0 of a ``[out, in]`` weight (the last dim
+format plans each rank's box, and the split is aligned when every plan is local and no
+two ranks read overlapping but different boxes of one component (each rank reads only
+its own FP8 128x128 blocks and their scales, MXFP4 32-groups, int groups), except
+components every rank reads whole, which are replicated (a per-channel scale under a
+row split, a global scale). Column: dim 0 of a ``[out, in]`` weight (the last dim
 of gpt-oss ``[E, in, out]`` experts); row: the in dim; expert: dim 0 of ``[E, ...]``.
 """
 
@@ -37,7 +39,9 @@ def _dims(ndim: int, tp: int | None, ep: int | None) -> list[tuple[str, int, int
 def _overlap(a: SourceSlice, b: SourceSlice) -> bool:
     return all(
         oa < ob + sb and ob < oa + sa
-        for oa, sa, ob, sb in zip(a.global_offset, a.local_shape, b.global_offset, b.local_shape, strict=True)
+        for oa, sa, ob, sb in zip(
+            a.global_offset, a.local_shape, b.global_offset, b.local_shape, strict=True
+        )
     )
 
 
@@ -51,8 +55,12 @@ def check_splits(ct: ComposedTransform, tp: int | None, ep: int | None) -> list[
             why = _why_not(ct, key, entry.shape, dim, ways)
             rows.append(
                 SplitRow(
-                    tensor=key, format=entry.owner, split=split, ways=ways,
-                    aligned=why == "", why=why,
+                    tensor=key,
+                    format=entry.owner,
+                    split=split,
+                    ways=ways,
+                    aligned=why == "",
+                    why=why,
                 )
             )
     return rows
@@ -77,7 +85,14 @@ def _why_not(ct: ComposedTransform, key: str, shape: tuple[int, ...], dim: int, 
     for (ra, a), (rb, b) in combinations(enumerate(plans), 2):
         for source, box in a.source_slices.items():
             other = b.source_slices.get(source)
-            if other is not None and _overlap(box, other) and source not in (*a.scales, *a.checks):
+            if other is None:
+                continue
+            # A component every rank reads whole is replicated (a per-channel scale
+            # under a row split, a global scale); any other overlap is a block, group
+            # or packed word that two ranks share.
+            whole = ct.checkpoint.info(source).shape
+            replicated = box.local_shape == other.local_shape == whole
+            if not replicated and _overlap(box, other):
                 return (
                     f"ranks {ra} and {rb} both read {source!r} near offset "
                     f"{list(other.global_offset)}: a block, group or packed word spans the cut "

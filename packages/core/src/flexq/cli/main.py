@@ -23,6 +23,8 @@ from rich.table import Table
 from flexq import __version__
 from flexq.cli.console import console
 from flexq.cli.convert import FLOATS, convert, parse_size
+from flexq.cli.verify import _verify as verify_command
+from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.cli.documents import (
     format_list,
     inspect_document,
@@ -390,6 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replace a DST that an earlier flexq convert wrote",
     )
+    composing(p)
+
+    p = command(verify_command)
+    verify_arguments(p)
     composing(p)
 
     p = command(_demo)
