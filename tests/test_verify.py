@@ -79,9 +79,12 @@ def test_a_clean_checkpoint_of_every_format_verifies_with_exit_0(
     report = flexq.verify(ckpt, deep=True)
     assert report.problems == []
     owners = {row.format for row in report.summary}
-    assert fmt in owners and "passthrough" in owners
-    assert report.scales and all(s.nan == s.inf == s.zero == 0 for s in report.scales)
-    assert report.deep and all(d.nonfinite == 0 and d.min is not None for d in report.deep)
+    assert fmt in owners
+    assert "passthrough" in owners
+    assert report.scales
+    assert all(s.nan == s.inf == s.zero == 0 for s in report.scales)
+    assert report.deep
+    assert all(d.nonfinite == 0 and d.min is not None for d in report.deep)
     # keep-quantized holds the stored bytes; a bf16 load holds 2 bytes per element.
     assert report.memory.keep_quantized == sum(r.stored_bytes for r in report.summary)
     assert report.memory.float32 == 2 * report.memory.bfloat16 > report.memory.keep_quantized
@@ -113,7 +116,8 @@ def test_sha256_names_the_corrupted_blob_of_a_cache_snapshot(
     )
     code, out, err = run(["verify", str(snap), "--sha256"], capsys)
     assert code == 1
-    assert SHARD_2 in out and "corrupt" in out
+    assert SHARD_2 in out
+    assert "corrupt" in out
     assert err == f"flexq: 1 problem(s) in {snap}\n"
 
 
@@ -127,10 +131,12 @@ def test_a_missing_shard_is_named_and_the_other_shard_is_still_checked(
     kinds = {p.kind for p in report.problems}
     assert "missing-shard" in kinds
     missing = next(p for p in report.problems if p.kind == "missing-shard")
-    assert missing.file == SHARD_2 and SHARD_2 in missing.message
+    assert missing.file == SHARD_2
+    assert SHARD_2 in missing.message
     assert [s.tensor for s in report.scales] == ["model.a.weight_scale_inv"]
     code, out, _ = run(["verify", str(snap)], capsys)
-    assert code == 1 and "missing" in out
+    assert code == 1
+    assert "missing" in out
 
 
 def test_a_truncated_shard_is_named_with_expected_and_actual_bytes(
@@ -144,14 +150,16 @@ def test_a_truncated_shard_is_named_with_expected_and_actual_bytes(
     os.truncate(blob, size - 100)
     report = flexq.verify(snap)
     truncated = [p for p in report.problems if p.kind == "truncated-shard"]
-    assert len(truncated) == 1 and truncated[0].file == SHARD_2
+    assert len(truncated) == 1
+    assert truncated[0].file == SHARD_2
     assert f"{size - 100:,} bytes" in truncated[0].message
     assert f"implies {size:,}" in truncated[0].message
     row = next(s for s in report.shards if s.file == SHARD_2)
     assert (row.expected_bytes, row.actual_bytes, row.ok) == (size, size - 100, False)
     # shard 1 was still checked: its NaN scale is reported too
     scale = [p for p in report.problems if p.kind == "scale"]
-    assert len(scale) == 1 and "model.a.weight_scale_inv" in scale[0].message
+    assert len(scale) == 1
+    assert "model.a.weight_scale_inv" in scale[0].message
     code, _, _ = run(["verify", str(snap)], capsys)
     assert code == 1
 
@@ -207,7 +215,8 @@ def test_nan_and_zero_scales_are_counted_and_named(
     assert all(getattr(row, k) == 0 for k in others)
     assert any(p.kind == "scale" and key in p.message for p in report.problems)
     code, out, _ = run(["verify", str(ckpt)], capsys)
-    assert code == 1 and key in out
+    assert code == 1
+    assert key in out
 
 
 def test_deep_reports_non_finite_decoded_values(tmp_path: Path) -> None:
@@ -234,7 +243,8 @@ def test_tp_that_splits_fp8_blocks_is_named_and_is_information(
     ckpt = surgery.fp8(tmp_path / "fp8")  # blocks of 32x32, weights [64, 64] and [96, 64]
     aligned = flexq.verify(ckpt, tp=2)
     rows = {(s.tensor, s.split): s for s in aligned.splits}
-    assert rows["model.a.weight", "column"].aligned and rows["model.a.weight", "row"].aligned
+    assert rows["model.a.weight", "column"].aligned
+    assert rows["model.a.weight", "row"].aligned
     # [96, 64] in 2: 48 rows each, so the cut at row 48 falls inside the second block row
     assert not rows["model.b.weight", "column"].aligned
     assert "48" in rows["model.b.weight", "column"].why
@@ -242,15 +252,16 @@ def test_tp_that_splits_fp8_blocks_is_named_and_is_information(
     assert not four["model.a.weight", "row"].aligned  # 16 columns per rank < 32
     assert aligned.problems == []
     code, out, _ = run(["verify", str(ckpt), "--tp", "4"], capsys)
-    assert code == 0 and "model.a.weight row x4" in out
+    assert code == 0
+    assert "model.a.weight row x4" in out
 
 
 def test_ep_splits_gpt_oss_experts(tmp_path: Path) -> None:
     ckpt = surgery.mxfp4(tmp_path / "mx")
     rows = {(s.tensor, s.split, s.ways): s.aligned for s in flexq.verify(ckpt, ep=2).splits}
     assert rows == {("model.experts.gate_up_proj", "expert", 2): True}
-    rows = {(s.split, s.ways): s.aligned for s in flexq.verify(ckpt, ep=3).splits}
-    assert rows == {("expert", 3): False}  # 2 experts do not divide by 3
+    three = {(s.split, s.ways): s.aligned for s in flexq.verify(ckpt, ep=3).splits}
+    assert three == {("expert", 3): False}  # 2 experts do not divide by 3
 
 
 def test_a_manifest_of_a_plain_directory_names_the_changed_file(
@@ -275,14 +286,20 @@ def test_usage_and_unreadable_input_exit_2_with_one_line(
 ) -> None:
     ckpt = surgery.fp8(tmp_path / "fp8")
     code, out, err = run(["verify", str(tmp_path / "nope")], capsys)
-    assert code == 2 and out == "" and err.startswith("flexq: error: ") and err.count("\n") == 1
+    assert code == 2
+    assert out == ""
+    assert err.startswith("flexq: error: ")
+    assert err.count("\n") == 1
     # a manifest may not be written into the checkpoint it describes
     code, _, err = run(["verify", str(ckpt), "--write-manifest", str(ckpt / "m.json")], capsys)
-    assert code == 2 and "never writes into the checkpoint" in err and err.count("\n") == 1
+    assert code == 2
+    assert "never writes into the checkpoint" in err
+    assert err.count("\n") == 1
     assert not (ckpt / "m.json").exists()
     # --sha256 on a plain directory: no blob names to check against
     code, _, err = run(["verify", str(ckpt), "--sha256"], capsys)
-    assert code == 2 and "--write-manifest" in err
+    assert code == 2
+    assert "--write-manifest" in err
     with pytest.raises(SystemExit) as exited:
         main(["verify", str(ckpt), "--tp", "0"])
     assert exited.value.code == 2

@@ -25,6 +25,9 @@ ProblemKind = Literal[
 ]
 
 
+SplitKind = Literal["column", "row", "expert"]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -74,7 +77,7 @@ class SplitRow(_Model):
 
     tensor: str
     format: str
-    split: Literal["column", "row", "expert"] = Field(
+    split: SplitKind = Field(
         description="column: dim 0 of [out, in] (last of [E, in, out]); row: the in dim; "
         "expert: dim 0 of [E, ...]"
     )

@@ -21,12 +21,13 @@ from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
-    from flexq.plan import ReadPlan, SourceSlice
+    from flexq.check.report import SplitKind
+    from flexq.plan import Box, ReadPlan
 
 
-def _dims(ndim: int, tp: int | None, ep: int | None) -> list[tuple[str, int, int]]:
+def _dims(ndim: int, tp: int | None, ep: int | None) -> list[tuple[SplitKind, int, int]]:
     """(split name, dimension, ways) to try for a tensor of ``ndim`` dims."""
-    out: list[tuple[str, int, int]] = []
+    out: list[tuple[SplitKind, int, int]] = []
     if tp and ndim == 2:
         out += [("column", 0, tp), ("row", 1, tp)]
     if tp and ndim == 3:
@@ -36,11 +37,11 @@ def _dims(ndim: int, tp: int | None, ep: int | None) -> list[tuple[str, int, int
     return out
 
 
-def _overlap(a: SourceSlice, b: SourceSlice) -> bool:
+def _overlap(a: Box, b: Box) -> bool:
     return all(
         oa < ob + sb and ob < oa + sa
         for oa, sa, ob, sb in zip(
-            a.global_offset, a.local_shape, b.global_offset, b.local_shape, strict=True
+            a[0], a[1], b[0], b[1], strict=True
         )
     )
 
@@ -91,11 +92,11 @@ def _why_not(ct: ComposedTransform, key: str, shape: tuple[int, ...], dim: int, 
             # under a row split, a global scale); any other overlap is a block, group
             # or packed word that two ranks share.
             whole = ct.checkpoint.info(source).shape
-            replicated = box.local_shape == other.local_shape == whole
+            replicated = box[1] == other[1] == whole
             if not replicated and _overlap(box, other):
                 return (
                     f"ranks {ra} and {rb} both read {source!r} near offset "
-                    f"{list(other.global_offset)}: a block, group or packed word spans the cut "
+                    f"{list(other[0])}: a block, group or packed word spans the cut "
                     f"at {rb * step} of dim {dim} (or the format reorders it, e.g. act-order)"
                 )
     return ""

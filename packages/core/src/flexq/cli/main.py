@@ -23,14 +23,14 @@ from rich.table import Table
 from flexq import __version__
 from flexq.cli.console import console
 from flexq.cli.convert import FLOATS, convert, parse_size
-from flexq.cli.verify import _verify as verify_command
-from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.cli.documents import (
     format_list,
     inspect_document,
     unclaimed,
     unclaimed_methods,
 )
+from flexq.cli.verify import _verify as verify_command
+from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.interrupts import uninterrupted

@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="decode the first rows of every quantized tensor and check the values",
     )
-    p.add_argument("--json", action="store_true", help="print JSON (docs/schema/verify.json)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print JSON (docs/schema/verify.json)")
 
 
 @contextmanager
