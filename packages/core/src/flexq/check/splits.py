@@ -20,8 +20,8 @@ from flexq.errors import FlexqError
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
     from flexq.check.report import SplitKind
+    from flexq.compose import ComposedTransform
     from flexq.plan import Box, ReadPlan
 
 
@@ -39,10 +39,7 @@ def _dims(ndim: int, tp: int | None, ep: int | None) -> list[tuple[SplitKind, in
 
 def _overlap(a: Box, b: Box) -> bool:
     return all(
-        oa < ob + sb and ob < oa + sa
-        for oa, sa, ob, sb in zip(
-            a[0], a[1], b[0], b[1], strict=True
-        )
+        oa < ob + sb and ob < oa + sa for oa, sa, ob, sb in zip(a[0], a[1], b[0], b[1], strict=True)
     )
 
 
