@@ -318,3 +318,29 @@ def test_json_follows_the_published_schema(
     schema = json.loads((ROOT / "docs" / "schema" / "verify.json").read_text())
     assert schema == VerifyReport.model_json_schema()
     assert set(doc) == set(schema["properties"]) == set(schema["required"])
+
+
+def test_a_repo_id_resolves_to_its_cache_snapshot_and_sha256_counts_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap = sharded_snapshot(tmp_path)
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text(snap.name)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    seen: list[int] = []
+    report = flexq.verify("org/tiny", sha256=True, progress=seen.append)
+    assert report.problems == []
+    assert Path(report.path).resolve() == snap.resolve()
+    assert sum(seen) == report.hashed_bytes > 0
+    code, out, err = run(["verify", "org/tiny", "--sha256"], capsys)
+    assert (code, err) == (0, "")
+    assert f"sha256: {report.hashed_bytes:,} bytes hashed" in out
+
+
+def test_a_shard_cut_inside_its_header_is_a_truncated_shard(tmp_path: Path) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8", sharded=True)
+    os.truncate(ckpt / SHARD_2, 20)
+    report = flexq.verify(ckpt)
+    assert [(p.kind, p.file) for p in report.problems] == [("truncated-shard", SHARD_2)]
+    assert [s.tensor for s in report.scales] == ["model.a.weight_scale_inv"]
