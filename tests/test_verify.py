@@ -344,3 +344,18 @@ def test_a_shard_cut_inside_its_header_is_a_truncated_shard(tmp_path: Path) -> N
     report = flexq.verify(ckpt)
     assert [(p.kind, p.file) for p in report.problems] == [("truncated-shard", SHARD_2)]
     assert [s.tensor for s in report.scales] == ["model.a.weight_scale_inv"]
+
+
+def test_with_keep_quantized_a_split_that_cuts_fp8_blocks_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8")
+    problems = flexq.verify(ckpt, tp=2, keep_quantized=True).problems
+    # only model.b.weight's column split (48 rows per rank, blocks of 32) cuts blocks
+    assert [p.kind for p in problems] == ["layout"]
+    assert "'model.b.weight'" in problems[0].message
+    assert "column" in problems[0].message
+    code, out, _ = run(["verify", str(ckpt), "--tp", "2", "--keep-quantized"], capsys)
+    assert code == 1 and "problem (layout)" in out
+    code, _, _ = run(["verify", str(ckpt), "--tp", "2"], capsys)
+    assert code == 0

@@ -47,6 +47,7 @@ def verify(
     write_manifest_to: str | os.PathLike[str] | None = None,
     deep: bool = False,
     allow_unclaimed: bool = False,
+    keep_quantized: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> VerifyReport:
     """Check the checkpoint at ``path`` (directory, cache snapshot or repo id).
@@ -57,6 +58,8 @@ def verify(
     :param manifest: check every file against this manifest (plain directories).
     :param write_manifest_to: record the files' sha256 in this file (outside the checkpoint).
     :param deep: decode the first rows of every quantized tensor to float32.
+    :param keep_quantized: the load will keep weights quantized, so a ``tp`` / ``ep``
+        split that cuts a block is a problem (it is information otherwise).
     :param progress: called with each hashed chunk's byte count.
     :raises FlexqError: when ``path`` is no checkpoint at all, or ``formats`` names an
         unknown format (the CLI's exit 2); everything else is a problem in the report.
@@ -90,6 +93,18 @@ def verify(
         scales, bad_scales = check_scales(ct)
         problems += bad_scales
         splits = check_splits(ct, tp, ep) if tp or ep else []
+        if keep_quantized:
+            problems += [
+                Problem(
+                    kind="layout",
+                    message=f"{s.tensor!r} (format {s.format!r}): a {s.ways}-way {s.split} "
+                    f"split does not fall on block boundaries: {s.why}",
+                    fix="load it dequantized (not keep-quantized), or choose a degree that "
+                    "divides the tensor into whole blocks",
+                )
+                for s in splits
+                if not s.aligned
+            ]
         samples, bad_samples = _deep(ct) if deep else ([], [])
         problems += bad_samples
         return VerifyReport(

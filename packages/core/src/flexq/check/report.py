@@ -19,6 +19,7 @@ ProblemKind = Literal[
     "index",
     "coverage",
     "scale",
+    "layout",
     "corrupt-blob",
     "manifest",
     "deep",

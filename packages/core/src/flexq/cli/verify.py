@@ -55,6 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="show which expert tensors [E, ...] split N ways",
     )
     p.add_argument(
+        "--keep-quantized",
+        action="store_true",
+        help="the load keeps weights quantized: a --tp/--ep split that cuts a block is a problem",
+    )
+    p.add_argument(
         "--sha256",
         action="store_true",
         help="re-hash every blob of a Hugging Face cache snapshot against its name",
@@ -110,7 +115,8 @@ def _verify(args: argparse.Namespace) -> int:
         report = verify(
             args.path, tp=args.tp, ep=args.ep, formats=args.formats, sha256=args.sha256,
             manifest=args.manifest, write_manifest_to=args.write_manifest, deep=args.deep,
-            allow_unclaimed=args.allow_unclaimed, progress=progress if hashing else None,
+            allow_unclaimed=args.allow_unclaimed,
+            keep_quantized=args.keep_quantized, progress=progress if hashing else None,
         )  # fmt: skip
     if args.json:
         print(report.model_dump_json(indent=2))
