@@ -7,8 +7,8 @@ For users: :func:`load_state_dict`, :func:`compose` and :func:`verify`. For form
 
 from __future__ import annotations
 
-from flexq.check.api import verify
-from flexq.check.report import VerifyReport
+from typing import TYPE_CHECKING, Any
+
 from flexq.compose import ComposedTransform, LogicalEntry, compose
 from flexq.errors import (
     CheckpointError,
@@ -27,7 +27,25 @@ from flexq.plan import LogicalTensor, ReadPlan, SourceSlice, TargetSlice, block_
 from flexq.plugin.manager import FormatInfo, list_formats, register_format, unregister_format
 from flexq.plugin.spec import hookimpl
 
+if TYPE_CHECKING:
+    from flexq.check.api import verify
+    from flexq.check.report import VerifyReport
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # verify's report is a pydantic model: imported on first use, so `import flexq`
+    # (every load) does not pay for pydantic.
+    if name == "verify":
+        from flexq.check.api import verify
+
+        return verify
+    if name == "VerifyReport":
+        from flexq.check.report import VerifyReport
+
+        return VerifyReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Checkpoint",
