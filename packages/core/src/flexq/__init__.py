@@ -47,6 +47,7 @@ def __getattr__(name: str) -> Any:
         return VerifyReport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "Checkpoint",
     "CheckpointError",
