@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 import flexq
+from flexq.compose import compose
 from flexq.errors import CheckpointError
-from flexq.load import api as load_api
 
 from .reliability import surgery
 from .test_reliability import bits, make_targets, snapshot
@@ -65,14 +65,14 @@ def test_a_shard_changed_after_compose_is_an_error_and_changes_nothing(
 ) -> None:
     ckpt = surgery.fp8(tmp_path / "ckpt", sharded=True)
     damage, detail = CASES[case]
-    real = load_api.compose  # type: ignore[attr-defined]
 
     def compose_then_change(*args: Any, **kwargs: Any) -> Any:
-        ct = real(*args, **kwargs)
+        ct = compose(*args, **kwargs)
         damage(ckpt)  # between the header reads and the first data read
         return ct
 
-    monkeypatch.setattr(load_api, "compose", compose_then_change)
+    # load_state_dict composes through flexq.load.agree
+    monkeypatch.setattr("flexq.load.agree.compose", compose_then_change)
     targets = make_targets(ckpt)
     before = bits(targets)
     with pytest.raises(CheckpointError) as err:

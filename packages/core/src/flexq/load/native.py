@@ -46,13 +46,12 @@ def declared_dtypes(ct: ComposedTransform, pieces: list[Piece]) -> dict[str, str
 def check_before_writing(ct: ComposedTransform, pieces: list[Piece]) -> None:
     """Run every piece's declared checks (scales, ``ReadPlan.checks``) before Paddle's
     loader writes anything, as flexq's own engines do: their boxes are small (scales,
-    g_idx, code books) and read straight from this rank's mapped files."""
+    g_idx, code books) and read straight from this rank's files."""
     read = ct.checkpoint.read
     for p in pieces:
         plan = p.plan
-        boxes = {k: read(k, *plan.source_slices[k], copy=False) for k in plan.checked}
+        boxes = {k: read(k, *plan.source_slices[k]) for k in plan.checked}
         ct.check_plan(p.logical_key, plan, boxes)
-    ct.checkpoint.unmap_pages()
 
 
 def load(
