@@ -360,3 +360,24 @@ def test_with_keep_quantized_a_split_that_cuts_fp8_blocks_is_a_problem(
     assert "problem (layout)" in out
     code, _, _ = run(["verify", str(ckpt), "--tp", "2"], capsys)
     assert code == 0
+
+
+def test_a_failing_hash_stops_the_other_threads_at_their_next_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flexq.check import hashes
+
+    snap = sharded_snapshot(tmp_path)
+    monkeypatch.setattr(hashes, "CHUNK", 64)
+    blobs = [p for p in (snap.parent.parent / "blobs").iterdir() if p.stat().st_size > 1024]
+    chunks = sum(-(-p.stat().st_size // 64) for p in blobs)
+    calls: list[int] = []
+
+    def interrupted(n: int) -> None:
+        calls.append(n)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        flexq.verify(snap, sha256=True, progress=interrupted)
+    assert len(calls) < chunks // 2  # nowhere near every chunk of the shards was read

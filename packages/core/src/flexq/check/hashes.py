@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from flexq.check.report import Problem
@@ -30,12 +31,16 @@ BLOB = re.compile(r"[0-9a-f]{64}")
 MANIFEST_VERSION = 1
 
 
-def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+def sha256_file(
+    path: Path,
+    progress: Callable[[int], None] | None = None,
+    stop: threading.Event | None = None,
+) -> str:
     """The hex sha256 of the file at ``path``, read in chunks (``progress`` gets each
-    chunk's byte count)."""
+    chunk's byte count; a set ``stop`` ends the read early, with an unusable digest)."""
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as fh:
-        while chunk := fh.read(CHUNK):
+        while (stop is None or not stop.is_set()) and (chunk := fh.read(CHUNK)):
             digest.update(chunk)
             if progress is not None:
                 progress(len(chunk))
@@ -48,9 +53,19 @@ def _files(files: Files) -> dict[str, Path]:
 
 
 def _hash_all(paths: dict[str, Path], progress: Callable[[int], None] | None) -> dict[str, str]:
+    stop = threading.Event()
     with ThreadPoolExecutor(max_workers=min(THREADS, max(1, len(paths)))) as pool:
-        futures = {name: pool.submit(sha256_file, p, progress) for name, p in paths.items()}
-        return {name: f.result() for name, f in futures.items()}
+        futures = {name: pool.submit(sha256_file, p, progress, stop) for name, p in paths.items()}
+        try:
+            # Wait for the first failure, not in order: one bad file stops them all.
+            wait(futures.values(), return_when=FIRST_EXCEPTION)
+            return {name: f.result() for name, f in futures.items()}
+        except BaseException:
+            # An interrupt (or a read error) ends every hash at its next chunk, not at
+            # the end of a multi-GB file.
+            stop.set()
+            pool.shutdown(cancel_futures=True)
+            raise
 
 
 def check_blobs(
