@@ -103,7 +103,9 @@ def write_manifest(
 ) -> int:
     """Record the sha256 of every file of the checkpoint in ``manifest`` (outside it):
     the bytes hashed."""
-    if manifest.resolve().parent == files.root:
+    where = manifest.resolve()
+    tree = files.link_root  # a cache snapshot's models--* tree is the download's too
+    if where.parent == files.root or (tree is not None and tree in where.parents):
         raise CheckpointError(
             f"{manifest}: flexq never writes into the checkpoint directory; put the "
             f"manifest elsewhere"
