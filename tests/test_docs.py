@@ -25,7 +25,7 @@ def test_cli_reference_covers_every_subcommand() -> None:
     sub = next(a for a in parser._actions if a.dest == "command")
     commands = set(sub.choices)  # type: ignore[arg-type]
     text = (ROOT / "docs" / "cli.md").read_text()
-    assert commands == {"list-formats", "inspect", "convert", "demo"}
+    assert commands == {"list-formats", "inspect", "convert", "demo", "verify"}
     for command in commands:
         assert f"## `flexq {command}" in text
 

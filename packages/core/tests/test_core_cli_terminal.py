@@ -22,7 +22,7 @@ from flexq.cli.main import build_parser
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
-COMMANDS = ("list-formats", "inspect", "convert", "demo")
+COMMANDS = ("list-formats", "inspect", "convert", "demo", "verify")
 
 
 def on_terminal(*args: str, **env: str) -> tuple[int, str]:

@@ -1,11 +1,13 @@
 """flexq: load quantized safetensors checkpoints into PaddlePaddle through FlexCheckpoint.
 
-For users: :func:`load_state_dict` and :func:`compose`. For format authors:
+For users: :func:`load_state_dict`, :func:`compose` and :func:`verify`. For format authors:
 :data:`hookimpl`, :class:`LogicalTensor`, :class:`ReadPlan`, :class:`TargetSlice`,
 :class:`Checkpoint` and :mod:`flexq.formatkit`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from flexq.compose import ComposedTransform, LogicalEntry, compose
 from flexq.errors import (
@@ -25,7 +27,26 @@ from flexq.plan import LogicalTensor, ReadPlan, SourceSlice, TargetSlice, block_
 from flexq.plugin.manager import FormatInfo, list_formats, register_format, unregister_format
 from flexq.plugin.spec import hookimpl
 
+if TYPE_CHECKING:
+    from flexq.check.api import verify
+    from flexq.check.report import VerifyReport
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # verify's report is a pydantic model: imported on first use, so `import flexq`
+    # (every load) does not pay for pydantic.
+    if name == "verify":
+        from flexq.check.api import verify
+
+        return verify
+    if name == "VerifyReport":
+        from flexq.check.report import VerifyReport
+
+        return VerifyReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Checkpoint",
@@ -45,6 +66,7 @@ __all__ = [
     "TargetError",
     "TargetSlice",
     "TensorInfo",
+    "VerifyReport",
     "block_cover",
     "compose",
     "hookimpl",
@@ -53,4 +75,5 @@ __all__ = [
     "register_format",
     "save_checkpoint",
     "unregister_format",
+    "verify",
 ]

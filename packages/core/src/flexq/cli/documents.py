@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
+from flexq.check.report import VerifyReport
 from flexq.plugin import passthrough
 from flexq.plugin.known import config_methods
 
@@ -77,7 +78,11 @@ class FormatList(RootModel[list[FormatRow]]):
 
 
 #: document name -> model (docs/schema/<name>.json).
-DOCUMENTS: dict[str, type[BaseModel]] = {"inspect": InspectDocument, "list-formats": FormatList}
+DOCUMENTS: dict[str, type[BaseModel]] = {
+    "inspect": InspectDocument,
+    "list-formats": FormatList,
+    "verify": VerifyReport,
+}
 
 
 def json_schema(name: str) -> str:

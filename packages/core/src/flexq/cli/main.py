@@ -29,6 +29,8 @@ from flexq.cli.documents import (
     unclaimed,
     unclaimed_methods,
 )
+from flexq.cli.verify import _verify as verify_command
+from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.interrupts import uninterrupted
@@ -390,6 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replace a DST that an earlier flexq convert wrote",
     )
+    composing(p)
+
+    p = command(verify_command)
+    verify_arguments(p)
     composing(p)
 
     p = command(_demo)

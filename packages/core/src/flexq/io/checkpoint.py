@@ -33,7 +33,7 @@ from flexq.io.pages import PAGE, PageSet
 from flexq.plan import box_inside
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Collection, Iterable, Iterator, Sequence
     from pathlib import Path
     from types import TracebackType
 
@@ -49,18 +49,20 @@ class Checkpoint:
 
     :param path: the checkpoint directory, a Hugging Face cache snapshot, or a
         hub repo id ``org/name[@revision]`` (see :mod:`flexq.io.hub`).
+    :param skip: data files to leave out (for :func:`flexq.verify`, which reports
+        missing and damaged shards and still checks the others).
     :raises CheckpointError: when the directory, an index, a header or
         config.json is malformed or points outside the directory (a cache
         snapshot's files may point into its own ``models--*`` tree).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, skip: Collection[str] = ()) -> None:
         located = locate(path)
         self.path = located.path
         self.config: dict[str, Any] = located.read_json(CONFIG_NAME)
         # Older AutoAWQ checkpoints keep their settings beside config.json.
         self._quant_file = located.read_json(QUANT_CONFIG_NAME)
-        files = located.data_files()
+        files = located.data_files(skip)
         #: data file name -> the file, open from here to :meth:`close`
         self._data: dict[str, DataFile] = {}
         try:

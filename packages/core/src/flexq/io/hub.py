@@ -24,10 +24,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexq.errors import CheckpointError
 from flexq.io.jsonobj import read_json_file
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 #: ``org/name`` with an optional ``@revision`` (branch, tag or commit).
 REPO_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
@@ -96,9 +99,10 @@ class Files:
         except OSError as exc:
             raise CheckpointError(f"{self.path / name}: cannot be read ({exc})") from None
 
-    def data_files(self) -> dict[str, tuple[Path, set[str] | None]]:
+    def data_files(self, skip: Collection[str] = ()) -> dict[str, tuple[Path, set[str] | None]]:
         """Data file name -> (its checked path, the keys the index assigns to it, or
-        None without an index)."""
+        None without an index), leaving out the files named in ``skip`` (the ones
+        :func:`flexq.verify` already reported as missing or damaged)."""
         indexes = sorted(p.name for p in self.path.glob(f"*{INDEX_SUFFIX}"))
         if PREFERRED_INDEX in indexes:
             indexes = [PREFERRED_INDEX]
@@ -108,7 +112,7 @@ class Files:
             names = sorted(p.name for p in self.path.glob("*.safetensors"))
             if not names:
                 raise CheckpointError(f"{self.path}: no *.safetensors files")
-            return {name: (self.safe_path(name), None) for name in names}
+            return {name: (self.safe_path(name), None) for name in names if name not in skip}
         index = self.path / indexes[0]
         weight_map = self._json(indexes[0], "an index with a weight_map").get("weight_map")
         if not isinstance(weight_map, dict):
@@ -119,6 +123,8 @@ class Files:
                 raise CheckpointError(
                     f"{index}: weight_map puts {key!r} in {name!r}, not in one file name"
                 )
+            if name in skip:
+                continue
             if name not in files:
                 files[name] = (self.safe_path(name), set())
             keys = files[name][1]

@@ -1,0 +1,198 @@
+"""``flexq.verify(path, ...)``: whether a checkpoint is whole and loadable, before a load.
+
+For users about to start a long load and for ``flexq verify``. The default reads
+headers, configs and the small scale components only, never the weights, and
+reports every problem it finds (a missing shard does not stop the checks of the
+others). Options add layout (``tp`` / ``ep``), whole-file hashes (``sha256``) and
+decoded samples (``deep``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from flexq.check.files import survey
+from flexq.check.hashes import check_blobs, check_manifest, write_manifest
+from flexq.check.report import DeepRow, FormatSummary, Memory, Problem, VerifyReport
+from flexq.check.scales import CORRUPT, check_scales
+from flexq.check.splits import check_splits
+from flexq.compose import ComposedTransform, compose
+from flexq.errors import FlexqError
+from flexq.io.checkpoint import Checkpoint
+from flexq.io.hub import locate
+from flexq.plugin.manager import registry
+from flexq.testing import decode_box
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable
+
+#: Rows of the first block band --deep decodes of each quantized tensor.
+DEEP_ROWS = 128
+
+
+def verify(
+    path: str | os.PathLike[str],
+    *,
+    tp: int | None = None,
+    ep: int | None = None,
+    formats: list[str] | None = None,
+    sha256: bool = False,
+    manifest: str | os.PathLike[str] | None = None,
+    write_manifest_to: str | os.PathLike[str] | None = None,
+    deep: bool = False,
+    allow_unclaimed: bool = False,
+    keep_quantized: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Check the checkpoint at ``path`` (directory, cache snapshot or repo id).
+
+    :param tp: report how quantized weights split ``tp`` ways (column and row).
+    :param ep: report how expert tensors ``[E, ...]`` split ``ep`` ways.
+    :param sha256: re-hash every LFS blob of a cache snapshot against its name.
+    :param manifest: check every file against this manifest (plain directories).
+    :param write_manifest_to: record the files' sha256 in this file (outside the checkpoint).
+    :param deep: decode the first rows of every quantized tensor to float32.
+    :param keep_quantized: the load will keep weights quantized, so a ``tp`` / ``ep``
+        split that cuts a block is a problem (it is information otherwise).
+    :param progress: called with each hashed chunk's byte count.
+    :raises FlexqError: when ``path`` is no checkpoint at all, or ``formats`` names an
+        unknown format (the CLI's exit 2); everything else is a problem in the report.
+    """
+    asked = registry.active(formats)  # an unknown format is a usage error
+    files = locate(path)
+    found = survey(files)
+    problems = list(found.problems)
+    hashed = 0
+    if sha256:
+        n, bad = check_blobs(files, progress)
+        hashed += n
+        problems += bad
+    if manifest is not None:
+        n, bad = check_manifest(files, Path(manifest), progress)
+        hashed += n
+        problems += bad
+    if write_manifest_to is not None:
+        hashed += write_manifest(files, Path(write_manifest_to), progress)
+    with Checkpoint(files.path, skip=found.skip) as ckpt:
+        try:
+            ct = compose(ckpt, formats, strict=False, allow_unclaimed=allow_unclaimed)
+        except FlexqError as exc:
+            problems.append(Problem(kind="coverage", message=str(exc), fix=_fix(str(exc))))
+            return VerifyReport(
+                path=str(files.path), formats=list(asked), shards=found.shards, summary=[],
+                memory=Memory(bfloat16=0, float32=0, keep_quantized=0), scales=[], splits=[],
+                deep=[], hashed_bytes=hashed, bytes_read=ckpt.bytes_read, problems=problems,
+            )  # fmt: skip
+        problems += [Problem(kind="coverage", message=p, fix=_fix(p)) for p in ct.problems]
+        scales, bad_scales = check_scales(ct)
+        problems += bad_scales
+        splits = check_splits(ct, tp, ep) if tp or ep else []
+        if keep_quantized:
+            problems += [
+                Problem(
+                    kind="layout",
+                    message=f"{s.tensor!r} (format {s.format!r}): a {s.ways}-way {s.split} "
+                    f"split does not fall on block boundaries: {s.why}",
+                    fix="load it dequantized (not keep-quantized), or choose a degree that "
+                    "divides the tensor into whole blocks",
+                )
+                for s in splits
+                if not s.aligned
+            ]
+        samples, bad_samples = _deep(ct) if deep else ([], [])
+        problems += bad_samples
+        return VerifyReport(
+            path=str(files.path),
+            formats=ct.formats,
+            shards=found.shards,
+            summary=_summary(ct),
+            memory=_memory(ct),
+            scales=scales,
+            splits=splits,
+            deep=samples,
+            hashed_bytes=hashed,
+            bytes_read=ckpt.bytes_read,
+            problems=problems,
+        )
+
+
+def _fix(problem: str) -> str:
+    """What to do about one of compose's problems."""
+    if "install " in problem or "allow_unclaimed" in problem:
+        return "install the format package the message names (or load with --allow-unclaimed)"
+    return (
+        "the config and the tensors disagree or a component is missing: download the "
+        "checkpoint again; if it is as published, report it to its producer"
+    )
+
+
+def _stored(ct: ComposedTransform, key: str) -> int:
+    return sum(ct.checkpoint.info(s).nbytes for s in ct.entries[key].sources)
+
+
+def _summary(ct: ComposedTransform) -> list[FormatSummary]:
+    rows: dict[str, tuple[int, int]] = {}
+    for key, entry in ct.entries.items():
+        n, b = rows.get(entry.owner, (0, 0))
+        rows[entry.owner] = (n + 1, b + _stored(ct, key))
+    return [
+        FormatSummary(format=f, tensors=n, stored_bytes=b) for f, (n, b) in sorted(rows.items())
+    ]
+
+
+def _memory(ct: ComposedTransform) -> Memory:
+    elements = sum(math.prod(e.shape) for e in ct.entries.values())
+    return Memory(
+        bfloat16=2 * elements,
+        float32=4 * elements,
+        keep_quantized=sum(_stored(ct, k) for k in ct.entries),
+    )
+
+
+def _deep(ct: ComposedTransform) -> tuple[list[DeepRow], list[Problem]]:
+    """Decode the first rows (the first expert of ``[E, ...]``) of every quantized tensor
+    through its format's plan, checks and decode, as a load does, into float32."""
+    rows: list[DeepRow] = []
+    problems: list[Problem] = []
+    for key, entry in sorted(ct.entries.items()):
+        if entry.is_passthrough or not entry.shape:
+            continue
+        first = 1 if len(entry.shape) == 3 else min(entry.shape[0], DEEP_ROWS)
+        shape = (first, *entry.shape[1:])
+        offset = (0,) * len(shape)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # non-finite scales are counted already
+                values = np.asarray(decode_box(ct, key, offset, shape, "float32"))
+        except FlexqError as exc:
+            problems.append(Problem(kind="deep", message=str(exc), fix=CORRUPT))
+            continue
+        finite = values[np.isfinite(values)]
+        bad = int(values.size - finite.size)
+        rows.append(
+            DeepRow(
+                tensor=key,
+                format=entry.owner,
+                box=[list(offset), list(shape)],
+                values=int(values.size),
+                nonfinite=bad,
+                min=float(finite.min()) if finite.size else None,
+                max=float(finite.max()) if finite.size else None,
+            )
+        )
+        if bad:
+            problems.append(
+                Problem(
+                    kind="deep",
+                    message=f"{key!r} (format {entry.owner!r}): {bad} of {values.size} decoded "
+                    f"values in {[list(offset), list(shape)]} are not finite",
+                    fix=CORRUPT,
+                )
+            )
+    return rows, problems
