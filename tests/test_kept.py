@@ -49,7 +49,8 @@ def stored(path: Path, key: str) -> np.ndarray:
 
 
 def as_bytes(t: Any) -> np.ndarray:
-    return t.view(paddle.uint8).numpy()
+    out: np.ndarray = t.view(paddle.uint8).numpy()
+    return out
 
 
 def fp8_zeros(shape: list[int]) -> Any:
@@ -202,7 +203,9 @@ def test_parts_of_the_wrong_dtype_or_shape_are_refused_naming_what_is_expected(
 ) -> None:
     path = checkpoint(tmp_path)
     wrong_values = flexq.QuantizedTarget(paddle.zeros(list(SHAPE)), paddle.zeros([3, 3]))
-    with pytest.raises(flexq.TargetError, match=r"values must be float8_e4m3fn of shape \[96, 80\]"):
+    with pytest.raises(
+        flexq.TargetError, match=r"values must be float8_e4m3fn of shape \[96, 80\]"
+    ):
         flexq.load_state_dict({KEY: wrong_values}, path)
     wrong_scales = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([96, 1]))
     with pytest.raises(flexq.TargetError, match=r"scales must be the grid \[3, 3\] of block"):

@@ -26,7 +26,7 @@ from flexq.load.targets import Target, describe
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
 
-#: safetensors scale dtypes that widen to float32 exactly, and how their stored bits do it.
+#: safetensors scale dtypes that widen to float32 exactly (:func:`_widen`).
 _EXACT_SCALES = ("F32", "BF16", "F16")
 
 
@@ -134,8 +134,7 @@ def _checkpoint_block(
     declared = ct.checkpoint.quantization_config.get("weight_block_size")
     if isinstance(declared, list) and len(declared) == 2:
         block = (*lead, int(declared[0]), int(declared[1]))
-        grid = tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
-        if grid == scale_shape:
+        if _grid(shape, block) == scale_shape:
             return block, False
     raise TargetError(
         f"kept target {key!r}: scale {scale_key!r} {list(scale_shape)} is no per-tensor, "
@@ -182,9 +181,12 @@ def _check_aligned(
             )
 
 
-def _grid_box(
-    values: Target, block: tuple[int, ...]
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _grid(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
+    """The scale grid of ``block`` over ``shape`` (a partial last block counts)."""
+    return tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
+
+
+def _grid_box(values: Target, block: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The offset and shape, in the scale grid of ``block``, of the blocks covering the shard."""
     start = tuple(o // b for o, b in zip(values.offset, block, strict=True))
     end = tuple(
@@ -208,7 +210,7 @@ def _check_scale_box(
                 f"(or block=(bn, bk) to broadcast it), not {list(scales.global_shape)}"
             )
         return
-    grid = tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
+    grid = _grid(shape, block)
     offset, local = _grid_box(values, block)
     if (scales.global_shape, scales.offset, scales.local_shape) != (grid, offset, local):
         raise TargetError(
@@ -243,7 +245,7 @@ def _read_scales(ct: ComposedTransform, p: KeptPiece) -> np.ndarray:
         raw = ct.checkpoint.read(p.scale_key)
     else:
         offset, local = _grid_box(p.values, p.block)
-        if stored != tuple(ceil_div(s, b) for s, b in zip(p.values.global_shape, p.block, strict=True)):
+        if stored != _grid(p.values.global_shape, p.block):
             # per-channel stored as (out,): the covering box minus its last dim.
             raw = ct.checkpoint.read(p.scale_key, offset[: len(stored)], local[: len(stored)])
             raw = raw.reshape(local)
