@@ -4,6 +4,9 @@ misaligned shard is refused before any read."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +216,50 @@ def test_parts_of_the_wrong_dtype_or_shape_are_refused_naming_what_is_expected(
     norm = flexq.QuantizedTarget(fp8_zeros([80]), paddle.zeros([1]))
     with pytest.raises(flexq.TargetError, match=r"F8_E4M3 weight"):
         flexq.load_state_dict({NORM: norm}, path)
+
+
+@pytest.mark.multirank
+def test_two_launched_ranks_each_get_their_block_aligned_rows_and_read_only_them(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(3)
+    path = save_fp8_checkpoint(
+        tmp_path / "fp8",
+        {KEY: rng.standard_normal((128, 80)).astype(np.float32)},
+        layout="block",
+        block_size=(32, 32),
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paddle.distributed.launch",
+            "--nproc_per_node",
+            "2",
+            "--log_dir",
+            str(tmp_path / "log"),
+            str(Path(__file__).parent / "multirank" / "worker_kept.py"),
+            str(path),
+            str(out),
+            KEY,
+            "128",
+            "80",
+            "32",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "log").glob("*")) if p.is_file())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-5000:]
+    values, scales = stored(path, KEY), stored(path, KEY + "_scale_inv")
+    for rank in range(2):
+        got = np.load(out / f"rank{rank}.npz")
+        assert np.array_equal(got["values"], values[64 * rank : 64 * (rank + 1)])
+        assert np.array_equal(got["scales"], scales[2 * rank : 2 * (rank + 1)])
+        assert int(got["bytes_read"]) == 64 * 80 + 2 * 3 * 4
