@@ -22,6 +22,7 @@ from flexq.io.checkpoint import Checkpoint
 from flexq.io.header import TensorInfo
 from flexq.io.writer import RawTensor, save_checkpoint
 from flexq.load.api import load_state_dict
+from flexq.load.kept import QuantizedTarget
 from flexq.load.report import LoadReport
 from flexq.plan import LogicalTensor, ReadPlan, SourceSlice, TargetSlice, block_cover
 from flexq.plugin.manager import FormatInfo, list_formats, register_format, unregister_format
@@ -59,6 +60,7 @@ __all__ = [
     "LogicalEntry",
     "LogicalTensor",
     "PluginError",
+    "QuantizedTarget",
     "RawTensor",
     "ReadPlan",
     "ScaleWarning",

@@ -174,4 +174,39 @@ def formats_page(rows: list[FormatInfo]) -> str:
             continue
         methods = ", ".join(f"`{m}`" for m in r.methods) or "(tensors only)"
         lines.append(f"| `{r.name}` | `{r.distribution}` | {methods} | {r.description} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *KEPT_FORMS]) + "\n"
+
+
+#: The kept forms section of docs/formats.md (what :mod:`flexq.load.kept` loads).
+KEPT_FORMS = [
+    "",
+    "## Kept forms",
+    "",
+    "A `flexq.QuantizedTarget(values, scales, global_scale=None, block=None)` in",
+    "`flexq.load_state_dict`'s state dict, keyed by a logical name, receives that",
+    "tensor as the checkpoint stores it instead of dequantized: the values byte for",
+    "byte, the scales converted only where exact. Its parts may each be a plain",
+    "tensor, a dist tensor or a ShardedWeight (a rank's box). Kept keys are not",
+    "renamed by `aoa_config`; ordinary targets in the same call load as always.",
+    "",
+    "| form | `values` | `scales` | value |",
+    "|---|---|---|---|",
+    "| FP8 E4M3, per tensor | float8_e4m3fn `[..., N, K]` | float32 `[]` or `[1]` "
+    "| values * scale |",
+    "| FP8 E4M3, per channel | float8_e4m3fn `[..., N, K]` | float32 `[..., N, 1]` "
+    "| values * scale of the row |",
+    "| FP8 E4M3, block `(bn, bk)` | float8_e4m3fn `[..., N, K]` "
+    "| float32 `[..., ceil(N/bn), ceil(K/bk)]` | values * scale of the block |",
+    "",
+    "The block is the checkpoint's own; `block=(bn, bk)` only broadcasts a",
+    "per-tensor checkpoint scale into a block grid (a per-tensor scale also",
+    "broadcasts exactly into `[..., N, 1]`). F32 scales are copied, BF16 and F16",
+    "scales widened to float32 (exact); any other conversion is a `TargetError`.",
+    "A values shard must start on a block boundary along N and K and end on one or",
+    "at the tensor's end (vLLM's `validate_fp8_block_shape` rule), and its scales",
+    "part must hold exactly the blocks covering it; otherwise the load is refused",
+    "with a `TargetError` naming the tensor, the shard's offset and the block,",
+    "before anything is read. An aligned shard reads only its values box and the",
+    "scale blocks covering it. Not yet kept: MXFP4, NVFP4 and INT4 forms, E8M0",
+    "(ue8m0) scale targets, AOA renames and fuses of kept pairs.",
+]

@@ -7,11 +7,14 @@ checkpoint and runs the engine that suits the situation
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from flexq.load import kept
 from flexq.load.agree import compose_on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, choose
 from flexq.load.report import LoadOptions, LoadReport
+from flexq.load.targets import flatten
 
 if TYPE_CHECKING:
     import os
@@ -34,7 +37,9 @@ def load_state_dict(
 ) -> LoadReport:
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
 
-    :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts).
+    :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts),
+        and :class:`flexq.QuantizedTarget` for logical keys loaded as they are stored
+        (kept forms, :mod:`flexq.load.kept`; not renamed by ``aoa_config``).
         Parameters without storage (created under ``paddle.LazyGuard``) are
         allocated once every check has passed, then filled.
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.
@@ -79,6 +84,23 @@ def load_state_dict(
         aoa_config, max_inflight_bytes, atomic, process_group, offload, flexcheckpoint_options
     )
     try:
-        return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
+        kept_targets, rest = kept.split(flatten(state_dict))
+        if not kept_targets:
+            return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
+        # Kept targets are checked and read first, and written only once the ordinary
+        # targets have loaded: a failure anywhere leaves the kept targets as they were.
+        pieces = kept.plan(ct, kept_targets)
+        before = ct.checkpoint.bytes_read
+        reads = kept.read(ct, pieces)
+        kept_bytes = ct.checkpoint.bytes_read - before
+        report = (
+            choose(engine, ct, rest, options).load(ct, rest, options)
+            if rest
+            else LoadReport("kept", 0, 0, 0, 0)
+        )
+        kept.write(reads)
+        return replace(
+            report, pieces=report.pieces + len(reads), bytes_read=report.bytes_read + kept_bytes
+        )
     finally:
         ct.checkpoint.close()  # the load's own compose: its files go with it

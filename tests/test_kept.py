@@ -1,0 +1,265 @@
+"""Keep-quantized FP8 loads (issue 26, FP8 slice): ``flexq.QuantizedTarget`` receives the
+checkpoint's own F8 bytes and exact scales, whole or as block-aligned shards, and a
+misaligned shard is refused before any read."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paddle
+import pytest
+from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+import flexq
+from flexq import RawTensor
+from flexq.io.checkpoint import Checkpoint
+from flexq_fp8 import save_fp8_checkpoint
+
+KEY = "model.layers.0.mlp.up_proj.weight"
+OTHER = "model.layers.0.mlp.down_proj.weight"
+NORM = "model.norm.weight"
+SHAPE = (96, 80)  # 32x32 blocks: a partial last block along K (80 = 2*32 + 16)
+
+
+def checkpoint(
+    tmp_path: Path, layout: str = "block", scale_dtype: str = "F32", name: str = "fp8"
+) -> Path:
+    """An FP8 checkpoint written by the fp8 format's own encoder, with a plain norm beside it."""
+    rng = np.random.default_rng(7)
+    weights = {
+        KEY: rng.standard_normal(SHAPE).astype(np.float32),
+        OTHER: rng.standard_normal((80, 96)).astype(np.float32),
+    }
+    norm = RawTensor("F32", rng.standard_normal(80).astype(np.float32))
+    return save_fp8_checkpoint(
+        tmp_path / name,
+        weights,
+        layout=layout,  # type: ignore[arg-type]
+        block_size=(32, 32) if layout == "block" else None,
+        scale_dtype=scale_dtype,  # type: ignore[arg-type]
+        others={NORM: norm},
+    )
+
+
+def stored(path: Path, key: str) -> np.ndarray:
+    with Checkpoint(path) as ckpt:
+        return ckpt.read(key)
+
+
+def as_bytes(t: Any) -> np.ndarray:
+    out: np.ndarray = t.view(paddle.uint8).numpy()
+    return out
+
+
+def fp8_zeros(shape: list[int]) -> Any:
+    return paddle.zeros(shape, "float32").astype(paddle.float8_e4m3fn)
+
+
+def test_a_whole_kept_target_gets_the_checkpoint_bytes_and_scales(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path)
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    report = flexq.load_state_dict({KEY: qt}, path)
+    assert np.array_equal(as_bytes(qt.values), stored(path, KEY))
+    assert np.array_equal(qt.scales.numpy(), stored(path, KEY + "_scale_inv"))
+    assert report.bytes_read == 96 * 80 + 9 * 4
+
+
+def test_dequantizing_the_kept_form_equals_the_dequantized_load_bit_for_bit(
+    tmp_path: Path,
+) -> None:
+    path = checkpoint(tmp_path)
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    plain = paddle.zeros(list(SHAPE), "float32")
+    flexq.load_state_dict({KEY: qt}, path)
+    flexq.load_state_dict({KEY: plain}, path)
+    values = qt.values.astype("float32").numpy()
+    scale = np.repeat(np.repeat(qt.scales.numpy(), 32, 0), 32, 1)[: SHAPE[0], : SHAPE[1]]
+    assert np.array_equal((values * scale).view(np.uint32), plain.numpy().view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    ("offset", "local", "scale_offset", "scale_local"),
+    [
+        ((32, 0), (64, 80), (1, 0), (2, 3)),  # Shard(0) of 3 ranks' rows, the last two
+        ((0, 64), (96, 16), (0, 2), (3, 1)),  # Shard(1): the partial last block column
+        ((0, 32), (96, 32), (0, 1), (3, 1)),
+    ],
+)
+def test_a_block_aligned_shard_gets_its_slice_and_reads_only_its_blocks(
+    tmp_path: Path,
+    offset: tuple[int, int],
+    local: tuple[int, int],
+    scale_offset: tuple[int, int],
+    scale_local: tuple[int, int],
+) -> None:
+    path = checkpoint(tmp_path)
+    values = fp8_zeros(list(local))
+    scales = paddle.zeros(list(scale_local))
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(KEY, values, local, SHAPE, offset),
+        ShardedWeight(KEY + "_scale_inv", scales, scale_local, (3, 3), scale_offset),
+    )
+    report = flexq.load_state_dict({KEY: qt}, path)
+    box = tuple(slice(o, o + n) for o, n in zip(offset, local, strict=True))
+    sbox = tuple(slice(o, o + n) for o, n in zip(scale_offset, scale_local, strict=True))
+    assert np.array_equal(as_bytes(values), stored(path, KEY)[box])
+    assert np.array_equal(scales.numpy(), stored(path, KEY + "_scale_inv")[sbox])
+    assert report.bytes_read == int(np.prod(local)) + 4 * int(np.prod(scale_local))
+
+
+@pytest.mark.parametrize(
+    ("offset", "local"), [((16, 0), (48, 80)), ((0, 0), (48, 80)), ((0, 40), (96, 40))]
+)
+def test_a_shard_that_cuts_a_block_is_refused_before_any_read(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    offset: tuple[int, int],
+    local: tuple[int, int],
+) -> None:
+    path = checkpoint(tmp_path)
+    reads: list[str] = []
+    real = Checkpoint.read
+
+    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
+        reads.append(key)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "read", counted)
+    values = paddle.full(list(local), 3.0).astype(paddle.float8_e4m3fn)
+    scales = paddle.full([2, 2], 5.0)
+    norm = paddle.full([80], 9.0)
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(KEY, values, local, SHAPE, offset),
+        ShardedWeight(KEY + "_scale_inv", scales, (2, 2), (3, 3), (0, 0)),
+    )
+    with pytest.raises(flexq.TargetError, match=r"offset \[.*\].*cuts the checkpoint's block"):
+        flexq.load_state_dict({KEY: qt, NORM: norm}, path)
+    assert reads == []
+    assert (values.astype("float32").numpy() == 3.0).all()
+    assert (scales.numpy() == 5.0).all()
+    assert (norm.numpy() == 9.0).all()
+
+
+def test_kept_targets_load_beside_dequantized_targets_and_norms_in_one_call(
+    tmp_path: Path,
+) -> None:
+    path = checkpoint(tmp_path)
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    other = paddle.zeros([80, 96], "float32")
+    norm = paddle.zeros([80], "float32")
+    flexq.load_state_dict({KEY: qt, OTHER: other, NORM: norm}, path)
+    alone = paddle.zeros([80, 96], "float32")
+    flexq.load_state_dict({OTHER: alone}, path)
+    assert np.array_equal(as_bytes(qt.values), stored(path, KEY))
+    assert np.array_equal(other.numpy(), alone.numpy())
+    assert np.array_equal(norm.numpy(), stored(path, NORM))
+
+
+@pytest.mark.parametrize("scale_dtype", ["BF16", "F16"])
+def test_half_precision_scales_widen_to_float32_exactly(tmp_path: Path, scale_dtype: str) -> None:
+    path = checkpoint(tmp_path, scale_dtype=scale_dtype)
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    plain = paddle.zeros(list(SHAPE), "float32")
+    flexq.load_state_dict({KEY: qt}, path)
+    flexq.load_state_dict({KEY: plain}, path)
+    raw = stored(path, KEY + "_scale_inv")
+    want = (
+        (raw.astype(np.uint32) << 16).view(np.float32)
+        if scale_dtype == "BF16"
+        else raw.astype(np.float32)
+    )
+    assert np.array_equal(qt.scales.numpy(), want)
+    scale = np.repeat(np.repeat(want, 32, 0), 32, 1)[: SHAPE[0], : SHAPE[1]]
+    values = qt.values.astype("float32").numpy()
+    assert np.array_equal(values * scale, plain.numpy())
+
+
+def test_a_per_tensor_scale_broadcasts_into_a_block_grid_only_with_block(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, layout="tensor")
+    scale = float(stored(path, KEY + "_scale").reshape(()))
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]), block=(32, 32))
+    flexq.load_state_dict({KEY: qt}, path)
+    assert (qt.scales.numpy() == scale).all()
+    assert np.array_equal(as_bytes(qt.values), stored(path, KEY))
+    bare = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    with pytest.raises(flexq.TargetError, match=r"per-tensor scale needs scales of shape"):
+        flexq.load_state_dict({KEY: bare}, path)
+    one = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([1]))
+    flexq.load_state_dict({KEY: one}, path)
+    assert one.scales.numpy().tolist() == [scale]
+
+
+def test_a_per_channel_checkpoint_keeps_its_channel_scales(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, layout="channel")
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([96, 1]))
+    flexq.load_state_dict({KEY: qt}, path)
+    assert np.array_equal(qt.scales.numpy().reshape(-1), stored(path, KEY + "_scale").reshape(-1))
+
+
+def test_parts_of_the_wrong_dtype_or_shape_are_refused_naming_what_is_expected(
+    tmp_path: Path,
+) -> None:
+    path = checkpoint(tmp_path)
+    wrong_values = flexq.QuantizedTarget(paddle.zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    with pytest.raises(
+        flexq.TargetError, match=r"values must be float8_e4m3fn of shape \[96, 80\]"
+    ):
+        flexq.load_state_dict({KEY: wrong_values}, path)
+    wrong_scales = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([96, 1]))
+    with pytest.raises(flexq.TargetError, match=r"scales must be the grid \[3, 3\] of block"):
+        flexq.load_state_dict({KEY: wrong_scales}, path)
+    norm = flexq.QuantizedTarget(fp8_zeros([80]), paddle.zeros([1]))
+    with pytest.raises(flexq.TargetError, match=r"F8_E4M3 weight"):
+        flexq.load_state_dict({NORM: norm}, path)
+
+
+@pytest.mark.multirank
+def test_two_launched_ranks_each_get_their_block_aligned_rows_and_read_only_them(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(3)
+    path = save_fp8_checkpoint(
+        tmp_path / "fp8",
+        {KEY: rng.standard_normal((128, 80)).astype(np.float32)},
+        layout="block",
+        block_size=(32, 32),
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paddle.distributed.launch",
+            "--nproc_per_node",
+            "2",
+            "--log_dir",
+            str(tmp_path / "log"),
+            str(Path(__file__).parent / "multirank" / "worker_kept.py"),
+            str(path),
+            str(out),
+            KEY,
+            "128",
+            "80",
+            "32",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "log").glob("*")) if p.is_file())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-5000:]
+    values, scales = stored(path, KEY), stored(path, KEY + "_scale_inv")
+    for rank in range(2):
+        got = np.load(out / f"rank{rank}.npz")
+        assert np.array_equal(got["values"], values[64 * rank : 64 * (rank + 1)])
+        assert np.array_equal(got["scales"], scales[2 * rank : 2 * (rank + 1)])
+        assert int(got["bytes_read"]) == 64 * 80 + 2 * 3 * 4
