@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import numpy as np
+import pytest
+from flexq_fp8 import save_fp8_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -42,3 +49,75 @@ def test_readme_your_own_checkpoint_goes_inspect_verify_convert_load_paddleforme
     assert at == sorted(at)
     assert screen.index("flexq.load_state_dict(") > at[2]
     assert "directory, a Hugging Face cache snapshot or a repo id" in screen
+
+
+# -- item 2: install hints that work from a checkout, disabled told from missing ----------
+
+
+def flexq_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLEXQ_")}
+    return subprocess.run(
+        [sys.executable, "-m", "flexq.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**environ, "COLUMNS": "80", **env},
+        timeout=120,
+    )
+
+
+def small_fp8(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    return save_fp8_checkpoint(path, {"w": rng.standard_normal((32, 32)).astype(np.float32)})
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"FLEXQ_DISABLED_FORMATS": "fp8"}, "FLEXQ_DISABLED_FORMATS='fp8'"),
+        ({"FLEXQ_FORMATS": "int4-awq"}, "FLEXQ_FORMATS='int4-awq'"),
+    ],
+)
+def test_an_fp8_checkpoint_with_fp8_disabled_by_a_variable_says_so_not_install(
+    tmp_path: Path, env: dict[str, str], setting: str
+) -> None:
+    proc = flexq_cli("convert", str(small_fp8(tmp_path / "c")), str(tmp_path / "out"), **env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flexq: error: ")
+    assert f"format 'fp8' (flexq-format-fp8) is installed but disabled by {setting}" in lines[0]
+    assert "install flexq-format-fp8" not in lines[0]
+
+
+def test_a_missing_format_hint_says_how_to_install_it_from_the_checkout() -> None:
+    from flexq.plugin.known import PUBLISHED, install_hint
+
+    for pairs in PUBLISHED.values():
+        for _, dist in pairs:
+            hint = install_hint(dist)
+            where = hint.split("pip install -e ", 1)[1].rstrip(")")
+            assert (ROOT / where / "pyproject.toml").exists(), hint
+            assert f'name = "{dist}"' in (ROOT / where / "pyproject.toml").read_text()
+
+
+def test_the_remedy_for_an_uninstalled_format_names_the_source_package() -> None:
+    from flexq.compose import _remedy
+    from flexq.plugin.manager import FormatRegistry
+
+    class Without(FormatRegistry):
+        def info(self, name: str) -> None:
+            return None
+
+        def excluded_by_env(self, name: str) -> None:
+            return None
+
+    text = _remedy("gptq", Without())
+    assert text == (
+        "install flexq-format-gptq (from a flexq source checkout: "
+        "pip install -e packages/format-gptq) for format 'gptq'"
+    )
+
+
+def test_no_hint_names_an_extra_of_a_distribution_not_on_the_index() -> None:
+    sources = (ROOT / "packages" / "core" / "src" / "flexq").rglob("*.py")
+    for source in sources:
+        assert "'flexq[" not in source.read_text(), source

@@ -185,7 +185,7 @@ def snapshot(repo_id: str, revision: str | None = None) -> Path:
     except ImportError:
         raise CheckpointError(
             f"{spec}: no such directory; to load it as a Hugging Face repo id, "
-            "install huggingface_hub (pip install 'flexq[hub]')"
+            "pip install huggingface_hub (the 'hub' extra of flexq)"
         ) from None
     # Newer huggingface_hub versions refuse a cached snapshot that misses files.
     incomplete = getattr(errors, "IncompleteSnapshotError", errors.LocalEntryNotFoundError)
