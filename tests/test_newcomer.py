@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from flexq_fp8 import save_fp8_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,14 +38,20 @@ def test_readme_own_environment_block_installs_paths_of_this_checkout() -> None:
     assert paths, block
     for path in paths:
         found = sorted(ROOT.glob(path))
-        assert found and all((p / "pyproject.toml").exists() for p in found), path
+        assert found, path
+        assert all((p / "pyproject.toml").exists() for p in found), path
     # the glob brings every format package of the workspace
     assert len(sorted(ROOT.glob("packages/format-*"))) == 7
 
 
 def test_readme_your_own_checkpoint_goes_inspect_verify_convert_load_paddleformers() -> None:
     screen = README.split("## Your own checkpoint", 1)[1].split("\n## ", 1)[0]
-    order = ["flexq inspect PATH", "flexq verify PATH", "flexq convert PATH", "flexq.paddleformers."]
+    order = [
+        "flexq inspect PATH",
+        "flexq verify PATH",
+        "flexq convert PATH",
+        "flexq.paddleformers.",
+    ]
     at = [screen.index(step) for step in order]
     assert at == sorted(at)
     assert screen.index("flexq.load_state_dict(") > at[2]
@@ -83,7 +90,8 @@ def test_an_fp8_checkpoint_with_fp8_disabled_by_a_variable_says_so_not_install(
     proc = flexq_cli("convert", str(small_fp8(tmp_path / "c")), str(tmp_path / "out"), **env)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("flexq: error: ")
+    assert len(lines) == 1
+    assert lines[0].startswith("flexq: error: ")
     assert f"format 'fp8' (flexq-format-fp8) is installed but disabled by {setting}" in lines[0]
     assert "install flexq-format-fp8" not in lines[0]
 
@@ -121,3 +129,105 @@ def test_no_hint_names_an_extra_of_a_distribution_not_on_the_index() -> None:
     sources = (ROOT / "packages" / "core" / "src" / "flexq").rglob("*.py")
     for source in sources:
         assert "'flexq[" not in source.read_text(), source
+
+
+# -- item 3: damaged downloads and wrong files, in plain words ---------------------------
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("flexq: error: "), proc.stderr
+    return lines[0]
+
+
+def test_a_truncated_download_says_truncated_download_again_with_the_full_path(
+    tmp_path: Path,
+) -> None:
+    path = small_fp8(tmp_path / "c")
+    data = path / "model.safetensors"
+    data.write_bytes(data.read_bytes()[:-100])  # what an interrupted download leaves
+    line = one_error_line(flexq_cli("inspect", str(path)))
+    assert line.startswith(f"flexq: error: {data}: tensor ")
+    assert "the file is truncated" in line
+    assert line.endswith("download it again")
+
+
+def test_a_file_cut_inside_its_header_says_truncated_too(tmp_path: Path) -> None:
+    path = small_fp8(tmp_path / "c")
+    data = path / "model.safetensors"
+    data.write_bytes(data.read_bytes()[:40])
+    line = one_error_line(flexq_cli("convert", str(path), str(tmp_path / "out")))
+    assert line.startswith(f"flexq: error: {data}: header length ")
+    assert line.endswith(
+        "the file is truncated (shorter than its header says, e.g. an "
+        "interrupted download): download it again"
+    )
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "model.pt", "consolidated.pth"])
+def test_a_directory_of_pytorch_weights_names_the_file_and_says_safetensors(
+    tmp_path: Path, name: str
+) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / name).write_bytes(b"PK")
+    (tmp_path / "m" / "config.json").write_text("{}")
+    line = one_error_line(flexq_cli("inspect", str(tmp_path / "m")))
+    assert line.startswith(f"flexq: error: {tmp_path / 'm'}: no *.safetensors files; ")
+    assert f"it holds {name}, a PyTorch file: flexq reads only safetensors checkpoints" in line
+
+
+@pytest.mark.parametrize(
+    "qc", [{"quant_method": "awq"}, {"quant_method": "awq", "bits": 4, "group_size": 128}]
+)
+def test_an_fp8_checkpoint_with_an_awq_config_says_the_config_does_not_match(
+    tmp_path: Path, qc: dict[str, object]
+) -> None:
+    import json
+
+    path = small_fp8(tmp_path / "c")
+    (path / "config.json").write_text(json.dumps({"quantization_config": qc}))
+    line = one_error_line(flexq_cli("convert", str(path), str(tmp_path / "out")))
+    assert f"{path / 'config.json'}: the config does not match the tensors: " in line
+    assert "F8_E4M3" in line
+    assert "needs 'bits'" not in line
+    assert not (tmp_path / "out").exists()
+
+
+# -- item 3, small items of issue 29's point 10 ------------------------------------------
+
+
+def test_a_misspelled_nonfinite_scales_setting_is_an_error_naming_the_allowed_values(
+    tmp_path: Path,
+) -> None:
+    path = small_fp8(tmp_path / "c")
+    line = one_error_line(
+        flexq_cli("convert", str(path), str(tmp_path / "out"), FLEXQ_NONFINITE_SCALES="eror")
+    )
+    assert "FLEXQ_NONFINITE_SCALES='eror' is not 'warn' or 'error'" in line
+    ok = flexq_cli("convert", str(path), str(tmp_path / "ok"), FLEXQ_NONFINITE_SCALES="error")
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("size", ["0", "0MB", "0.0001"])
+def test_a_zero_max_shard_size_is_refused_before_writing(tmp_path: Path, size: str) -> None:
+    path = small_fp8(tmp_path / "c")
+    out = tmp_path / "out"
+    line = one_error_line(flexq_cli("convert", str(path), str(out), "--max-shard-size", size))
+    assert f"size {size!r} is not a positive number of bytes" in line
+    assert not out.exists()
+
+
+def test_path_help_says_directory_cache_snapshot_or_repo_id() -> None:
+    for command in ("inspect", "convert"):
+        text = flexq_cli(command, "--help", COLUMNS="200").stdout
+        assert "directory, HF cache snapshot or repo id" in text, text
+
+
+def test_debug_keeps_exit_2_for_input_errors_and_adds_the_traceback(tmp_path: Path) -> None:
+    proc = flexq_cli("--debug", "inspect", str(tmp_path / "missing"))
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr
+    assert "CheckpointError" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("flexq: error: ")

@@ -39,6 +39,10 @@ DOWNLOADED = ["*.safetensors", "*.json"]
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
+#: weight-file suffixes of formats flexq does not read, named when no safetensors is found.
+OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt")
+
+
 @dataclass(frozen=True)
 class Files:
     """The files of one checkpoint directory that the reader may open.
@@ -96,6 +100,19 @@ class Files:
         except OSError as exc:
             raise CheckpointError(f"{self.path / name}: cannot be read ({exc})") from None
 
+    def _other_weights(self) -> str:
+        """For a directory without safetensors: the weights file of another format it
+        holds (PyTorch's pickles), named, with what to do."""
+        seen = sorted(p.name for ext in OTHER_WEIGHTS for p in self.path.glob(f"*{ext}"))
+        if not seen:
+            return ""
+        more = f" and {len(seen) - 1} more" if len(seen) > 1 else ""
+        return (
+            f"; it holds {seen[0]}{more}, a PyTorch file: flexq reads only safetensors "
+            "checkpoints (download the repo's *.safetensors files, or convert it to safetensors, "
+            "e.g. with safetensors.torch.save_file)"
+        )
+
     def data_files(self) -> dict[str, tuple[Path, set[str] | None]]:
         """Data file name -> (its checked path, the keys the index assigns to it, or
         None without an index)."""
@@ -107,7 +124,9 @@ class Files:
         if not indexes:
             names = sorted(p.name for p in self.path.glob("*.safetensors"))
             if not names:
-                raise CheckpointError(f"{self.path}: no *.safetensors files")
+                raise CheckpointError(
+                    f"{self.path.absolute()}: no *.safetensors files{self._other_weights()}"
+                )
             return {name: (self.safe_path(name), None) for name in names}
         index = self.path / indexes[0]
         weight_map = self._json(indexes[0], "an index with a weight_map").get("weight_map")

@@ -47,7 +47,6 @@ FIRST_PARTY: frozenset[str] = frozenset(
 )
 
 
-
 def install_hint(dist: str) -> str:
     """How to install first-party distribution ``dist`` (``flexq-format-gptq``), for
     error messages: flexq is not on the package index yet, so the hint names the
