@@ -28,7 +28,7 @@ from flexq.io.checkpoint import Checkpoint
 from flexq.io.dtypes import FLOAT_DTYPES, paddle_dtype_name
 from flexq.plan import ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough
-from flexq.plugin.known import PUBLISHED, config_methods
+from flexq.plugin.known import PUBLISHED, config_methods, install_hint
 from flexq.plugin.manager import ALLOW_ENV, BLOCK_ENV, FormatRegistry, registry
 
 if TYPE_CHECKING:
@@ -445,9 +445,14 @@ def _remedy(method: str, reg: FormatRegistry) -> str:
         return "flexq has no format for it (a format plugin can add one)"
     ways = []
     for name, dist in published:
-        info = reg.info(name)
-        if info is None:
-            ways.append(f"install {dist} (format {name!r})")
+        info, setting = reg.info(name), reg.excluded_by_env(name)
+        if setting is not None:
+            ways.append(
+                f"format {name!r} ({dist}) is installed but disabled by {setting} "
+                f"(change or unset that variable)"
+            )
+        elif info is None:
+            ways.append(f"{install_hint(dist)} for format {name!r}")
         elif info.error is not None:
             ways.append(f"format {name!r} ({dist}) is installed but failed to load: {info.error}")
         else:

@@ -1,6 +1,6 @@
 """PaddleFormers models from quantized checkpoints, in one call.
 
-For users of PaddleFormers (``pip install 'flexq[paddleformers]'``), whose own
+For users of PaddleFormers (``pip install paddleformers==1.2.0``), whose own
 ``from_pretrained`` refuses pre-quantized hub checkpoints (FP8, AWQ, MXFP4)::
 
     from paddleformers.transformers import AutoModelForCausalLM

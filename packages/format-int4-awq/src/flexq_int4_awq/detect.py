@@ -23,7 +23,14 @@ def analyze(ckpt: Checkpoint) -> Analysis[AwqLinear] | None:
 
     :raises FormatError: on an unsupported config or a broken linear.
     """
-    config = read_config(ckpt)
+    try:
+        config = read_config(ckpt)
+    except FormatError:
+        # An incomplete AWQ config over tensors that are not AWQ at all: the mismatch
+        # is the problem to report, not the config's missing field.
+        if not any(k.endswith(".qweight") for k in ckpt.tensors):
+            raise _mismatch(ckpt) from None
+        raise
     if config is None:
         return None
     suffixes = tuple(f".{c}" for c in COMPONENTS)
@@ -34,15 +41,20 @@ def analyze(ckpt: Checkpoint) -> Analysis[AwqLinear] | None:
             linear = _linear(ckpt, config, key.removesuffix(".qweight"))
             layouts[linear.logical_key] = linear
     if not layouts:
-        # The config and the tensors disagree (an FP8 or plain checkpoint with
-        # an AWQ config): loading would silently skip the quantization.
-        dtypes = ", ".join(sorted({t.dtype for t in ckpt.tensors.values()}))
-        raise FormatError(
-            f"{ckpt.path / 'config.json'}: quantization_config says quant_method 'awq', "
-            f"but no tensor is an AWQ '<module>.qweight' (tensor dtypes: {dtypes}) "
-            f"(format {FORMAT_NAME!r})"
-        )
+        raise _mismatch(ckpt)
     return Analysis(layouts, recognized)
+
+
+def _mismatch(ckpt: Checkpoint) -> FormatError:
+    """The error for an AWQ config over tensors that are not AWQ (an FP8 or plain
+    checkpoint with an AWQ config): loading would silently skip the quantization."""
+    dtypes = ", ".join(sorted({t.dtype for t in ckpt.tensors.values()}))
+    return FormatError(
+        f"{ckpt.path / 'config.json'}: the config does not match the tensors: "
+        f"quantization_config says quant_method 'awq', but no tensor is an AWQ "
+        f"'<module>.qweight' (tensor dtypes: {dtypes}); use the config.json that came "
+        f"with these tensors (format {FORMAT_NAME!r})"
+    )
 
 
 def _linear(ckpt: Checkpoint, config: AwqConfig, prefix: str) -> AwqLinear:

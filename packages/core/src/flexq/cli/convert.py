@@ -109,7 +109,10 @@ def parse_size(text: str) -> int:
         raise FlexqError(f"cannot read size {text!r} (use e.g. 5GB, 500MB)")
     base = 1024 if m.group(3) else 1000
     power = " KMGT".index(m.group(2).upper() or " ")
-    return int(float(m.group(1)) * base**power)
+    size = int(float(m.group(1)) * base**power)
+    if size < 1:
+        raise FlexqError(f"size {text!r} is not a positive number of bytes (use e.g. 5GB, 500MB)")
+    return size
 
 
 def convert(

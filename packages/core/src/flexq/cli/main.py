@@ -1,8 +1,8 @@
 """The ``flexq`` command: list-formats, inspect, convert, demo.
 
 Each mistake prints one ``flexq: error: ...`` line on stderr and exits with
-code 2; ``--debug`` (accepted before or after the subcommand) shows the
-traceback and Paddle's own logs instead. SIGINT and SIGTERM print one line and
+code 2; ``--debug`` (accepted before or after the subcommand) adds the
+traceback and Paddle's own logs (the exit code stays 2). SIGINT and SIGTERM print one line and
 exit with 130 and 143.
 """
 
@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
@@ -372,12 +373,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON (docs/schema/list-formats.json)")
 
     p = command(_inspect)
-    p.add_argument("path", metavar="PATH", help="checkpoint directory")
+    p.add_argument(
+        "path", metavar="PATH", help="checkpoint directory, HF cache snapshot or repo id"
+    )
     p.add_argument("--json", action="store_true", help="print JSON (docs/schema/inspect.json)")
     composing(p)
 
     p = command(_convert)
-    p.add_argument("src", metavar="SRC", help="quantized checkpoint directory")
+    p.add_argument(
+        "src", metavar="SRC", help="quantized checkpoint: directory, HF cache snapshot or repo id"
+    )
     p.add_argument("dst", metavar="DST", help="output directory (new, empty, or --force)")
     p.add_argument(
         "--dtype",
@@ -472,14 +477,18 @@ def _run(args: argparse.Namespace) -> int:
         interrupt = _interrupt_behind(exc)
         if interrupt is not None:
             raise interrupt from None
-        if args.debug:
-            raise
         if isinstance(exc, (FlexqError, OSError)):
+            if args.debug:  # the traceback, but still the input error's exit code
+                traceback.print_exc()
             print(f"flexq: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "paddle":
+            if args.debug:
+                traceback.print_exc()
             print(f"flexq: error: this needs PaddlePaddle: {PADDLE_INSTALL}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        if args.debug:
+            raise
         print(
             f"flexq: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
             file=sys.stderr,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.errors import ScaleWarning
+from flexq.errors import FlexqError, ScaleWarning
 from flexq.formatkit.arrays import is_paddle
 from flexq.formatkit.elements import E4M3_TO_FLOAT32, E8M0_TO_FLOAT32
 from flexq.io.dtypes import DTYPES
@@ -33,6 +33,24 @@ FLOAT_SCALE_DTYPES: dict[str, str] = {
 
 #: Set to "error" to make a NaN or infinite scale a FormatError instead of a ScaleWarning.
 NONFINITE_SCALES_ENV = "FLEXQ_NONFINITE_SCALES"
+#: The values NONFINITE_SCALES_ENV may take.
+NONFINITE_SCALES_VALUES = ("warn", "error")
+
+
+def nonfinite_scales_policy() -> str:
+    """``"warn"`` or ``"error"``, from NONFINITE_SCALES_ENV (default ``"warn"``).
+
+    :raises FlexqError: for any other value: a misspelled ``error`` silently meaning
+        ``warn`` would hide the corrupt scales the user asked to fail on.
+    """
+    value = os.environ.get(NONFINITE_SCALES_ENV, "warn").strip().lower() or "warn"
+    if value not in NONFINITE_SCALES_VALUES:
+        allowed = " or ".join(repr(v) for v in NONFINITE_SCALES_VALUES)
+        raise FlexqError(
+            f"{NONFINITE_SCALES_ENV}={os.environ[NONFINITE_SCALES_ENV]!r} is not {allowed}; "
+            "set one of those or unset it"
+        )
+    return value
 
 
 def scale_to_float32(ops: ArrayOps, scale: Any, dtype: str) -> Any:
@@ -78,6 +96,7 @@ def check_scales(
     :param why: what the bad scale does, for the message (default: ``makes
         '<logical_key>' non-finite``).
     """
+    policy = nonfinite_scales_policy()
     if bad is None and is_paddle(values):
         import paddle
 
@@ -96,6 +115,6 @@ def check_scales(
         f"({int(bad.sum())} of {arr.size} read) {why or f'makes {logical_key!r} non-finite'}; "
         f"the file is corrupt (format {format_name!r})"
     )
-    if os.environ.get(NONFINITE_SCALES_ENV, "warn") == "error":
+    if policy == "error":
         raise problem
     warnings.warn(problem, stacklevel=2)

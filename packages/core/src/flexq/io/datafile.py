@@ -66,6 +66,13 @@ class DataFile:
         try:
             self.identity = Identity.of(os.fstat(self._fh.fileno()))
             self.header: Header = read_header(self._fh, self.identity.size, name)
+        except CheckpointError as exc:
+            self._fh.close()
+            # The header's messages start with the file's name; the user needs its full path.
+            text = str(exc)
+            if text.startswith(f"{name}:"):
+                text = f"{self.path}{text[len(name) :]}"
+            raise type(exc)(text) from None
         except BaseException:
             self._fh.close()
             raise

@@ -77,6 +77,13 @@ def merge_headers(
     return tensors
 
 
+#: The advice for a file shorter than its own header says it is.
+TRUNCATED = (
+    "the file is truncated (shorter than its header says, e.g. an interrupted download): "
+    "download it again"
+)
+
+
 def read_header(stream: BinaryIO, file_size: int, file: str) -> Header:
     """Read and validate the header of the safetensors file open as ``stream``.
 
@@ -93,7 +100,8 @@ def read_header(stream: BinaryIO, file_size: int, file: str) -> Header:
         raise CheckpointError(f"{file}: header length {length} exceeds {MAX_HEADER_BYTES}")
     if length > file_size - 8:
         raise CheckpointError(
-            f"{file}: header length {length} runs past the end of the file ({file_size} bytes)"
+            f"{file}: header length {length} runs past the end of the file ({file_size} bytes); "
+            + TRUNCATED
         )
     raw = stream.read(length)
     return parse_header(raw, file_size, file)
@@ -144,9 +152,12 @@ def _entry(key: str, value: object, file: str, data_start: int, data_len: int) -
         raise CheckpointError(f"{where}: data_offsets {offsets!r} is not a pair of integers")
     begin, end = offsets
     if not 0 <= begin <= end <= data_len:
+        # A header that is sound but asks for bytes past the end is what a cut-off
+        # download leaves: say so, and what to do, in plain words.
+        cut = f"; {TRUNCATED}" if 0 <= begin <= end else ""
         raise CheckpointError(
             f"{where}: data_offsets [{begin}, {end}] lie outside the data buffer "
-            f"of {data_len} bytes"
+            f"of {data_len} bytes{cut}"
         )
     expected = byte_length(dtype, tuple(shape))
     if expected is None or expected != end - begin:

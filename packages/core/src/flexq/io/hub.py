@@ -42,6 +42,10 @@ DOWNLOADED = ["*.safetensors", "*.json"]
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
+#: weight-file suffixes of formats flexq does not read, named when no safetensors is found.
+OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt")
+
+
 @dataclass(frozen=True)
 class Files:
     """The files of one checkpoint directory that the reader may open.
@@ -99,6 +103,19 @@ class Files:
         except OSError as exc:
             raise CheckpointError(f"{self.path / name}: cannot be read ({exc})") from None
 
+    def _other_weights(self) -> str:
+        """For a directory without safetensors: the weights file of another format it
+        holds (PyTorch's pickles), named, with what to do."""
+        seen = sorted(p.name for ext in OTHER_WEIGHTS for p in self.path.glob(f"*{ext}"))
+        if not seen:
+            return ""
+        more = f" and {len(seen) - 1} more" if len(seen) > 1 else ""
+        return (
+            f"; it holds {seen[0]}{more}, a PyTorch file: flexq reads only safetensors "
+            "checkpoints (download the repo's *.safetensors files, or convert it to safetensors, "
+            "e.g. with safetensors.torch.save_file)"
+        )
+
     def data_files(self, skip: Collection[str] = ()) -> dict[str, tuple[Path, set[str] | None]]:
         """Data file name -> (its checked path, the keys the index assigns to it, or
         None without an index), leaving out the files named in ``skip`` (the ones
@@ -111,7 +128,9 @@ class Files:
         if not indexes:
             names = sorted(p.name for p in self.path.glob("*.safetensors"))
             if not names:
-                raise CheckpointError(f"{self.path}: no *.safetensors files")
+                raise CheckpointError(
+                    f"{self.path.absolute()}: no *.safetensors files{self._other_weights()}"
+                )
             return {name: (self.safe_path(name), None) for name in names if name not in skip}
         index = self.path / indexes[0]
         weight_map = self._json(indexes[0], "an index with a weight_map").get("weight_map")
@@ -191,7 +210,7 @@ def snapshot(repo_id: str, revision: str | None = None) -> Path:
     except ImportError:
         raise CheckpointError(
             f"{spec}: no such directory; to load it as a Hugging Face repo id, "
-            "install huggingface_hub (pip install 'flexq[hub]')"
+            "pip install huggingface_hub (the 'hub' extra of flexq)"
         ) from None
     # Newer huggingface_hub versions refuse a cached snapshot that misses files.
     incomplete = getattr(errors, "IncompleteSnapshotError", errors.LocalEntryNotFoundError)

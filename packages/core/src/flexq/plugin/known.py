@@ -46,6 +46,15 @@ FIRST_PARTY: frozenset[str] = frozenset(
     {"flexq", *(dist for pairs in PUBLISHED.values() for _, dist in pairs)}
 )
 
+
+def install_hint(dist: str) -> str:
+    """How to install first-party distribution ``dist`` (``flexq-format-gptq``), for
+    error messages: flexq is not on the package index yet, so the hint names the
+    package directory of a flexq source checkout as well."""
+    where = "packages/core" if dist == "flexq" else f"packages/{dist.removeprefix('flexq-')}"
+    return f"install {dist} (from a flexq source checkout: pip install -e {where})"
+
+
 #: compressed-tensors formats that store plain (unquantized) weights.
 _CT_PLAIN = frozenset({"dense", "mixed-precision"})
 

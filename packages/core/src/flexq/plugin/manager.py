@@ -96,6 +96,8 @@ class FormatRegistry:
         self._lock = threading.RLock()
         #: formats whose disabling was already warned about (one warning each).
         self._warned: set[str] = set()
+        #: installed formats left out by ALLOW_ENV / BLOCK_ENV -> the setting that did it.
+        self._env_excluded: dict[str, str] = {}
 
     # -- discovery --------------------------------------------------------------
     @property
@@ -137,6 +139,8 @@ class FormatRegistry:
         notes = []
         for name, eps in by_name.items():
             if name in block or (allow is not None and name not in allow):
+                var = BLOCK_ENV if name in block else ALLOW_ENV
+                self._env_excluded[name] = f"{var}={os.environ[var]!r}"
                 continue
             ep, clash = kept_entry_point(name, eps)
             if clash is not None:
@@ -249,6 +253,12 @@ class FormatRegistry:
         """The row of format ``name``, if it is known."""
         self.manager  # noqa: B018
         return self._infos.get(name)
+
+    def excluded_by_env(self, name: str) -> str | None:
+        """The variable setting (``FLEXQ_DISABLED_FORMATS='fp8'``) that kept installed
+        format ``name`` from loading, or None when none did."""
+        self.manager  # noqa: B018
+        return self._env_excluded.get(name)
 
     def describe(self, name: str) -> str:
         """``format 'x' (distribution)`` for error messages (no distribution when registered
