@@ -263,3 +263,42 @@ def test_two_launched_ranks_each_get_their_block_aligned_rows_and_read_only_them
         assert np.array_equal(got["values"], values[64 * rank : 64 * (rank + 1)])
         assert np.array_equal(got["scales"], scales[2 * rank : 2 * (rank + 1)])
         assert int(got["bytes_read"]) == 64 * 80 + 2 * 3 * 4
+
+
+def test_e8m0_scales_keep_their_bytes_or_widen_to_float32_exactly(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, scale_dtype="U8")
+    raw = stored(path, KEY + "_scale_inv")
+    as_u8 = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3], "uint8"))
+    as_f32 = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    plain = paddle.zeros(list(SHAPE), "float32")
+    flexq.load_state_dict({KEY: as_u8}, path)
+    flexq.load_state_dict({KEY: as_f32}, path)
+    flexq.load_state_dict({KEY: plain}, path)
+    assert np.array_equal(as_u8.scales.numpy(), raw)
+    assert np.array_equal(as_f32.scales.numpy(), np.exp2(raw.astype(np.float32) - 127))
+    scale = np.repeat(np.repeat(as_f32.scales.numpy(), 32, 0), 32, 1)[: SHAPE[0], : SHAPE[1]]
+    values = as_u8.values.astype("float32").numpy()
+    assert np.array_equal((values * scale).view(np.uint32), plain.numpy().view(np.uint32))
+
+
+def test_float32_power_of_two_scales_become_e8m0_and_others_are_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    exps = rng.integers(-20, 5, (3, 3))
+    pow2 = RawTensor("F32", np.exp2(exps).astype(np.float32))
+    weight = RawTensor("F8_E4M3", rng.integers(0, 0x7E, SHAPE, dtype=np.uint8))
+    config = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [32, 32]}}
+    path = flexq.save_checkpoint(
+        tmp_path / "ue8m0", {KEY: weight, KEY + "_scale_inv": pow2}, config=config
+    )
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3], "uint8"))
+    flexq.load_state_dict({KEY: qt}, path)
+    assert np.array_equal(qt.scales.numpy(), (exps + 127).astype(np.uint8))
+    # arbitrary float32 scales are no E8M0: refused, and the ordinary target beside it
+    # in the same call stays as it was
+    path = checkpoint(tmp_path, name="f32")
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.full([3, 3], 7, "uint8"))
+    other = paddle.full([80, 96], 2.0)
+    with pytest.raises(flexq.TargetError, match=r"no power of two.*use float32 scales"):
+        flexq.load_state_dict({KEY: qt, OTHER: other}, path)
+    assert (qt.scales.numpy() == 7).all()
+    assert (other.numpy() == 2.0).all()

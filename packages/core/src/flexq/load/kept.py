@@ -1,43 +1,55 @@
-"""Keep-quantized targets: a checkpoint's FP8 weight loaded as its own bytes and exact scales.
+"""Keep-quantized targets: a checkpoint's FP8, MXFP4 or NVFP4 weight loaded as its own bytes.
 
-For users serving quantized weights (issue 26, FP8 slice): a
-:class:`QuantizedTarget` in :func:`flexq.load_state_dict`'s state dict receives,
-for one logical key, the checkpoint's float8_e4m3fn values byte for byte and its
-scales converted only where the conversion is exact (float32 copy, bfloat16 or
-float16 widened to float32, a per-tensor scale broadcast into a per-channel or
-block grid). Nothing is decoded. Every check (form, dtypes, shapes, block
-alignment of each shard) runs before the first read; the boxes are read through
-the checkpoint's read layer (only the shard's values box and the scale blocks
-that cover it) and written only once the whole load has passed its checks.
+For users serving quantized weights (issue 26): a :class:`QuantizedTarget` in
+:func:`flexq.load_state_dict`'s state dict receives, for one logical key, the
+checkpoint's values byte for byte in the kept form of :mod:`flexq.load.kept_forms`
+and its scales converted only where the conversion is exact (a copy; bfloat16,
+float16, E8M0 or E4M3 widened to float32; float32 powers of two into uint8 E8M0;
+a per-tensor scale broadcast into a per-channel or block grid). Nothing is
+decoded. Every check of form, dtypes, shapes and block alignment of each shard
+runs before the first read; the scales read are checked as the dequantizing
+path checks them; only the shard's values box and the scale blocks that cover
+it are read, and written only once the whole load has passed its checks.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flexq.errors import TargetError
-from flexq.formatkit import ceil_div
+from flexq.formatkit import ceil_div, check_scales, ops_for, scale_to_float32
+from flexq.load.kept_forms import (
+    NVFP4_RULE,
+    SCALE_TARGETS,
+    VALUE_TARGETS,
+    KeptForm,
+    form_of,
+    reciprocal_global,
+)
 from flexq.load.targets import Target, describe
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
-
-#: safetensors scale dtypes that widen to float32 exactly (:func:`_widen`).
-_EXACT_SCALES = ("F32", "BF16", "F16")
 
 
 @dataclass(frozen=True)
 class QuantizedTarget:
     """A keep-quantized target for one logical key (the state dict key decides).
 
-    :ivar values: float8_e4m3fn ``[..., N, K]`` (plain, dist tensor or ShardedWeight).
-    :ivar scales: float32 ``[]``/``[1]`` per tensor, ``[..., N, 1]`` per channel or
-        ``[..., ceil(N/bn), ceil(K/bk)]`` per block; value = values * scale.
-    :ivar global_scale: reserved for NVFP4 (not in this slice): must be None.
+    Each part may be a plain tensor, a dist tensor or a ShardedWeight; the quantization
+    axis is last (docs/formats.md, "Kept forms").
+
+    :ivar values: FP8: float8_e4m3fn ``[..., N, K]``; MXFP4 and NVFP4: uint8
+        ``[..., N, K/2]``, two E2M1 codes a byte, low nibble first.
+    :ivar scales: FP8: float32 ``[]``/``[1]`` per tensor, ``[..., N, 1]`` per channel or
+        ``[..., ceil(N/bn), ceil(K/bk)]`` per block (or uint8 E8M0 of those shapes);
+        value = values * scale. MXFP4: uint8 E8M0 (or float32) ``[..., N, K/32]``.
+        NVFP4: float8_e4m3fn (or float32) ``[..., N, K/16]``.
+    :ivar global_scale: NVFP4 only: float32 ``[1]``, with W = e2m1(values) *
+        (float32(scales) * global_scale) (:data:`flexq.load.kept_forms.NVFP4_RULE`).
     :ivar block: ``(bn, bk)`` only to broadcast a per-tensor checkpoint scale into a
         block grid; otherwise the block is the checkpoint's own.
     """
@@ -50,18 +62,15 @@ class QuantizedTarget:
 
 @dataclass(frozen=True)
 class KeptPiece:
-    """One checked kept target: what to read and where it goes."""
+    """One checked kept target: its form and where each part goes."""
 
     key: str
+    form: KeptForm
     values: Target
     scales: Target
-    values_key: str
-    scale_key: str
-    #: the checkpoint's block over the values' last two dims (leading dims: 1).
-    block: tuple[int, ...]
+    global_scale: Target | None
     #: the target scale grid's block (the checkpoint's, or the broadcast one).
     target_block: tuple[int, ...]
-    per_tensor: bool
 
 
 def split(flat: dict[Any, Any]) -> tuple[dict[str, QuantizedTarget], dict[Any, Any]]:
@@ -87,80 +96,63 @@ def _part(key: str, name: str, part: Any) -> Target:
 
 
 def _plan_one(ct: ComposedTransform, key: str, qt: QuantizedTarget) -> KeptPiece:
-    if qt.global_scale is not None:
-        raise TargetError(
-            f"kept target {key!r}: global_scale is for NVFP4 kept forms, not loaded yet; "
-            "pass None for FP8"
-        )
-    if key not in ct.entries:
-        raise TargetError(f"kept target {key!r}: the checkpoint has no logical tensor of that name")
-    entry = ct.entries[key]
-    tensors = ct.checkpoint.tensors
-    dtypes = [tensors[s].dtype for s in entry.sources]
-    if len(entry.sources) != 2 or dtypes[0] != "F8_E4M3" or dtypes[1] not in _EXACT_SCALES:
-        raise TargetError(
-            f"kept target {key!r}: the checkpoint stores it as {dtypes} ({entry.owner}); "
-            f"the FP8 kept form needs an F8_E4M3 weight with an F32/BF16/F16 scale"
-        )
-    values_key, scale_key = entry.sources
-    shape = tuple(tensors[values_key].shape)
+    form = form_of(ct, key)
+    want = VALUE_TARGETS[form.kind]
     values = _part(key, "values", qt.values)
     scales = _part(key, "scales", qt.scales)
-    if values.dtype != "float8_e4m3fn" or values.global_shape != shape:
+    if values.dtype != want or values.global_shape != form.shape:
         raise TargetError(
-            f"kept target {key!r}: values must be float8_e4m3fn of shape {list(shape)}, "
-            f"not {values.dtype} {list(values.global_shape)}"
+            f"kept target {key!r} ({form.kind} kept form): values must be {want} of shape "
+            f"{list(form.shape)}, not {values.dtype} {list(values.global_shape)}"
         )
-    if scales.dtype != "float32":
-        raise TargetError(f"kept target {key!r}: scales must be float32, not {scales.dtype}")
-    block, per_tensor = _checkpoint_block(ct, key, shape, scale_key)
-    target_block = _target_block(key, shape, block, per_tensor, scales, qt.block)
-    _check_aligned(key, shape, values, block, "the checkpoint's block")
-    _check_aligned(key, shape, values, target_block, "the target's block")
-    _check_scale_box(key, shape, values, scales, target_block, per_tensor)
-    return KeptPiece(key, values, scales, values_key, scale_key, block, target_block, per_tensor)
+    if scales.dtype not in SCALE_TARGETS[form.kind]:
+        raise TargetError(
+            f"kept target {key!r} ({form.kind} kept form): scales must be "
+            f"{' or '.join(SCALE_TARGETS[form.kind])}, not {scales.dtype}"
+        )
+    glob = _global_part(key, form, qt.global_scale)
+    target_block = _target_block(key, form, scales, qt.block)
+    _check_aligned(key, form.shape, values, form.block, "the checkpoint's block")
+    _check_aligned(key, form.shape, values, target_block, "the target's block")
+    _check_scale_box(key, form, values, scales, target_block)
+    return KeptPiece(key, form, values, scales, glob, target_block)
 
 
-def _checkpoint_block(
-    ct: ComposedTransform, key: str, shape: tuple[int, ...], scale_key: str
-) -> tuple[tuple[int, ...], bool]:
-    """The checkpoint's block over ``shape``, and whether it is one per-tensor scale."""
-    scale_shape = tuple(ct.checkpoint.tensors[scale_key].shape)
-    lead = (1,) * (len(shape) - 2)
-    if math.prod(scale_shape) == 1:
-        return tuple(shape), True
-    if scale_shape in (shape[:-1], (*shape[:-1], 1)):
-        return (*lead, 1, shape[-1]), False
-    declared = ct.checkpoint.quantization_config.get("weight_block_size")
-    if isinstance(declared, list) and len(declared) == 2:
-        block = (*lead, int(declared[0]), int(declared[1]))
-        if _grid(shape, block) == scale_shape:
-            return block, False
-    raise TargetError(
-        f"kept target {key!r}: scale {scale_key!r} {list(scale_shape)} is no per-tensor, "
-        "per-channel or declared block grid over the weight; it cannot be kept exactly"
-    )
+def _global_part(key: str, form: KeptForm, part: Any) -> Target | None:
+    if form.kind != "nvfp4":
+        if part is not None:
+            raise TargetError(
+                f"kept target {key!r}: global_scale is for NVFP4 kept forms; pass None for "
+                f"{form.kind}"
+            )
+        return None
+    if part is None:
+        raise TargetError(
+            f"kept target {key!r}: the NVFP4 kept form needs global_scale, float32 [1] "
+            f"({NVFP4_RULE})"
+        )
+    glob = _part(key, "global_scale", part)
+    if glob.dtype != "float32" or glob.global_shape not in ((), (1,)):
+        raise TargetError(
+            f"kept target {key!r}: global_scale must be float32 [1], not {glob.dtype} "
+            f"{list(glob.global_shape)}"
+        )
+    return glob
 
 
 def _target_block(
-    key: str,
-    shape: tuple[int, ...],
-    block: tuple[int, ...],
-    per_tensor: bool,
-    scales: Target,
-    asked: tuple[int, int] | None,
+    key: str, form: KeptForm, scales: Target, asked: tuple[int, int] | None
 ) -> tuple[int, ...]:
+    shape, block = form.shape, form.block
     lead = (1,) * (len(shape) - 2)
-    if per_tensor and asked is not None:
+    if form.per_tensor and asked is not None:
         return (*lead, *asked)
     if asked is not None and (*lead, *asked) != block:
         raise TargetError(
             f"kept target {key!r}: block={asked} differs from the checkpoint's block "
             f"{list(block[-2:])}; block= only broadcasts a per-tensor scale"
         )
-    if per_tensor and math.prod(scales.global_shape) == 1:
-        return block
-    if per_tensor and scales.global_shape == (*shape[:-1], 1):
+    if form.per_tensor and scales.global_shape == (*shape[:-1], 1):
         return (*lead, 1, shape[-1])  # an exact broadcast into per-channel
     return block
 
@@ -196,21 +188,16 @@ def _grid_box(values: Target, block: tuple[int, ...]) -> tuple[tuple[int, ...], 
 
 
 def _check_scale_box(
-    key: str,
-    shape: tuple[int, ...],
-    values: Target,
-    scales: Target,
-    block: tuple[int, ...],
-    per_tensor: bool,
+    key: str, form: KeptForm, values: Target, scales: Target, block: tuple[int, ...]
 ) -> None:
-    if per_tensor and block == shape:
-        if math.prod(scales.global_shape) != 1 or scales.global_shape not in ((), (1,)):
+    if form.per_tensor and block == form.shape:
+        if scales.global_shape not in ((), (1,)):
             raise TargetError(
                 f"kept target {key!r}: a per-tensor scale needs scales of shape [] or [1] "
                 f"(or block=(bn, bk) to broadcast it), not {list(scales.global_shape)}"
             )
         return
-    grid = _grid(shape, block)
+    grid = _grid(form.shape, block)
     offset, local = _grid_box(values, block)
     if (scales.global_shape, scales.offset, scales.local_shape) != (grid, offset, local):
         raise TargetError(
@@ -222,59 +209,97 @@ def _check_scale_box(
 
 @dataclass(frozen=True)
 class KeptRead:
-    """One kept target's read boxes: the values' bytes and the float32 scales."""
+    """One kept target's read boxes, converted to the parts' dtypes (as numpy)."""
 
     piece: KeptPiece
     values: np.ndarray
     scales: np.ndarray
+    global_scale: np.ndarray | None
 
 
 def read(ct: ComposedTransform, pieces: list[KeptPiece]) -> list[KeptRead]:
-    """Read each piece's values box and the scale blocks covering it."""
-    return [KeptRead(p, _read_values(ct, p), _read_scales(ct, p)) for p in pieces]
+    """Read each piece's values box and the scale blocks covering it, and check the scales
+    as the dequantizing path does (:func:`flexq.formatkit.check_scales`)."""
+    return [_read_one(ct, p) for p in pieces]
 
 
-def _read_values(ct: ComposedTransform, p: KeptPiece) -> np.ndarray:
-    return ct.checkpoint.read(p.values_key, p.values.offset, p.values.local_shape)
+def _read_one(ct: ComposedTransform, p: KeptPiece) -> KeptRead:
+    form = p.form
+    values = form.read_values(ct.checkpoint, p.values.offset, p.values.local_shape)
+    raw, box_offset = _read_scales(ct, p)
+    info = ct.checkpoint.info(form.scale_key)
+    f32 = np.asarray(scale_to_float32(ops_for(raw), raw, info.dtype))
+    check_scales(f32, scale=info, logical_key=p.key, format_name=form.owner, offset=box_offset)
+    scales = _convert_scales(p, raw, f32, info.dtype)
+    if form.per_tensor:
+        scales = np.broadcast_to(scales.reshape(()), p.scales.local_shape).copy()
+    glob = None
+    if p.global_scale is not None and form.global_key is not None:
+        glob = _read_global(ct, p, p.global_scale, form.global_key, raw)
+    return KeptRead(p, values, scales.reshape(p.scales.local_shape), glob)
 
 
-def _read_scales(ct: ComposedTransform, p: KeptPiece) -> np.ndarray:
-    info = ct.checkpoint.tensors[p.scale_key]
-    stored = tuple(info.shape)
-    if p.per_tensor:
-        raw = ct.checkpoint.read(p.scale_key)
-    else:
-        offset, local = _grid_box(p.values, p.block)
-        if stored != _grid(p.values.global_shape, p.block):
-            # per-channel stored as (out,): the covering box minus its last dim.
-            raw = ct.checkpoint.read(p.scale_key, offset[: len(stored)], local[: len(stored)])
-            raw = raw.reshape(local)
-        else:
-            raw = ct.checkpoint.read(p.scale_key, offset, local)
-    f32 = _widen(raw, info.dtype)
-    if p.per_tensor:
-        return np.broadcast_to(f32.reshape(()), p.scales.local_shape).copy()
-    return f32.reshape(p.scales.local_shape)
+def _read_scales(ct: ComposedTransform, p: KeptPiece) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The stored scale box covering the values shard, and its offset in the stored tensor."""
+    form = p.form
+    stored = form.grid
+    if form.per_tensor:
+        return ct.checkpoint.read(form.scale_key), (0,) * len(stored)
+    offset, local = _grid_box(p.values, form.block)
+    if len(stored) < len(offset):
+        # per-channel stored as (out,): the covering box minus its last dim.
+        offset, local = offset[: len(stored)], local[: len(stored)]
+    return ct.checkpoint.read(form.scale_key, offset, local), offset
 
 
-def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Stored scale bits as float32: exact for every dtype of :data:`_EXACT_SCALES`."""
-    if dtype == "BF16":
-        return (raw.astype(np.uint32) << 16).view(np.float32)
-    return raw.astype(np.float32)
+def _convert_scales(p: KeptPiece, raw: np.ndarray, f32: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored scales in the target's dtype; exact, or a TargetError."""
+    want = p.scales.dtype
+    if want == "float32":
+        return f32
+    if dtype in ("U8", "F8_E8M0", "F8_E4M3"):
+        return raw  # uint8 E8M0 or E4M3 bytes, kept as stored
+    # float scales into E8M0: exact for positive powers of two in [2^-127, 2^127] only
+    mant, exp = np.frexp(f32)
+    code = exp.astype(np.int64) - 1 + 127
+    bad = ~((mant == 0.5) & (code >= 0) & (code <= 254))
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise TargetError(
+            f"kept target {p.key!r}: scale {p.form.scale_key!r} ({dtype}) holds "
+            f"{float(f32[at])!r} at box index {list(at)}, which is no power of two in "
+            "E8M0's range: it cannot become a uint8 E8M0 scale; use float32 scales"
+        )
+    return code.astype(np.uint8)
+
+
+def _read_global(
+    ct: ComposedTransform, p: KeptPiece, target: Target, key: str, codes: np.ndarray
+) -> np.ndarray:
+    """NVFP4's global scale as the kept rule's multiplier (checked like the decoder's)."""
+    info = ct.checkpoint.info(key)
+    g = ct.checkpoint.read(key).astype(np.float32).reshape(())
+    check_scales(g, scale=info, logical_key=p.key, format_name=p.form.owner)
+    value = reciprocal_global(p.key, key, g, codes) if p.form.divides else g
+    return np.full(target.local_shape, value, np.float32)
 
 
 def write(reads: list[KeptRead]) -> None:
     """Copy each read into its parts' tensors (the checks have all passed)."""
+    for r in reads:
+        _assign(r.piece.values, r.values)
+        _assign(r.piece.scales, r.scales)
+        if r.piece.global_scale is not None and r.global_scale is not None:
+            _assign(r.piece.global_scale, r.global_scale)
+
+
+def _assign(target: Target, array: np.ndarray) -> None:
     import paddle
 
-    for r in reads:
-        bytes_ = paddle.to_tensor(np.ascontiguousarray(r.values)).view(paddle.float8_e4m3fn)
-        _assign(r.piece.values, bytes_.to(r.piece.values.tensor.place))
-        _assign(r.piece.scales, paddle.to_tensor(r.scales).to(r.piece.scales.tensor.place))
-
-
-def _assign(target: Target, value: Any) -> None:
+    value = paddle.to_tensor(np.ascontiguousarray(array))
+    if target.dtype == "float8_e4m3fn":
+        value = value.view(paddle.float8_e4m3fn)  # the stored bytes, not a cast
+    value = value.to(target.tensor.place)
     if target.lazy:
         target.tensor.set_value(value)
     else:
