@@ -302,3 +302,47 @@ def test_float32_power_of_two_scales_become_e8m0_and_others_are_refused(tmp_path
         flexq.load_state_dict({KEY: qt, OTHER: other}, path)
     assert (qt.scales.numpy() == 7).all()
     assert (other.numpy() == 2.0).all()
+
+
+def test_an_ordinary_target_that_fails_its_checks_leaves_kept_targets_unread_and_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = checkpoint(tmp_path)
+    reads: list[str] = []
+    real = Checkpoint.read
+
+    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
+        reads.append(key)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "read", counted)
+    qt = flexq.QuantizedTarget(
+        paddle.full(list(SHAPE), 3.0).astype(paddle.float8_e4m3fn), paddle.full([3, 3], 5.0)
+    )
+    wrong = paddle.full([80, 95], 1.0)  # OTHER is [80, 96]
+    with pytest.raises(flexq.FlexqError, match=OTHER.replace(".", r"\.")):
+        flexq.load_state_dict({KEY: qt, OTHER: wrong}, path)
+    assert KEY not in reads
+    assert KEY + "_scale_inv" not in reads
+    assert (qt.values.astype("float32").numpy() == 3.0).all()
+    assert (qt.scales.numpy() == 5.0).all()
+
+
+@pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
+def test_bytes_read_of_a_mixed_load_are_the_ordinary_plans_plus_the_kept_blocks(
+    tmp_path: Path, engine: str
+) -> None:
+    path = checkpoint(tmp_path)
+    alone = flexq.load_state_dict({NORM: paddle.zeros([80])}, path, engine=engine)  # type: ignore[arg-type]
+    values = fp8_zeros([32, 80])
+    scales = paddle.zeros([1, 3])
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(KEY, values, (32, 80), SHAPE, (64, 0)),
+        ShardedWeight(KEY + "_scale_inv", scales, (1, 3), (3, 3), (2, 0)),
+    )
+    norm = paddle.zeros([80])
+    report = flexq.load_state_dict({KEY: qt, NORM: norm}, path, engine=engine)  # type: ignore[arg-type]
+    assert report.engine == engine
+    assert report.bytes_read == alone.bytes_read + 32 * 80 + 3 * 4
+    assert np.array_equal(as_bytes(values), stored(path, KEY)[64:])
+    assert np.array_equal(norm.numpy(), stored(path, NORM))

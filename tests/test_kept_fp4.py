@@ -4,6 +4,7 @@ and dequantize (numpy reference below) to the dequantized load bit for bit."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ def e2m1(packed: np.ndarray) -> np.ndarray:
 def mx_reference(values: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """The kept MXFP4 form dequantized: e2m1(values) * 2^(scale - 127), per 32, float32."""
     scale = scales.view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
-    return e2m1(values) * np.repeat(scale, 32, axis=-1)[..., : 2 * values.shape[-1]]
+    out: np.ndarray = e2m1(values) * np.repeat(scale, 32, axis=-1)[..., : 2 * values.shape[-1]]
+    return out
 
 
 def nv_reference(
@@ -52,7 +54,8 @@ def nv_reference(
     ModelOpt's own table decodes code 8 (-0) as +0 (``signed_zero=False``)."""
     s = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * glob.reshape(())
     elems = e2m1(values) if signed_zero else e2m1(values) + np.float32(0.0)
-    return elems * np.repeat(s, 16, axis=-1)[..., : 2 * values.shape[-1]]
+    out: np.ndarray = elems * np.repeat(s, 16, axis=-1)[..., : 2 * values.shape[-1]]
+    return out
 
 
 def as_bytes(t: Any) -> np.ndarray:
@@ -185,6 +188,7 @@ def nv_checkpoint(tmp_path: Path, producer: str, glob: float) -> Path:
     rng = np.random.default_rng(5)
     packed = rng.integers(0, 256, (OUT, IN // 2), dtype=np.uint8)
     scales = rng.integers(0x08, 0x7E, (OUT, IN // 16), dtype=np.uint8)
+    g: tuple[int, ...]
     if producer == "modelopt":
         names, g, qc = (".weight", ".weight_scale", ".weight_scale_2"), (), MODELOPT_NVFP4_CONFIG
     else:
@@ -295,3 +299,21 @@ def test_any_block_aligned_box_of_a_kept_mxfp4_form_is_the_reference_slice(
     assert np.array_equal(
         scales.numpy(), whole_s[sbox].view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
     )
+
+
+def test_inspect_json_lists_the_kept_forms_of_each_logical_tensor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flexq.cli.main import main
+
+    path = mx_checkpoint(tmp_path, "gpt-oss")
+    assert main(["inspect", str(path), "--json"]) == 0
+    rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)["tensors"]}
+    (form,) = rows[EXPERTS]["kept_forms"]
+    assert form["form"] == "mxfp4"
+    assert form["values"] == {"dtypes": ["uint8"], "shape": [E, OUT, IN // 2]}
+    assert form["scales"] == {"dtypes": ["uint8", "float32"], "shape": [E, OUT, IN // 32]}
+    assert form["block"] == [1, 16]
+    assert form["global_scale"] is None
+    assert rows[EXPERTS]["shape"] == [E, IN, OUT]  # the logical layout is unchanged
+    assert rows[NORM]["kept_forms"] == []

@@ -208,24 +208,23 @@ def _check_scale_box(
 
 
 @dataclass(frozen=True)
-class KeptRead:
-    """One kept target's read boxes, converted to the parts' dtypes (as numpy)."""
+class KeptScales:
+    """One kept target's scales, read, checked and converted to the parts' dtypes."""
 
     piece: KeptPiece
-    values: np.ndarray
     scales: np.ndarray
     global_scale: np.ndarray | None
 
 
-def read(ct: ComposedTransform, pieces: list[KeptPiece]) -> list[KeptRead]:
-    """Read each piece's values box and the scale blocks covering it, and check the scales
-    as the dequantizing path does (:func:`flexq.formatkit.check_scales`)."""
-    return [_read_one(ct, p) for p in pieces]
+def check(ct: ComposedTransform, pieces: list[KeptPiece]) -> list[KeptScales]:
+    """Read the scale blocks covering each piece's values shard, check them as the
+    dequantizing path does (:func:`flexq.formatkit.check_scales`) and convert them
+    exactly: the data checks of kept targets, run before the load's first write."""
+    return [_check_one(ct, p) for p in pieces]
 
 
-def _read_one(ct: ComposedTransform, p: KeptPiece) -> KeptRead:
+def _check_one(ct: ComposedTransform, p: KeptPiece) -> KeptScales:
     form = p.form
-    values = form.read_values(ct.checkpoint, p.values.offset, p.values.local_shape)
     raw, box_offset = _read_scales(ct, p)
     info = ct.checkpoint.info(form.scale_key)
     f32 = np.asarray(scale_to_float32(ops_for(raw), raw, info.dtype))
@@ -236,7 +235,7 @@ def _read_one(ct: ComposedTransform, p: KeptPiece) -> KeptRead:
     glob = None
     if p.global_scale is not None and form.global_key is not None:
         glob = _read_global(ct, p, p.global_scale, form.global_key, raw)
-    return KeptRead(p, values, scales.reshape(p.scales.local_shape), glob)
+    return KeptScales(p, scales.reshape(p.scales.local_shape), glob)
 
 
 def _read_scales(ct: ComposedTransform, p: KeptPiece) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -270,7 +269,8 @@ def _convert_scales(p: KeptPiece, raw: np.ndarray, f32: np.ndarray, dtype: str) 
             f"{float(f32[at])!r} at box index {list(at)}, which is no power of two in "
             "E8M0's range: it cannot become a uint8 E8M0 scale; use float32 scales"
         )
-    return code.astype(np.uint8)
+    out: np.ndarray = code.astype(np.uint8)
+    return out
 
 
 def _read_global(
@@ -278,19 +278,21 @@ def _read_global(
 ) -> np.ndarray:
     """NVFP4's global scale as the kept rule's multiplier (checked like the decoder's)."""
     info = ct.checkpoint.info(key)
-    g = ct.checkpoint.read(key).astype(np.float32).reshape(())
+    g = np.float32(ct.checkpoint.read(key).reshape(-1)[0])
     check_scales(g, scale=info, logical_key=p.key, format_name=p.form.owner)
     value = reciprocal_global(p.key, key, g, codes) if p.form.divides else g
     return np.full(target.local_shape, value, np.float32)
 
 
-def write(reads: list[KeptRead]) -> None:
-    """Copy each read into its parts' tensors (the checks have all passed)."""
-    for r in reads:
-        _assign(r.piece.values, r.values)
-        _assign(r.piece.scales, r.scales)
-        if r.piece.global_scale is not None and r.global_scale is not None:
-            _assign(r.piece.global_scale, r.global_scale)
+def write(ct: ComposedTransform, checked: list[KeptScales]) -> None:
+    """Read each piece's values box and write it with its scales, one piece at a time
+    (every check has passed), so memory above the targets stays near one piece."""
+    for c in checked:
+        p = c.piece
+        _assign(p.values, p.form.read_values(ct.checkpoint, p.values.offset, p.values.local_shape))
+        _assign(p.scales, c.scales)
+        if p.global_scale is not None and c.global_scale is not None:
+            _assign(p.global_scale, c.global_scale)
 
 
 def _assign(target: Target, array: np.ndarray) -> None:

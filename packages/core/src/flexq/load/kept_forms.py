@@ -76,19 +76,6 @@ class KeptForm:
     global_key: str | None = None
     divides: bool = False
 
-    def describe(self) -> dict[str, object]:
-        """The form for ``flexq inspect --json``: dtypes and shapes of each part."""
-        scale_shape = list(self.grid) if not self.per_tensor else [1]
-        out: dict[str, object] = {
-            "form": self.kind,
-            "values": {"dtype": VALUE_TARGETS[self.kind], "shape": list(self.shape)},
-            "scales": {"dtypes": list(SCALE_TARGETS[self.kind]), "shape": scale_shape},
-            "block": None if self.per_tensor else list(self.block[-2:]),
-        }
-        if self.kind == "nvfp4":
-            out["global_scale"] = {"dtype": "float32", "shape": [1], "rule": NVFP4_RULE}
-        return out
-
     def read_values(
         self, ckpt: Checkpoint, offset: tuple[int, ...], shape: tuple[int, ...]
     ) -> np.ndarray:
@@ -129,14 +116,6 @@ def form_of(ct: ComposedTransform, key: str) -> KeptForm:
     )
 
 
-def kept_forms(ct: ComposedTransform, key: str) -> list[dict[str, object]]:
-    """The kept forms ``key`` can be loaded in (empty when it has none), for inspect."""
-    try:
-        return [form_of(ct, key).describe()]
-    except TargetError:
-        return []
-
-
 def _grid(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
 
@@ -151,14 +130,14 @@ def _fp8(
     shape, grid = shapes
     lead = (1,) * (len(shape) - 2)
     if math.prod(grid) == 1:
-        return KeptForm("fp8", key, owner, *srcs, shape, grid, shape, per_tensor=True)
+        return KeptForm("fp8", key, owner, srcs[0], srcs[1], shape, grid, shape, per_tensor=True)
     if grid in (shape[:-1], (*shape[:-1], 1)):
-        return KeptForm("fp8", key, owner, *srcs, shape, grid, (*lead, 1, shape[-1]))
+        return KeptForm("fp8", key, owner, srcs[0], srcs[1], shape, grid, (*lead, 1, shape[-1]))
     declared = ct.checkpoint.quantization_config.get("weight_block_size")
     if isinstance(declared, list) and len(declared) == 2:
         block = (*lead, int(declared[0]), int(declared[1]))
         if _grid(shape, block) == grid:
-            return KeptForm("fp8", key, owner, *srcs, shape, grid, block)
+            return KeptForm("fp8", key, owner, srcs[0], srcs[1], shape, grid, block)
     raise TargetError(
         f"kept target {key!r}: scale {srcs[1]!r} {list(grid)} is no per-tensor, "
         "per-channel or declared block grid over the weight; it cannot be kept exactly"
@@ -180,7 +159,9 @@ def _mxfp4(
             f"kept target {key!r}: MXFP4 scales {srcs[1]!r} {list(grid)} do not cover the "
             f"packed values {srcs[0]!r} {list(packed)} in blocks of 32; it cannot be kept"
         )
-    return KeptForm("mxfp4", key, owner, *srcs, shape, grid, block, gpt_oss=gpt_oss, f4=f4)
+    return KeptForm(
+        "mxfp4", key, owner, srcs[0], srcs[1], shape, grid, block, gpt_oss=gpt_oss, f4=f4
+    )
 
 
 def _nvfp4(
@@ -208,7 +189,16 @@ def _nvfp4(
     else:
         divides = True  # compressed-tensors: W = e2m1 * (scale / global)
     return KeptForm(
-        "nvfp4", key, owner, *srcs[:2], shape, grid, block, global_key=srcs[2], divides=divides
+        "nvfp4",
+        key,
+        owner,
+        srcs[0],
+        srcs[1],
+        shape,
+        grid,
+        block,
+        global_key=srcs[2],
+        divides=divides,
     )
 
 
