@@ -11,6 +11,7 @@ message) to OUT/rank<N>.npz.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,8 @@ def dist_parts(
 def main(fp8: str, mx: str, out: str) -> None:
     dist.init_parallel_env()
     results: dict[str, Any] = {}
-    cases = {
+    Make = Callable[[], tuple[flexq.QuantizedTarget, Any, Any, str]]
+    cases: dict[str, tuple[str, str, Make]] = {
         "fp8.s0.sharded": (fp8, FP8, lambda: sharded(FP8, (128, 128), (4, 4), (32, 32), 0)),
         "fp8.s1.sharded": (fp8, FP8, lambda: sharded(FP8, (128, 128), (4, 4), (32, 32), 1)),
         "fp8.s0.dist": (fp8, FP8, lambda: dist_parts(FP8, (128, 128), (4, 4), 0)),
