@@ -89,7 +89,7 @@ def load_state_dict(
         kept_targets, rest = kept.split(flatten(state_dict))
         if not kept_targets:
             return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
-        return _load_with_kept(ct, kept.plan(ct, kept_targets), rest, engine, options)
+        return _load_with_kept(ct, kept.plan(ct, kept_targets, options), rest, engine, options)
     finally:
         ct.checkpoint.close()  # the load's own compose: its files go with it
 
