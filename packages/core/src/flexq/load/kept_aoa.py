@@ -71,6 +71,12 @@ def boxes(
         _widen(values.offset, f),
         "float32",
     )
+    for s in statements:
+        if "dtype" in s and key in s:
+            raise TargetError(
+                f"kept target {key!r}: AOA statement {s!r} casts; a kept form is never cast: "
+                "load it dequantized"
+            )
     assert options is not None  # statements came from them
     pieces = plan_pieces(ct, [eq], replace(options, max_inflight_bytes=sys.maxsize))
     out = []
