@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import paddle
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 
 import flexq
@@ -365,3 +367,57 @@ def test_bytes_read_of_a_mixed_load_are_the_ordinary_plans_plus_the_kept_blocks(
     assert report.bytes_read == alone.bytes_read + 32 * 80 + 3 * 4
     assert np.array_equal(as_bytes(values), stored(path, KEY)[64:])
     assert np.array_equal(norm.numpy(), stored(path, NORM))
+
+
+def stacked_checkpoint(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(8)
+    experts = {"experts.gate_up_proj": rng.standard_normal((3, 64, 96)).astype(np.float32)}
+    return save_fp8_checkpoint(tmp_path / "stacked", experts, layout="block", block_size=(32, 32))
+
+
+def test_stacked_fp8_experts_split_along_e_need_no_alignment(tmp_path: Path) -> None:
+    path = stacked_checkpoint(tmp_path)
+    key = "experts.gate_up_proj"
+    values = fp8_zeros([1, 64, 96])
+    scales = paddle.zeros([1, 2, 3])
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(key, values, (1, 64, 96), (3, 64, 96), (1, 0, 0)),
+        ShardedWeight(key + ".s", scales, (1, 2, 3), (3, 2, 3), (1, 0, 0)),
+    )
+    report = flexq.load_state_dict({key: qt}, path)
+    assert np.array_equal(as_bytes(values), stored(path, key)[1:2])
+    assert np.array_equal(scales.numpy(), stored(path, key + "_scale_inv")[1:2])
+    assert report.bytes_read == 64 * 96 + 6 * 4
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_block_aligned_box_of_a_kept_fp8_form_is_the_reference_slice(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """Random block-aligned boxes of stacked [3, 64, 96] FP8 experts in 32x32 blocks (E any):
+    the values are the stored bytes' slice, the scales the covering blocks' slice."""
+    if not (tmp_path / "stacked").exists():
+        stacked_checkpoint(tmp_path)
+    path, key = tmp_path / "stacked", "experts.gate_up_proj"
+    full, block = (3, 64, 96), (1, 32, 32)
+    offset, local = [], []
+    for size, b in zip(full, block, strict=True):
+        lo = data.draw(st.integers(0, size // b - 1)) * b
+        hi = data.draw(st.integers(lo // b + 1, size // b)) * b
+        offset.append(lo)
+        local.append(hi - lo)
+    grid = tuple(n // b for n, b in zip(local, block, strict=True))
+    goff = tuple(o // b for o, b in zip(offset, block, strict=True))
+    values, scales = fp8_zeros(local), paddle.zeros(list(grid))
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(key, values, tuple(local), full, tuple(offset)),
+        ShardedWeight(key + ".s", scales, grid, (3, 2, 3), goff),
+    )
+    flexq.load_state_dict({key: qt}, path)
+    box = tuple(slice(o, o + n) for o, n in zip(offset, local, strict=True))
+    sbox = tuple(slice(o, o + n) for o, n in zip(goff, grid, strict=True))
+    assert np.array_equal(as_bytes(values), stored(path, key)[box])
+    assert np.array_equal(scales.numpy(), stored(path, key + "_scale_inv")[sbox])

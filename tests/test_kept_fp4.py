@@ -258,7 +258,7 @@ _MX_PATH: dict[str, Path] = {}
 
 
 @settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_any_block_aligned_box_of_a_kept_mxfp4_form_is_the_reference_slice(
