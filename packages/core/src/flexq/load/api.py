@@ -124,8 +124,8 @@ def _load_with_kept(
             report = chosen.load(ct, rest, options)
         else:
             report = chosen.load(ct, rest, replace(options, before_write=check_kept))
-    else:
-        check_kept()
+    if not checked_bytes:
+        check_kept()  # no ordinary targets (or no piece of theirs to write)
     before_write = counter.bytes_read
     kept.write(ct, checked)
     kept_bytes = counter.bytes_read - before_write
