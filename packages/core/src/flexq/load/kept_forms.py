@@ -144,6 +144,26 @@ def _fp8(
     )
 
 
+def _fp4_block(
+    key: str,
+    kind: str,
+    srcs: tuple[str, ...],
+    shape: tuple[int, ...],
+    grid: tuple[int, ...],
+    nbytes: int,
+) -> tuple[int, ...]:
+    """The block of ``nbytes`` along the last axis of kept FP4 values ``shape``, when the
+    stored scale grid is exactly that block's."""
+    block = (*(1,) * (len(shape) - 1), nbytes)
+    if len(shape) < 2 or _grid(shape, block) != grid:
+        raise TargetError(
+            f"kept target {key!r}: {kind} scales {srcs[1]!r} {list(grid)} do not cover the "
+            f"packed values {srcs[0]!r} (kept {list(shape)}) in blocks of {2 * nbytes}; "
+            "it cannot be kept"
+        )
+    return block
+
+
 def _mxfp4(
     key: str, owner: str, srcs: tuple[str, ...], shapes: list[tuple[int, ...]], f4: bool
 ) -> KeptForm:
@@ -153,12 +173,7 @@ def _mxfp4(
         shape = (*packed[:-2], packed[-2] * (packed[-1] // (2 if f4 else 1)))
     else:
         shape = (*packed[:-1], packed[-1] // (2 if f4 else 1))
-    block = (*(1,) * (len(shape) - 1), 16)
-    if len(shape) < 2 or _grid(shape, block) != grid:
-        raise TargetError(
-            f"kept target {key!r}: MXFP4 scales {srcs[1]!r} {list(grid)} do not cover the "
-            f"packed values {srcs[0]!r} {list(packed)} in blocks of 32; it cannot be kept"
-        )
+    block = _fp4_block(key, "MXFP4", srcs, shape, grid, 16)
     return KeptForm(
         "mxfp4", key, owner, srcs[0], srcs[1], shape, grid, block, gpt_oss=gpt_oss, f4=f4
     )
@@ -172,12 +187,7 @@ def _nvfp4(
     shapes: list[tuple[int, ...]],
 ) -> KeptForm:
     shape, grid, _ = shapes
-    block = (*(1,) * (len(shape) - 1), 8)
-    if len(shape) < 2 or _grid(shape, block) != grid:
-        raise TargetError(
-            f"kept target {key!r}: NVFP4 scales {srcs[1]!r} {list(grid)} do not cover the "
-            f"packed values {srcs[0]!r} {list(shape)} in blocks of 16; it cannot be kept"
-        )
+    block = _fp4_block(key, "NVFP4", srcs, shape, grid, 8)
     if srcs[2].endswith("_scale_2"):
         divides = False  # ModelOpt: W = e2m1 * (scale * weight_scale_2), the kept rule itself
     elif ct.checkpoint.quantization_config.get("quant_method") == "auto-round":
