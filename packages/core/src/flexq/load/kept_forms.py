@@ -94,6 +94,20 @@ class KeptForm:
         )
 
 
+def scale_grid(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
+    """The scale grid of ``block`` over ``shape`` (a partial last block counts)."""
+    return tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
+
+
+def grid_box(
+    offset: tuple[int, ...], shape: tuple[int, ...], block: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The offset and shape, in the scale grid of ``block``, of the blocks covering the box."""
+    start = tuple(o // b for o, b in zip(offset, block, strict=True))
+    end = tuple(ceil_div(o + n, b) for o, n, b in zip(offset, shape, block, strict=True))
+    return start, tuple(e - s for s, e in zip(start, end, strict=True))
+
+
 def form_of(ct: ComposedTransform, key: str) -> KeptForm:
     """The kept form of logical tensor ``key``, or a TargetError saying why it has none."""
     if key not in ct.entries:
@@ -116,10 +130,6 @@ def form_of(ct: ComposedTransform, key: str) -> KeptForm:
     )
 
 
-def _grid(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
-
-
 def _fp8(
     ct: ComposedTransform,
     key: str,
@@ -136,7 +146,7 @@ def _fp8(
     declared = ct.checkpoint.quantization_config.get("weight_block_size")
     if isinstance(declared, list) and len(declared) == 2:
         block = (*lead, int(declared[0]), int(declared[1]))
-        if _grid(shape, block) == grid:
+        if scale_grid(shape, block) == grid:
             return KeptForm("fp8", key, owner, srcs[0], srcs[1], shape, grid, block)
     raise TargetError(
         f"kept target {key!r}: scale {srcs[1]!r} {list(grid)} is no per-tensor, "
@@ -155,7 +165,7 @@ def _fp4_block(
     """The block of ``nbytes`` along the last axis of kept FP4 values ``shape``, when the
     stored scale grid is exactly that block's."""
     block = (*(1,) * (len(shape) - 1), nbytes)
-    if len(shape) < 2 or _grid(shape, block) != grid:
+    if len(shape) < 2 or scale_grid(shape, block) != grid:
         raise TargetError(
             f"kept target {key!r}: {kind} scales {srcs[1]!r} {list(grid)} do not cover the "
             f"packed values {srcs[0]!r} (kept {list(shape)}) in blocks of {2 * nbytes}; "
