@@ -80,8 +80,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--deep",
-        action="store_true",
-        help="decode the first rows of every quantized tensor and check the values",
+        nargs="?",
+        const="sample",
+        default=None,
+        choices=("sample", "all"),
+        help="decode a sample of blocks of every quantized tensor (--deep=all: all of it) "
+        "and report non-finite values and value ranges",
+    )
+    p.add_argument(
+        "--against",
+        default=None,
+        metavar="DIR",
+        help="compare the decoded values with a dequantized twin (flexq convert's output), "
+        "bit for bit; implies --deep",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        metavar="X",
+        help="with --against: allow an absolute difference of X",
     )
     p.add_argument("--json", action="store_true", help="print JSON (docs/schema/verify.json)")
 
@@ -114,7 +132,8 @@ def _verify(args: argparse.Namespace) -> int:
     with _hash_progress() as progress:
         report = verify(
             args.path, tp=args.tp, ep=args.ep, formats=args.formats, sha256=args.sha256,
-            manifest=args.manifest, write_manifest_to=args.write_manifest, deep=args.deep,
+            manifest=args.manifest, write_manifest_to=args.write_manifest,
+            deep=args.deep or False, against=args.against, tolerance=args.tolerance,
             allow_unclaimed=args.allow_unclaimed,
             keep_quantized=args.keep_quantized, progress=progress if hashing else None,
         )  # fmt: skip
@@ -153,10 +172,14 @@ def _show(report: VerifyReport) -> None:
         for s in report.splits:
             if not s.aligned:
                 out.print(f"  {s.tensor} {s.split} x{s.ways}: {s.why}", markup=False)
+    if report.against is not None:
+        how = "bit for bit" if report.tolerance is None else f"within {report.tolerance:g}"
+        out.print(f"compared with {report.against} {how}", markup=False)
     for d in report.deep:
+        twin = f", {d.differ} of {d.compared} differ from the twin" if d.compared else ""
         out.print(
-            f"deep: {d.tensor} {d.values} values, {d.nonfinite} non-finite, "
-            f"range [{d.min}, {d.max}]",
+            f"deep ({report.deep_mode}): {d.tensor} {d.values} values in {len(d.boxes)} "
+            f"box(es), {d.nonfinite} non-finite, range [{d.min}, {d.max}]{twin}",
             markup=False,
         )
     for p in report.problems:
