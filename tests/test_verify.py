@@ -9,6 +9,7 @@ with the scales, a tensor-parallel degree that cuts FP8 blocks.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -503,3 +504,27 @@ def test_sigint_while_hashing_in_parallel_exits_130_and_writes_no_manifest(
     assert entered  # at least one hash was under way ...
     assert stopped == [True] * len(entered)  # ... and each was stopped, not timed out
     assert list(manifest.parent.iterdir()) == []  # no manifest, whole or part
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("paddleformers") is not None,
+    reason="the error without paddleformers; tests/paddleformers covers --model with it",
+)
+def test_model_without_paddleformers_or_without_tp_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8")
+    with pytest.raises(flexq.FlexqError, match="pip install paddleformers"):
+        flexq.verify(ckpt, tp=2, model="LlamaForCausalLM")
+    code, out, err = run(["verify", str(ckpt), "--model", "LlamaForCausalLM"], capsys)
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == "flexq: error: --model LlamaForCausalLM: give the tensor-parallel degree too (--tp N)\n"
+    )
+    code, _, err = run(["verify", str(ckpt), "--tp", "2", "--model", "LlamaForCausalLM"], capsys)
+    assert code == 2
+    assert err.startswith(
+        "flexq: error: --model LlamaForCausalLM: the split rules are PaddleFormers'"
+    )
+    assert err.count("\n") == 1

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from flexq.check.deep import check_deep
 from flexq.check.files import survey
 from flexq.check.hashes import check_blobs, check_manifest, write_manifest
+from flexq.check.model import split_rules
 from flexq.check.report import DeepRow, FormatSummary, Memory, Problem, VerifyReport
 from flexq.check.scales import check_scales
 from flexq.check.splits import check_splits
@@ -37,6 +38,7 @@ def verify(
     *,
     tp: int | None = None,
     ep: int | None = None,
+    model: str | None = None,
     formats: list[str] | None = None,
     sha256: bool = False,
     manifest: str | os.PathLike[str] | None = None,
@@ -52,6 +54,9 @@ def verify(
 
     :param tp: report how quantized weights split ``tp`` ways (column and row).
     :param ep: report how expert tensors ``[E, ...]`` split ``ep`` ways.
+    :param model: a PaddleFormers model class name (``LlamaForCausalLM``): ``tp`` splits
+        each weight only as that class splits it (needs paddleformers; see
+        :mod:`flexq.check.model`).
     :param sha256: re-hash every LFS blob of a cache snapshot against its name.
     :param manifest: check every file against this manifest (plain directories).
     :param write_manifest_to: record the files' sha256 in this file (outside the checkpoint).
@@ -70,6 +75,8 @@ def verify(
     """
     asked = registry.active(formats)  # an unknown format is a usage error
     mode: DeepMode | None = "all" if deep == "all" else "sample" if deep or against else None
+    if model is not None and not tp:
+        raise FlexqError(f"--model {model}: give the tensor-parallel degree too (--tp N)")
     if tolerance is not None and (against is None or not tolerance >= 0):
         raise FlexqError(
             f"tolerance {tolerance!r}: give a tolerance of 0 or more, with a twin to "
@@ -103,7 +110,8 @@ def verify(
         problems += [Problem(kind="coverage", message=p, fix=_fix(p)) for p in ct.problems]
         scales, bad_scales = check_scales(ct)
         problems += bad_scales
-        splits = check_splits(ct, tp, ep) if tp or ep else []
+        rules = split_rules(model, ckpt) if model is not None else None
+        splits = check_splits(ct, tp, ep, rules) if tp or ep else []
         if keep_quantized:
             problems += [
                 Problem(

@@ -55,6 +55,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="show which expert tensors [E, ...] split N ways",
     )
     p.add_argument(
+        "--model",
+        default=None,
+        metavar="CLASS",
+        help="with --tp: split each weight as PaddleFormers' CLASS does (e.g. "
+        "LlamaForCausalLM; needs paddleformers)",
+    )
+    p.add_argument(
         "--keep-quantized",
         action="store_true",
         help="the load keeps weights quantized: a --tp/--ep split that cuts a block is a problem",
@@ -131,7 +138,8 @@ def _verify(args: argparse.Namespace) -> int:
     hashing = args.sha256 or args.manifest is not None or args.write_manifest is not None
     with _hash_progress() as progress:
         report = verify(
-            args.path, tp=args.tp, ep=args.ep, formats=args.formats, sha256=args.sha256,
+            args.path, tp=args.tp, ep=args.ep, model=args.model, formats=args.formats,
+            sha256=args.sha256,
             manifest=args.manifest, write_manifest_to=args.write_manifest,
             deep=args.deep or False, against=args.against, tolerance=args.tolerance,
             allow_unclaimed=args.allow_unclaimed,
