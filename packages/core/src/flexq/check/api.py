@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from flexq.check.deep import check_deep
 from flexq.check.files import survey
 from flexq.check.hashes import check_blobs, check_manifest, write_manifest
-from flexq.check.model import split_rules
+from flexq.check.model import model_class, split_rules
 from flexq.check.report import DeepRow, FormatSummary, Memory, Problem, VerifyReport
 from flexq.check.scales import check_scales
 from flexq.check.splits import check_splits
@@ -77,6 +77,8 @@ def verify(
     mode: DeepMode | None = "all" if deep == "all" else "sample" if deep or against else None
     if model is not None and not tp:
         raise FlexqError(f"--model {model}: give the tensor-parallel degree too (--tp N)")
+    if model is not None:
+        model_class(model)  # a usage error before any hashing
     if tolerance is not None and (against is None or not tolerance >= 0):
         raise FlexqError(
             f"tolerance {tolerance!r}: give a tolerance of 0 or more, with a twin to "

@@ -183,11 +183,17 @@ def _show(report: VerifyReport) -> None:
     if report.against is not None:
         how = "bit for bit" if report.tolerance is None else f"within {report.tolerance:g}"
         out.print(f"compared with {report.against} {how}", markup=False)
-    for d in report.deep:
-        twin = f", {d.differ} of {d.compared} differ from the twin" if d.compared else ""
+    if report.deep:
+        # One line for all tensors (one screen); those with bad values are problems below.
+        rows = report.deep
+        low = min((d.min for d in rows if d.min is not None), default=None)
+        high = max((d.max for d in rows if d.max is not None), default=None)
+        twin = sum(d.compared for d in rows)
+        compared = f", {sum(d.differ for d in rows)} of {twin} differ from the twin" if twin else ""
         out.print(
-            f"deep ({report.deep_mode}): {d.tensor} {d.values} values in {len(d.boxes)} "
-            f"box(es), {d.nonfinite} non-finite, range [{d.min}, {d.max}]{twin}",
+            f"deep ({report.deep_mode}): {len(rows)} tensors, {sum(d.values for d in rows):,} "
+            f"values, {sum(d.nonfinite for d in rows)} non-finite, range [{low}, {high}]"
+            f"{compared}",
             markup=False,
         )
     for p in report.problems:
