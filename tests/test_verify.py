@@ -528,3 +528,18 @@ def test_model_without_paddleformers_or_without_tp_is_a_usage_error(
         "flexq: error: --model LlamaForCausalLM: the split rules are PaddleFormers'"
     )
     assert err.count("\n") == 1
+
+
+def test_deep_all_finds_what_the_sample_skips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt = surgery.gptq(tmp_path / "gptq")  # [64, 64]; scales [in/32, out]
+    surgery.set_values(ckpt, "model.k_proj.scales", (0, 20), float("nan"))  # out row 20 only
+    monkeypatch.setattr(deep_module, "DEEP_ROWS", 16)  # samples rows 0-15, 24-39, 48-63
+    sample = next(d for d in flexq.verify(ckpt, deep=True).deep)
+    assert sample.boxes == [[[0, 0], [16, 64]], [[24, 0], [16, 64]], [[48, 0], [16, 64]]]
+    assert sample.nonfinite == 0
+    whole = flexq.verify(ckpt, deep="all")
+    row = next(d for d in whole.deep)
+    assert (row.values, row.nonfinite) == (64 * 64, 32)  # row 20's first group of 32
+    assert any(p.kind == "deep" and "model.k_proj.weight" in p.message for p in whole.problems)
