@@ -460,6 +460,10 @@ def test_against_a_float32_twin_and_one_that_lacks_a_tensor(tmp_path: Path) -> N
     assert "has no tensor of that name" in problems[0].message
     with pytest.raises(flexq.FlexqError, match="tolerance"):
         flexq.verify(ckpt, tolerance=0.1)  # a tolerance with nothing to compare with
+    with pytest.raises(flexq.FlexqError, match="tolerance"):
+        flexq.verify(ckpt, against=twin, tolerance=float("nan"))
+    with pytest.raises(flexq.FlexqError, match="'some'"):
+        flexq.verify(ckpt, deep="some")  # type: ignore[arg-type]
 
 
 def test_sigint_while_hashing_in_parallel_exits_130_and_writes_no_manifest(

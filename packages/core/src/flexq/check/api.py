@@ -74,6 +74,8 @@ def verify(
         unknown format (the CLI's exit 2); everything else is a problem in the report.
     """
     asked = registry.active(formats)  # an unknown format is a usage error
+    if deep not in (True, False, "sample", "all"):
+        raise FlexqError(f"deep={deep!r}: give True (or 'sample') for a sample, or 'all'")
     mode: DeepMode | None = "all" if deep == "all" else "sample" if deep or against else None
     if model is not None and not tp:
         raise FlexqError(f"--model {model}: give the tensor-parallel degree too (--tp N)")
