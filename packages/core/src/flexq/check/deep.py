@@ -109,7 +109,7 @@ def _compare(
     if n and not tally.differ:
         where = np.unravel_index(int(np.argmax(bad)), bad.shape)
         at = [int(o) + int(i) for o, i in zip(box[0], where, strict=True)]
-        tally.first = f"first at {at}: {a[where]!r} here, {b[where]!r} in the twin"
+        tally.first = f"first at {at}: {float(a[where])!r} here, {float(b[where])!r} in the twin"
     tally.differ += n
 
 
@@ -135,12 +135,13 @@ def check_deep(
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # non-finite scales are counted already
                     values = np.asarray(decode_box(ct, key, *box, "float32"))
-                tally.add(values)
-                if twin is not None and name is not None:
-                    out = storage_dtype(name).paddle
-                    assert out is not None  # _twin_dtype admits load dtypes only
-                    ours = values if out == "float32" else decode_box(ct, key, *box, out)
-                    _compare(tally, np.asarray(ours), twin.read(key, *box), name, box, tolerance)
+                    tally.add(values)
+                    if twin is not None and name is not None:
+                        out = storage_dtype(name).paddle
+                        assert out is not None  # _twin_dtype admits load dtypes only
+                        ours = values if out == "float32" else decode_box(ct, key, *box, out)
+                        theirs = twin.read(key, *box)
+                        _compare(tally, np.asarray(ours), theirs, name, box, tolerance)
         except FlexqError as exc:
             problems.append(Problem(kind="deep", message=str(exc), fix=CORRUPT))
             continue
