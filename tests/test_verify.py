@@ -504,8 +504,8 @@ def test_sigint_while_hashing_in_parallel_exits_130_and_writes_no_manifest(
     code, out, err = run(["verify", str(ckpt), "--write-manifest", str(manifest)], capsys)
     sender.join()
     assert (code, out, err) == (130, "", "flexq: interrupted by SIGINT\n")
-    # A hash thread the interrupt caught while it was being started may still be ending.
-    assert all(ended.acquire(timeout=HANG_BOUND_S) for _ in entered)
+    # every hash thread has ended before the command returns (none left running)
+    assert all(ended.acquire(blocking=False) for _ in entered)
     assert entered  # at least one hash was under way ...
     assert stopped == [True] * len(entered)  # ... and each was stopped, not timed out
     assert list(manifest.parent.iterdir()) == []  # no manifest, whole or part

@@ -58,14 +58,15 @@ def _hash_all(paths: dict[str, Path], progress: Callable[[int], None] | None) ->
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=min(THREADS, max(1, len(paths))))
     try:
-        futures = {name: pool.submit(sha256_file, p, progress, stop) for name, p in paths.items()}
+        with uninterrupted():  # an interrupt inside submit() would leave a thread unjoined
+            futures = {n: pool.submit(sha256_file, p, progress, stop) for n, p in paths.items()}
         # Wait for the first failure, not in order: one bad file stops them all.
         wait(futures.values(), return_when=FIRST_EXCEPTION)
         return {name: f.result() for name, f in futures.items()}
     finally:
-        # An interrupt (or a read error), even one that comes while the hashes are
-        # being submitted, ends every hash at its next chunk, not at the end of a
-        # multi-GB file; after a success there is nothing left to stop.
+        # An interrupt (or a read error) ends every hash at its next chunk, not at
+        # the end of a multi-GB file, and every thread is joined before it propagates;
+        # after a success there is nothing left to stop.
         stop.set()
         pool.shutdown(cancel_futures=True)
 
