@@ -1,10 +1,13 @@
 """Run every flexq benchmark once and write the results, the chart and docs/performance.md.
 
-Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N] [scale]``
+Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N]
+[--verify-rounds N] [scale | verify]``
 (``nox -s bench`` runs it with torch installed for the DCP comparison; without
 torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
 multi-rank scale series (:mod:`bench.scale`) and writes its results and
-docs/scale.md, leaving docs/performance.md as it is. The defaults a user gets are
+docs/scale.md, leaving docs/performance.md as it is; ``verify`` (``nox -s bench --
+verify``) runs only :mod:`bench.verify_cost` and writes its results and the verify
+section of docs/performance.md (about a minute, 1 GiB of scratch disk). The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
 2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
@@ -38,6 +41,7 @@ from bench import (  # noqa: E402
     report,
     scale,
     scale_report,
+    verify_cost,
     vs_dcp,
     vs_paddle,
 )
@@ -215,6 +219,24 @@ def _scale(date: str, repeats: int) -> None:
     _log(f"wrote {json_path.relative_to(ROOT)}, {doc.relative_to(ROOT)}")
 
 
+def _verify(date: str, rounds: int) -> None:
+    """flexq verify's cost (:mod:`bench.verify_cost`) in its own scratch directory (a
+    1 GiB checkpoint), its results file and the verify section of docs/performance.md."""
+    with tempfile.TemporaryDirectory(prefix="flexq-bench-verify-") as tmp_name:
+        _log("flexq verify on the 1 GiB block-FP8 checkpoint, against a default load")
+        figures = verify_cost.measure(Path(tmp_name), rounds)
+    goals = verify_cost.goals(figures)
+    results = {"date": date, "machine": _machine(), "figures": figures, "goals": goals}
+    json_path = report.write_json(results, f"{date}-verify")
+    doc = ROOT / "docs" / "performance.md"
+    verify_cost.replace_section(
+        doc, verify_cost.markdown(figures, str(json_path.relative_to(ROOT)))
+    )
+    _log(f"wrote {json_path.relative_to(ROOT)}, the verify section of {doc.relative_to(ROOT)}")
+    for g in goals.values():
+        _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per comparison")
@@ -222,13 +244,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scale-repeats", type=int, default=1, help="launches per config of the scale series"
     )
-    parser.add_argument("only", nargs="?", choices=["scale"], help="run only this series")
+    parser.add_argument(
+        "--verify-rounds", type=int, default=verify_cost.ROUNDS, help="rounds of the verify series"
+    )
+    parser.add_argument("only", nargs="?", choices=["scale", "verify"], help="run only this series")
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
     started = time.perf_counter()
     date = datetime.date.today().isoformat()
     if args.only == "scale":
         _scale(date, args.scale_repeats)
+        return 0
+    if args.only == "verify":
+        _verify(date, args.verify_rounds)
         return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
@@ -272,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     _log(f"wrote {json_path.relative_to(ROOT)}, {chart.relative_to(ROOT)}, {doc.relative_to(ROOT)}")
     for g in results["goals"].values():
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
+    _verify(date, args.verify_rounds)  # after the regenerated doc: its own section
     return 0
 
 

@@ -9,32 +9,34 @@ with the scales, a tensor-parallel degree that cuts FP8 blocks.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
+import signal
 import struct
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 import flexq
+from flexq.check import deep as deep_module
+from flexq.check import hashes
+from flexq.check.deep import boxes
 from flexq.check.report import VerifyReport
 from flexq.cli.main import main
+from tests.conftest import dequantized_copy
 from tests.reliability import surgery
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILDERS: dict[str, Callable[[Path], Path]] = {
-    "fp8": surgery.fp8,
-    "mxfp4": surgery.mxfp4,
-    "int4-awq": surgery.awq,
-    "gptq": surgery.gptq,
-    "nvfp4": surgery.nvfp4,
-}
 SHARD_2 = "model-00002-of-00002.safetensors"
+#: How long a blocked hash waits for the interrupt at most: a hang fails, it does not stall.
+HANG_BOUND_S = 60
 
 
 def snapshot_of(ckpt: Path, cache: Path) -> Path:
@@ -71,19 +73,21 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
-@pytest.mark.parametrize("fmt", sorted(BUILDERS))
 def test_a_clean_checkpoint_of_every_format_verifies_with_exit_0(
-    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    format_ckpt: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ckpt = BUILDERS[fmt](tmp_path / fmt)
+    # Every installed format (compressed-tensors int and bitsandbytes included) and the
+    # plugin-guide example, each written by its own encoder.
+    fmt, ckpt = format_ckpt
     report = flexq.verify(ckpt, deep=True)
     assert report.problems == []
     owners = {row.format for row in report.summary}
     assert fmt in owners
     assert "passthrough" in owners
     assert report.scales
-    assert all(s.nan == s.inf == s.zero == 0 for s in report.scales)
+    assert all(s.nan == s.inf == 0 for s in report.scales)  # a code book holds a zero
     assert report.deep
+    assert report.deep_mode == "sample"
     assert all(d.nonfinite == 0 and d.min is not None for d in report.deep)
     # keep-quantized holds the stored bytes; a bf16 load holds 2 bytes per element.
     assert report.memory.keep_quantized == sum(r.stored_bytes for r in report.summary)
@@ -225,6 +229,7 @@ def test_deep_reports_non_finite_decoded_values(tmp_path: Path) -> None:
     report = flexq.verify(ckpt, deep=True)
     row = next(d for d in report.deep if d.tensor == "model.a.weight")
     assert row.values == 64 * 64
+    assert row.boxes == [[[0, 0], [64, 64]]]  # under 128 rows: the sample is the tensor
     assert 0 < row.nonfinite <= 32 * 32  # the one block the scale covers (zeros stay NaN/0)
     assert any(p.kind == "deep" and "model.a.weight" in p.message for p in report.problems)
 
@@ -366,3 +371,180 @@ def test_with_keep_quantized_a_split_that_cuts_fp8_blocks_is_a_problem(
     assert "problem (layout)" in out
     code, _, _ = run(["verify", str(ckpt), "--tp", "2"], capsys)
     assert code == 0
+
+
+def test_deep_samples_first_middle_and_last_bands_and_all_covers_every_row() -> None:
+    assert boxes((1000, 64), "sample") == [
+        ((0, 0), (128, 64)), ((436, 0), (128, 64)), ((872, 0), (128, 64))
+    ]  # fmt: skip
+    assert boxes((4, 8, 16), "sample") == [
+        ((0, 0, 0), (1, 8, 16)), ((1, 0, 0), (1, 8, 16)), ((3, 0, 0), (1, 8, 16))
+    ]  # fmt: skip
+    assert boxes((96, 64), "sample") == [((0, 0), (96, 64))]
+    bands = boxes((1000, 64), "all")
+    assert sum(shape[0] for _, shape in bands) == 1000
+    assert [offset[0] for offset, _ in bands] == sorted({o[0] for o, _ in bands})
+
+
+def test_deep_all_decodes_every_value_and_a_sample_fewer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8")  # model.b.weight [96, 64]
+    monkeypatch.setattr(deep_module, "DEEP_ROWS", 16)
+    sample = {d.tensor: d for d in flexq.verify(ckpt, deep=True).deep}
+    assert sample["model.b.weight"].boxes == [
+        [[0, 0], [16, 64]], [[40, 0], [16, 64]], [[80, 0], [16, 64]]
+    ]  # fmt: skip
+    assert sample["model.b.weight"].values == 3 * 16 * 64
+    report = flexq.verify(ckpt, deep="all")
+    assert report.deep_mode == "all"
+    assert {d.tensor: d.values for d in report.deep} == {
+        "model.a.weight": 64 * 64, "model.b.weight": 96 * 64
+    }  # fmt: skip
+    row = next(d for d in report.deep if d.tensor == "model.b.weight")
+    assert row.min is not None
+    assert row.max is not None
+    assert row.min < 0 < row.max
+    code, out, _ = run(["verify", str(ckpt), "--deep=all"], capsys)
+    assert code == 0
+    assert f"deep (all): 2 tensors, {64 * 64 + 96 * 64:,} values, 0 non-finite" in out
+
+
+def test_against_a_dequantized_twin_is_bit_exact_and_names_the_one_element_that_differs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8")
+    twin = tmp_path / "twin"
+    code, _, err = run(["convert", str(ckpt), str(twin), "--dtype", "bfloat16"], capsys)
+    assert (code, err) == (0, "")
+    clean = flexq.verify(ckpt, deep="all", against=twin)
+    assert clean.problems == []
+    assert (clean.against, clean.tolerance) == (str(twin), None)
+    assert all(d.compared == d.values and d.differ == 0 for d in clean.deep)
+    assert all(d.max_abs_diff == 0.0 for d in clean.deep)
+    # one bfloat16 element of the twin one unit in the last place off
+    bits = int(surgery.tensors_of(twin)["model.b.weight"].data[50, 7])
+    surgery.set_values(twin, "model.b.weight", (50, 7), bits ^ 1)
+    report = flexq.verify(ckpt, against=twin)  # the default sample covers row 50
+    assert [p.kind for p in report.problems] == ["against"]
+    message = report.problems[0].message
+    assert "'model.b.weight'" in message
+    assert "1 of 6144" in message
+    assert "first at [50, 7]: " in message
+    assert "np.float32" not in message
+    assert "bit for bit" in message
+    row = next(d for d in report.deep if d.tensor == "model.b.weight")
+    assert (row.compared, row.differ) == (96 * 64, 1)
+    assert row.max_abs_diff is not None
+    assert 0 < row.max_abs_diff < 1e-3
+    # within a stated tolerance the ulp passes, and the report says which tolerance
+    loose = flexq.verify(ckpt, against=twin, tolerance=1e-3)
+    assert (loose.problems, loose.tolerance) == ([], 1e-3)
+    code, out, _ = run(["verify", str(ckpt), "--against", str(twin)], capsys)
+    assert code == 1
+    assert "problem (against)" in out
+    code, out, _ = run(
+        ["verify", str(ckpt), "--against", str(twin), "--tolerance", "0.001"], capsys
+    )
+    assert code == 0
+    assert f"compared with {twin} within 0.001" in out
+
+
+def test_against_a_float32_twin_and_one_that_lacks_a_tensor(tmp_path: Path) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8")
+    twin = dequantized_copy(ckpt, tmp_path / "twin")
+    assert flexq.verify(ckpt, deep="all", against=twin).problems == []
+    surgery.drop(twin, "model.a.weight")
+    problems = flexq.verify(ckpt, against=twin).problems
+    assert [p.kind for p in problems] == ["against"]
+    assert "'model.a.weight'" in problems[0].message
+    assert "has no tensor of that name" in problems[0].message
+    with pytest.raises(flexq.FlexqError, match="tolerance"):
+        flexq.verify(ckpt, tolerance=0.1)  # a tolerance with nothing to compare with
+    with pytest.raises(flexq.FlexqError, match="tolerance"):
+        flexq.verify(ckpt, against=twin, tolerance=float("nan"))
+    with pytest.raises(flexq.FlexqError, match="'some'"):
+        flexq.verify(ckpt, deep="some")  # type: ignore[arg-type]
+
+
+def test_sigint_while_hashing_in_parallel_exits_130_and_writes_no_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8", sharded=True)  # 4 files: 4 hashing threads
+    started = threading.Event()
+    entered: list[Path] = []
+    stopped: list[bool] = []
+    ended = threading.Semaphore(0)
+    real = hashes.sha256_file
+
+    def blocked(
+        path: Path,
+        progress: Callable[[int], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> str:
+        # Each hash blocks until the interrupt sets the stop event every hash watches.
+        assert stop is not None
+        entered.append(path)
+        started.set()
+        try:
+            stopped.append(stop.wait(HANG_BOUND_S))
+            return real(path, progress, stop)
+        finally:
+            ended.release()
+
+    def interrupt_once_hashing() -> None:
+        if started.wait(HANG_BOUND_S):
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    monkeypatch.setattr(hashes, "sha256_file", blocked)
+    sender = threading.Thread(target=interrupt_once_hashing)
+    sender.start()
+    manifest = tmp_path / "out" / "fp8.sha256.json"
+    manifest.parent.mkdir()
+    code, out, err = run(["verify", str(ckpt), "--write-manifest", str(manifest)], capsys)
+    sender.join()
+    assert (code, out, err) == (130, "", "flexq: interrupted by SIGINT\n")
+    # every hash thread has ended before the command returns (none left running)
+    assert all(ended.acquire(blocking=False) for _ in entered)
+    assert entered  # at least one hash was under way ...
+    assert stopped == [True] * len(entered)  # ... and each was stopped, not timed out
+    assert list(manifest.parent.iterdir()) == []  # no manifest, whole or part
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("paddleformers") is not None,
+    reason="the error without paddleformers; tests/paddleformers covers --model with it",
+)
+def test_model_without_paddleformers_or_without_tp_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = surgery.fp8(tmp_path / "fp8")
+    with pytest.raises(flexq.FlexqError, match="pip install paddleformers"):
+        flexq.verify(ckpt, tp=2, model="LlamaForCausalLM")
+    code, out, err = run(["verify", str(ckpt), "--model", "LlamaForCausalLM"], capsys)
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == "flexq: error: --model LlamaForCausalLM: give the tensor-parallel degree too (--tp N)\n"
+    )
+    code, _, err = run(["verify", str(ckpt), "--tp", "2", "--model", "LlamaForCausalLM"], capsys)
+    assert code == 2
+    assert err.startswith(
+        "flexq: error: --model LlamaForCausalLM: the split rules are PaddleFormers'"
+    )
+    assert err.count("\n") == 1
+
+
+def test_deep_all_finds_what_the_sample_skips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt = surgery.gptq(tmp_path / "gptq")  # [64, 64]; scales [in/32, out]
+    surgery.set_values(ckpt, "model.k_proj.scales", (0, 20), float("nan"))  # out row 20 only
+    monkeypatch.setattr(deep_module, "DEEP_ROWS", 16)  # samples rows 0-15, 24-39, 48-63
+    sample = next(d for d in flexq.verify(ckpt, deep=True).deep)
+    assert sample.boxes == [[[0, 0], [16, 64]], [[24, 0], [16, 64]], [[48, 0], [16, 64]]]
+    assert sample.nonfinite == 0
+    whole = flexq.verify(ckpt, deep="all")
+    row = next(d for d in whole.deep)
+    assert (row.values, row.nonfinite) == (64 * 64, 32)  # row 20's first group of 32
+    assert any(p.kind == "deep" and "model.k_proj.weight" in p.message for p in whole.problems)

@@ -10,30 +10,27 @@ decoded samples (``deep``).
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-
+from flexq.check.deep import check_deep
 from flexq.check.files import survey
 from flexq.check.hashes import check_blobs, check_manifest, write_manifest
+from flexq.check.model import model_class, split_rules
 from flexq.check.report import DeepRow, FormatSummary, Memory, Problem, VerifyReport
-from flexq.check.scales import CORRUPT, check_scales
+from flexq.check.scales import check_scales
 from flexq.check.splits import check_splits
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError
 from flexq.io.checkpoint import Checkpoint
 from flexq.io.hub import locate
 from flexq.plugin.manager import registry
-from flexq.testing import decode_box
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable
 
-#: Rows of the first block band --deep decodes of each quantized tensor.
-DEEP_ROWS = 128
+    from flexq.check.deep import DeepMode
 
 
 def verify(
@@ -41,11 +38,14 @@ def verify(
     *,
     tp: int | None = None,
     ep: int | None = None,
+    model: str | None = None,
     formats: list[str] | None = None,
     sha256: bool = False,
     manifest: str | os.PathLike[str] | None = None,
     write_manifest_to: str | os.PathLike[str] | None = None,
-    deep: bool = False,
+    deep: bool | Literal["sample", "all"] = False,
+    against: str | os.PathLike[str] | None = None,
+    tolerance: float | None = None,
     allow_unclaimed: bool = False,
     keep_quantized: bool = False,
     progress: Callable[[int], None] | None = None,
@@ -54,10 +54,19 @@ def verify(
 
     :param tp: report how quantized weights split ``tp`` ways (column and row).
     :param ep: report how expert tensors ``[E, ...]`` split ``ep`` ways.
+    :param model: a PaddleFormers model class name (``LlamaForCausalLM``): ``tp`` splits
+        each weight only as that class splits it (needs paddleformers; see
+        :mod:`flexq.check.model`).
     :param sha256: re-hash every LFS blob of a cache snapshot against its name.
     :param manifest: check every file against this manifest (plain directories).
     :param write_manifest_to: record the files' sha256 in this file (outside the checkpoint).
-    :param deep: decode the first rows of every quantized tensor to float32.
+    :param deep: decode a sample of blocks of every quantized tensor to float32 (True
+        or ``"sample"``: its first, middle and last bands), or all of it (``"all"``).
+    :param against: a dequantized twin (directory, snapshot or repo id; what ``flexq
+        convert`` writes): the decoded boxes are compared with its tensors (implies
+        ``deep="sample"`` unless ``deep="all"``).
+    :param tolerance: compare with the twin within this absolute difference (default:
+        bit for bit, in the twin's dtype).
     :param keep_quantized: the load will keep weights quantized, so a ``tp`` / ``ep``
         split that cuts a block is a problem (it is information otherwise).
     :param progress: called with each hashed chunk's byte count.
@@ -65,6 +74,18 @@ def verify(
         unknown format (the CLI's exit 2); everything else is a problem in the report.
     """
     asked = registry.active(formats)  # an unknown format is a usage error
+    if deep not in (True, False, "sample", "all"):
+        raise FlexqError(f"deep={deep!r}: give True (or 'sample') for a sample, or 'all'")
+    mode: DeepMode | None = "all" if deep == "all" else "sample" if deep or against else None
+    if model is not None and not tp:
+        raise FlexqError(f"--model {model}: give the tensor-parallel degree too (--tp N)")
+    if model is not None:
+        model_class(model)  # a usage error before any hashing
+    if tolerance is not None and (against is None or not tolerance >= 0):
+        raise FlexqError(
+            f"tolerance {tolerance!r}: give a tolerance of 0 or more, with a twin to "
+            f"compare with (--against DIR)"
+        )
     files = locate(path)
     found = survey(files)
     problems = list(found.problems)
@@ -87,12 +108,14 @@ def verify(
             return VerifyReport(
                 path=str(files.path), formats=list(asked), shards=found.shards, summary=[],
                 memory=Memory(bfloat16=0, float32=0, keep_quantized=0), scales=[], splits=[],
-                deep=[], hashed_bytes=hashed, bytes_read=ckpt.bytes_read, problems=problems,
+                deep_mode=None, deep=[], against=None, tolerance=None, hashed_bytes=hashed,
+                bytes_read=ckpt.bytes_read, problems=problems,
             )  # fmt: skip
         problems += [Problem(kind="coverage", message=p, fix=_fix(p)) for p in ct.problems]
         scales, bad_scales = check_scales(ct)
         problems += bad_scales
-        splits = check_splits(ct, tp, ep) if tp or ep else []
+        rules = split_rules(model, ckpt) if model is not None else None
+        splits = check_splits(ct, tp, ep, rules) if tp or ep else []
         if keep_quantized:
             problems += [
                 Problem(
@@ -105,7 +128,7 @@ def verify(
                 for s in splits
                 if not s.aligned
             ]
-        samples, bad_samples = _deep(ct) if deep else ([], [])
+        samples, bad_samples = _deep(ct, mode, against, tolerance)
         problems += bad_samples
         return VerifyReport(
             path=str(files.path),
@@ -115,7 +138,10 @@ def verify(
             memory=_memory(ct),
             scales=scales,
             splits=splits,
+            deep_mode=mode,
             deep=samples,
+            against=None if against is None else str(against),
+            tolerance=tolerance,
             hashed_bytes=hashed,
             bytes_read=ckpt.bytes_read,
             problems=problems,
@@ -155,44 +181,16 @@ def _memory(ct: ComposedTransform) -> Memory:
     )
 
 
-def _deep(ct: ComposedTransform) -> tuple[list[DeepRow], list[Problem]]:
-    """Decode the first rows (the first expert of ``[E, ...]``) of every quantized tensor
-    through its format's plan, checks and decode, as a load does, into float32."""
-    rows: list[DeepRow] = []
-    problems: list[Problem] = []
-    for key, entry in sorted(ct.entries.items()):
-        if entry.is_passthrough or not entry.shape:
-            continue
-        first = 1 if len(entry.shape) == 3 else min(entry.shape[0], DEEP_ROWS)
-        shape = (first, *entry.shape[1:])
-        offset = (0,) * len(shape)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # non-finite scales are counted already
-                values = np.asarray(decode_box(ct, key, offset, shape, "float32"))
-        except FlexqError as exc:
-            problems.append(Problem(kind="deep", message=str(exc), fix=CORRUPT))
-            continue
-        finite = values[np.isfinite(values)]
-        bad = int(values.size - finite.size)
-        rows.append(
-            DeepRow(
-                tensor=key,
-                format=entry.owner,
-                box=[list(offset), list(shape)],
-                values=int(values.size),
-                nonfinite=bad,
-                min=float(finite.min()) if finite.size else None,
-                max=float(finite.max()) if finite.size else None,
-            )
-        )
-        if bad:
-            problems.append(
-                Problem(
-                    kind="deep",
-                    message=f"{key!r} (format {entry.owner!r}): {bad} of {values.size} decoded "
-                    f"values in {[list(offset), list(shape)]} are not finite",
-                    fix=CORRUPT,
-                )
-            )
-    return rows, problems
+def _deep(
+    ct: ComposedTransform,
+    mode: DeepMode | None,
+    against: str | os.PathLike[str] | None,
+    tolerance: float | None,
+) -> tuple[list[DeepRow], list[Problem]]:
+    """--deep's rows and problems, with the twin opened (read-only) for the comparison."""
+    if mode is None:
+        return [], []
+    if against is None:
+        return check_deep(ct, mode)
+    with Checkpoint(against) as twin:
+        return check_deep(ct, mode, twin, tolerance)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from flexq.check.report import Problem
 from flexq.errors import CheckpointError
+from flexq.interrupts import uninterrupted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,18 +56,19 @@ def _files(files: Files) -> dict[str, Path]:
 
 def _hash_all(paths: dict[str, Path], progress: Callable[[int], None] | None) -> dict[str, str]:
     stop = threading.Event()
-    with ThreadPoolExecutor(max_workers=min(THREADS, max(1, len(paths)))) as pool:
-        futures = {name: pool.submit(sha256_file, p, progress, stop) for name, p in paths.items()}
-        try:
-            # Wait for the first failure, not in order: one bad file stops them all.
-            wait(futures.values(), return_when=FIRST_EXCEPTION)
-            return {name: f.result() for name, f in futures.items()}
-        except BaseException:
-            # An interrupt (or a read error) ends every hash at its next chunk, not at
-            # the end of a multi-GB file.
-            stop.set()
-            pool.shutdown(cancel_futures=True)
-            raise
+    pool = ThreadPoolExecutor(max_workers=min(THREADS, max(1, len(paths))))
+    try:
+        with uninterrupted():  # an interrupt inside submit() would leave a thread unjoined
+            futures = {n: pool.submit(sha256_file, p, progress, stop) for n, p in paths.items()}
+        # Wait for the first failure, not in order: one bad file stops them all.
+        wait(futures.values(), return_when=FIRST_EXCEPTION)
+        return {name: f.result() for name, f in futures.items()}
+    finally:
+        # An interrupt (or a read error) ends every hash at its next chunk, not at
+        # the end of a multi-GB file, and every thread is joined before it propagates;
+        # after a success there is nothing left to stop.
+        stop.set()
+        pool.shutdown(cancel_futures=True)
 
 
 def check_blobs(
@@ -112,7 +115,14 @@ def write_manifest(
         )
     paths = _files(files)
     doc = {"version": MANIFEST_VERSION, "sha256": _hash_all(paths, progress)}
-    manifest.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    # Whole or not at all: written beside its place, renamed over it with signals held.
+    part = manifest.with_name(f".{manifest.name}.part")
+    with uninterrupted():
+        try:
+            part.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            os.replace(part, manifest)
+        finally:
+            part.unlink(missing_ok=True)
     return sum(p.stat().st_size for p in paths.values())
 
 

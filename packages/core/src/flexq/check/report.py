@@ -23,6 +23,7 @@ ProblemKind = Literal[
     "corrupt-blob",
     "manifest",
     "deep",
+    "against",
 ]
 
 
@@ -90,15 +91,21 @@ class SplitRow(_Model):
 
 
 class DeepRow(_Model):
-    """A decoded sample of one quantized tensor (--deep)."""
+    """The decoded boxes of one quantized tensor (--deep), and their comparison with a
+    twin (--against)."""
 
     tensor: str
     format: str
-    box: list[list[int]] = Field(description="[offset, shape] of the decoded sample")
-    values: int
+    boxes: list[list[list[int]]] = Field(description="[offset, shape] of each decoded box")
+    values: int = Field(description="values decoded")
     nonfinite: int
-    min: float | None
-    max: float | None
+    min: float | None = Field(description="smallest finite value (None: none finite)")
+    max: float | None = Field(description="largest finite value (None: none finite)")
+    compared: int = Field(description="--against: values compared with the twin (0: none)")
+    differ: int = Field(description="--against: values that differ from the twin's")
+    max_abs_diff: float | None = Field(
+        description="--against: the largest difference between finite values (None: none compared)"
+    )
 
 
 class Memory(_Model):
@@ -121,7 +128,14 @@ class VerifyReport(_Model):
     memory: Memory
     scales: list[ScaleCounts] = Field(description="every scale tensor read, with its counts")
     splits: list[SplitRow] = Field(description="--tp / --ep: how quantized weights split")
-    deep: list[DeepRow] = Field(description="--deep: decoded samples")
+    deep_mode: Literal["sample", "all"] | None = Field(
+        description="--deep: 'sample' (first, middle and last bands) or 'all'; None: not run"
+    )
+    deep: list[DeepRow] = Field(description="--deep: decoded boxes per quantized tensor")
+    against: str | None = Field(description="--against: the dequantized twin compared with")
+    tolerance: float | None = Field(
+        description="--against: the absolute tolerance (None: compared bit for bit)"
+    )
     hashed_bytes: int = Field(description="--sha256: bytes hashed")
     bytes_read: int = Field(description="tensor bytes read from the data files (scales, samples)")
     problems: list[Problem] = Field(description="what is wrong (exit 1 when non-empty)")

@@ -1,5 +1,8 @@
 """Scale values: NaN, inf, zero, negative and subnormal scales, counted per scale tensor.
 
+Each count that is not zero is a problem, except zero and negative values of a signed
+table that a format declares with its scales (a code book, :func:`suspicious`).
+
 For :func:`flexq.verify`. Which sources are scales, and how they decode, is what each
 format's read plan declares (``ReadPlan.scales``, decoded with
 :func:`flexq.formatkit.scale_to_float32`), and the format's own check of them
@@ -43,6 +46,21 @@ def count(values: np.ndarray) -> dict[str, int]:
     }
 
 
+#: A declared scale tensor of at least this many values, at least a quarter of them
+#: negative, is a signed table (bitsandbytes' nested code book: 127 of 256 negative,
+#: one zero), not a tensor of positive scales.
+TABLE_VALUES = 16
+
+
+def suspicious(counts: dict[str, int], values: int) -> dict[str, int]:
+    """The counts that are problems: NaN and inf always; zero, negative and subnormal
+    values unless the tensor is a signed table (:data:`TABLE_VALUES`), where they are
+    what it holds."""
+    table = values >= TABLE_VALUES and 4 * counts["negative"] >= values
+    kinds = ("nan", "inf") if table else tuple(counts)
+    return {k: counts[k] for k in kinds if counts[k]}
+
+
 def check_scales(ct: ComposedTransform) -> tuple[list[ScaleCounts], list[Problem]]:
     """Every declared scale of every quantized logical tensor, counted; and the problems:
     each scale tensor with a bad value, and each failure of a format's own check."""
@@ -68,7 +86,7 @@ def check_scales(ct: ComposedTransform) -> tuple[list[ScaleCounts], list[Problem
                         **counts,
                     )
                 )
-                bad = {k: v for k, v in counts.items() if v}
+                bad = suspicious(counts, int(np.size(decoded)))
                 if bad:
                     said = ", ".join(f"{v} {k}" for k, v in bad.items())
                     problems.append(

@@ -20,6 +20,8 @@ from flexq.errors import FlexqError
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from flexq.check.report import SplitKind
     from flexq.compose import ComposedTransform
     from flexq.plan import Box, ReadPlan
@@ -43,13 +45,22 @@ def _overlap(a: Box, b: Box) -> bool:
     )
 
 
-def check_splits(ct: ComposedTransform, tp: int | None, ep: int | None) -> list[SplitRow]:
-    """How every quantized logical tensor splits ``tp`` / ``ep`` ways."""
+def check_splits(
+    ct: ComposedTransform,
+    tp: int | None,
+    ep: int | None,
+    rules: Mapping[str, SplitKind] | None = None,
+) -> list[SplitRow]:
+    """How every quantized logical tensor splits ``tp`` / ``ep`` ways: both tensor-parallel
+    ways, or with a model's ``rules`` (:mod:`flexq.check.model`) only the one its class
+    uses (a weight the rules do not name is not split by tensor parallelism)."""
     rows: list[SplitRow] = []
     for key, entry in sorted(ct.entries.items()):
         if entry.is_passthrough:
             continue
         for split, dim, ways in _dims(len(entry.shape), tp, ep):
+            if rules is not None and split != "expert" and rules.get(key) != split:
+                continue
             why = _why_not(ct, key, entry.shape, dim, ways)
             rows.append(
                 SplitRow(

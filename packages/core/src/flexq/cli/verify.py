@@ -55,6 +55,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="show which expert tensors [E, ...] split N ways",
     )
     p.add_argument(
+        "--model",
+        default=None,
+        metavar="CLASS",
+        help="with --tp: split each weight as PaddleFormers' CLASS does (e.g. "
+        "LlamaForCausalLM; needs paddleformers)",
+    )
+    p.add_argument(
         "--keep-quantized",
         action="store_true",
         help="the load keeps weights quantized: a --tp/--ep split that cuts a block is a problem",
@@ -80,8 +87,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--deep",
-        action="store_true",
-        help="decode the first rows of every quantized tensor and check the values",
+        nargs="?",
+        const="sample",
+        default=None,
+        choices=("sample", "all"),
+        help="decode a sample of blocks of every quantized tensor (--deep=all: all of it) "
+        "and report non-finite values and value ranges",
+    )
+    p.add_argument(
+        "--against",
+        default=None,
+        metavar="DIR",
+        help="compare the decoded values with a dequantized twin (flexq convert's output), "
+        "bit for bit; implies --deep",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        metavar="X",
+        help="with --against: allow an absolute difference of X",
     )
     p.add_argument("--json", action="store_true", help="print JSON (docs/schema/verify.json)")
 
@@ -113,8 +138,10 @@ def _verify(args: argparse.Namespace) -> int:
     hashing = args.sha256 or args.manifest is not None or args.write_manifest is not None
     with _hash_progress() as progress:
         report = verify(
-            args.path, tp=args.tp, ep=args.ep, formats=args.formats, sha256=args.sha256,
-            manifest=args.manifest, write_manifest_to=args.write_manifest, deep=args.deep,
+            args.path, tp=args.tp, ep=args.ep, model=args.model, formats=args.formats,
+            sha256=args.sha256,
+            manifest=args.manifest, write_manifest_to=args.write_manifest,
+            deep=args.deep or False, against=args.against, tolerance=args.tolerance,
             allow_unclaimed=args.allow_unclaimed,
             keep_quantized=args.keep_quantized, progress=progress if hashing else None,
         )  # fmt: skip
@@ -153,10 +180,20 @@ def _show(report: VerifyReport) -> None:
         for s in report.splits:
             if not s.aligned:
                 out.print(f"  {s.tensor} {s.split} x{s.ways}: {s.why}", markup=False)
-    for d in report.deep:
+    if report.against is not None:
+        how = "bit for bit" if report.tolerance is None else f"within {report.tolerance:g}"
+        out.print(f"compared with {report.against} {how}", markup=False)
+    if report.deep:
+        # One line for all tensors (one screen); those with bad values are problems below.
+        rows = report.deep
+        low = min((d.min for d in rows if d.min is not None), default=None)
+        high = max((d.max for d in rows if d.max is not None), default=None)
+        twin = sum(d.compared for d in rows)
+        compared = f", {sum(d.differ for d in rows)} of {twin} differ from the twin" if twin else ""
         out.print(
-            f"deep: {d.tensor} {d.values} values, {d.nonfinite} non-finite, "
-            f"range [{d.min}, {d.max}]",
+            f"deep ({report.deep_mode}): {len(rows)} tensors, {sum(d.values for d in rows):,} "
+            f"values, {sum(d.nonfinite for d in rows)} non-finite, range [{low}, {high}]"
+            f"{compared}",
             markup=False,
         )
     for p in report.problems:
