@@ -188,3 +188,17 @@ def test_a_kept_load_computes_what_the_dequantized_load_computes(tmp_path: Any) 
     flexq.load_state_dict({key: plain}, path)
     x = paddle.to_tensor(np.random.default_rng(4).standard_normal((5, K)).astype(np.float32))
     assert layer(x).numpy().tobytes() == _dense(plain.numpy(), None)(x).numpy().tobytes()
+
+
+def test_a_lazy_layer_is_allocated_and_filled_by_a_kept_load(tmp_path: Any) -> None:
+    """A QuantizedLinear built under paddle.LazyGuard (as models are built) gets the
+    checkpoint's bytes and scales from the load."""
+    key = "model.layers.0.mlp.up_proj.weight"
+    w = np.random.default_rng(5).standard_normal((N, K)).astype(np.float32)
+    path = save_fp8_checkpoint(tmp_path / "fp8", {key: w}, layout="block", block_size=(32, 32))
+    with paddle.LazyGuard():
+        layer = QuantizedLinear(fp8_form(N, K, "block", (32, 32)))
+    flexq.load_state_dict({key: flexq.QuantizedTarget(layer.weight, layer.weight_scale_inv)}, path)
+    with flexq.Checkpoint(path) as ckpt:
+        assert layer.weight.view(paddle.uint8).numpy().tobytes() == ckpt.read(key).tobytes()
+        np.testing.assert_array_equal(layer.weight_scale_inv.numpy(), ckpt.read(key + "_scale_inv"))

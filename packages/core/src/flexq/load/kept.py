@@ -270,12 +270,14 @@ def write(reads: list[KeptRead]) -> None:
 
     for r in reads:
         bytes_ = paddle.to_tensor(np.ascontiguousarray(r.values)).view(paddle.float8_e4m3fn)
-        _assign(r.piece.values, bytes_.to(r.piece.values.tensor.place))
-        _assign(r.piece.scales, paddle.to_tensor(r.scales).to(r.piece.scales.tensor.place))
+        _assign(r.piece.values, bytes_)
+        _assign(r.piece.scales, paddle.to_tensor(r.scales))
 
 
 def _assign(target: Target, value: Any) -> None:
     if target.lazy:
+        # A lazy parameter (built under paddle.LazyGuard) has no place yet: set_value
+        # allocates it where Paddle puts new tensors.
         target.tensor.set_value(value)
     else:
-        target.tensor.copy_(value.reshape(list(target.local_shape)), False)
+        target.tensor.copy_(value.to(target.tensor.place).reshape(list(target.local_shape)), False)
