@@ -4,7 +4,7 @@ matmul), and the dequantized weight equals an independent numpy oracle of the fo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import ml_dtypes
 import numpy as np
@@ -16,9 +16,27 @@ from flexq.errors import TargetError
 from flexq.nn import KeptForm, QuantizedLinear, fp4_form, fp8_form
 from flexq_fp8 import save_fp8_checkpoint
 
+if TYPE_CHECKING:
+    from flexq.nn.forms import Fp8Scales, Producer
+
 N, K = 96, 64  # 3 x 2 blocks of 32x32 (two MXFP4 blocks, four NVFP4 blocks a row)
 #: E2M1 code -> value (OCP MX / compressed-tensors; ModelOpt's code 8 is +0.0).
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+#: FP8 case -> fp8_form's (granularity, block, scale dtype).
+FP8: dict[str, tuple[Literal["tensor", "channel", "block"], tuple[int, int], Fp8Scales]] = {
+    "fp8-tensor": ("tensor", (32, 32), "float32"),
+    "fp8-channel": ("channel", (32, 32), "float32"),
+    "fp8-block": ("block", (32, 32), "float32"),
+    "fp8-e8m0": ("block", (32, 32), "e8m0"),
+}
+#: NVFP4 case -> the producer whose convention it follows.
+NVFP4: dict[str, Producer] = {
+    "nvfp4-compressed-tensors": "compressed-tensors",
+    "nvfp4-modelopt": "modelopt",
+    "nvfp4-auto-round": "auto-round",
+}
 
 
 def _e4m3_bytes(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -28,7 +46,8 @@ def _e4m3_bytes(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _e4m3(b: np.ndarray) -> np.ndarray:
-    return b.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    out: np.ndarray = b.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    return out
 
 
 def _e2m1(packed: np.ndarray) -> np.ndarray:
@@ -44,16 +63,10 @@ def _case(
     """A form, its stored parts and the oracle's float32 [N, K] weight."""
     if kind.startswith("fp8"):
         values = _e4m3_bytes(rng, (N, K))
-        grain = kind.split("-")[1]
-        form = fp8_form(
-            N,
-            K,
-            "block" if grain == "e8m0" else grain,
-            (32, 32),  # type: ignore[arg-type]
-            "e8m0" if grain == "e8m0" else "float32",
-        )
+        form = fp8_form(N, K, *FP8[kind])
         grid = form.scales_shape
-        if grain == "e8m0":
+        scales: np.ndarray
+        if form.scale_dtype == "e8m0":
             scales = rng.integers(120, 134, grid).astype(np.uint8)
             f32 = np.exp2(scales.astype(np.float64) - 127).astype(np.float32)
         else:
@@ -67,9 +80,9 @@ def _case(
         scales = rng.integers(120, 134, (N, K // 32)).astype(np.uint8)
         s = np.exp2(scales.astype(np.float64) - 127).astype(np.float32)
         return form, {"weight": packed, "scale": scales}, _e2m1(packed) * np.repeat(s, 32, 1)
-    producer = kind.split("-", 1)[1]
-    form = fp4_form("nvfp4", N, K, producer)  # type: ignore[arg-type]
-    scales = _e4m3_bytes(rng, (N, K // 16)) & 0x7F  # positive block scales
+    producer = NVFP4[kind]
+    form = fp4_form("nvfp4", N, K, producer)
+    scales = (_e4m3_bytes(rng, (N, K // 16)) & 0x7F).astype(np.uint8)  # positive block scales
     g = np.array([rng.uniform(100, 3000)], np.float32)
     s = _e4m3(scales)
     eff = s / g[0] if producer == "compressed-tensors" else s * g[0]
@@ -89,8 +102,10 @@ def _layer(
     scale = paddle.to_tensor(parts["scale"])
     layer.scales.copy_(scale.view(paddle.float8_e4m3fn) if form.kind == "nvfp4" else scale, False)
     if "global" in parts:
+        assert layer.weight_global_scale is not None
         layer.weight_global_scale.copy_(paddle.to_tensor(parts["global"]), False)
     if bias is not None:
+        assert layer.bias is not None
         layer.bias.copy_(paddle.to_tensor(bias), False)
     return layer
 

@@ -1,0 +1,147 @@
+"""Put :class:`~flexq.nn.QuantizedLinear` in place of each linear a checkpoint quantized.
+
+For :func:`flexq.paddleformers.from_pretrained` with ``keep_quantized=True`` (and
+anyone building a model that keeps its checkpoint's weights): :func:`plan` maps
+every linear's weight, through the model's own AOA conversion rules, to the
+checkpoint's logical tensor it comes from (the same planner a load uses, run on
+metadata only); :func:`swap` replaces the quantized ones; :func:`targets` turns the
+model's state dict into one whose kept weights are :class:`flexq.QuantizedTarget`
+keyed by their logical names, with no ``^T``: a kept weight stays ``[out, in]``, as
+the checkpoint stores it and as ``fp8_gemm_blockwise`` takes it.
+
+Refused, before anything is built or read (a :class:`~flexq.errors.TargetError`
+naming the tensor): a quantized logical tensor that lands on no linear (gpt-oss's
+stacked experts), a linear fed by several quantized tensors (fused qkv / gate_up),
+a kept form other than FP8 (the load path keeps only FP8 so far).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flexq.errors import TargetError
+from flexq.load.aoa import plan_pieces
+from flexq.load.kept import QuantizedTarget, _checkpoint_block
+from flexq.load.report import LoadOptions
+from flexq.load.targets import describe
+from flexq.nn.forms import KeptForm, fp8_form
+from flexq.nn.linear import QuantizedLinear
+
+if TYPE_CHECKING:
+    from flexq.compose import ComposedTransform
+    from flexq.load.aoa import Piece
+
+#: a staging bound no tensor reaches.
+_UNBOUNDED = 1 << 62
+
+
+@dataclass(frozen=True)
+class KeptLinear:
+    """One linear to keep quantized.
+
+    :ivar prefix: the layer's name in the model (``llama.layers.0.self_attn.q_proj``).
+    :ivar logical_key: the checkpoint's logical weight it holds.
+    :ivar form: how the weight is kept.
+    :ivar bias: whether the layer has a bias.
+    """
+
+    prefix: str
+    logical_key: str
+    form: KeptForm
+    bias: bool
+
+
+def plan(model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None) -> list[KeptLinear]:
+    """The linears of ``model`` whose weights the checkpoint quantized, with their forms.
+
+    :raises TargetError: on a quantized tensor that cannot be kept (see the module doc).
+    """
+    weights = model.sharded_state_dict()
+    # No byte bound: one piece per (logical tensor, target) pair, never cut for staging.
+    options = LoadOptions(aoa_config, _UNBOUNDED, False, None, False, {})
+    by_target: dict[str, list[Piece]] = defaultdict(list)
+    for p in plan_pieces(ct, describe(weights), options):
+        by_target[p.target.key].append(p)
+    layers: dict[str, Any] = dict(model.named_sublayers())
+    out = []
+    for key, pieces in sorted(by_target.items()):
+        quantized = sorted(
+            {p.logical_key for p in pieces if not ct.entries[p.logical_key].is_passthrough}
+        )
+        if not quantized:
+            continue
+        prefix, _, leaf = key.rpartition(".")
+        layer = layers.get(prefix)
+        if len(quantized) > 1 or len(pieces) > 1:
+            raise TargetError(
+                f"keep_quantized: {key!r} is laid out from {len(pieces)} pieces of "
+                f"{quantized} (a fuse or re-layout rule, such as PaddleFormers' fused_qkv / "
+                "fused_ffn); kept weights do not follow those yet: load without keep_quantized"
+            )
+        (piece,) = pieces
+        if leaf != "weight" or layer is None or not _is_linear(layer) or piece.axes != [1, 0]:
+            raise TargetError(
+                f"keep_quantized: the quantized tensor {quantized[0]!r} ({piece.owner}) loads "
+                f"into {key!r}, which is not the weight of a linear layer; only linears are "
+                "kept (stacked experts are not yet): load without keep_quantized"
+            )
+        out.append(
+            KeptLinear(prefix, quantized[0], _form(ct, quantized[0]), layer.bias is not None)
+        )
+    return out
+
+
+def _is_linear(layer: Any) -> bool:
+    """A dense ``x @ W + b`` layer with its weight stored ``[in, out]`` (paddle.nn.Linear
+    and PaddleFormers' own linears)."""
+    import paddle
+
+    weight = getattr(layer, "weight", None)
+    return (
+        isinstance(layer, paddle.nn.Linear) or type(layer).__name__.endswith("Linear")
+    ) and getattr(weight, "ndim", 0) == 2
+
+
+def _form(ct: ComposedTransform, key: str) -> KeptForm:
+    """The kept form of logical weight ``key``, from the checkpoint's metadata."""
+    entry = ct.entries[key]
+    tensors = ct.checkpoint.tensors
+    values = tensors[entry.sources[0]]
+    if values.dtype != "F8_E4M3" or len(entry.sources) != 2 or len(values.shape) != 2:
+        raise TargetError(
+            f"keep_quantized: {key!r} is stored as "
+            f"{[tensors[s].dtype for s in entry.sources]} ({entry.owner}); only 2-D FP8 "
+            "E4M3 weights are kept so far: load without keep_quantized"
+        )
+    n, k = (int(d) for d in values.shape)
+    block, per_tensor = _checkpoint_block(ct, key, (n, k), entry.sources[1])
+    if per_tensor:
+        return fp8_form(n, k, "tensor")
+    if tuple(block) == (1, k):
+        return fp8_form(n, k, "channel")
+    return fp8_form(n, k, "block", (int(block[0]), int(block[1])))
+
+
+def swap(model: Any, kept: list[KeptLinear], bias_dtype: str) -> None:
+    """Replace each planned linear of ``model`` by an empty :class:`QuantizedLinear`."""
+    for k in kept:
+        parent_name, _, child = k.prefix.rpartition(".")
+        parent = model if not parent_name else dict(model.named_sublayers())[parent_name]
+        layer = QuantizedLinear(k.form, bias=k.bias, bias_dtype=bias_dtype)
+        layer.logical_key = k.logical_key
+        setattr(parent, child, layer)
+
+
+def targets(model: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """``state_dict`` (the model's, by its keys) with each swapped-in linear's values and
+    scales as one :class:`flexq.QuantizedTarget` under its logical key (a bias stays
+    ordinary)."""
+    out = dict(state_dict)
+    for prefix, layer in model.named_sublayers():
+        if isinstance(layer, QuantizedLinear) and layer.logical_key is not None:
+            values = out.pop(f"{prefix}.weight")
+            scales = out.pop(f"{prefix}.{layer.scale_name}")
+            out[layer.logical_key] = QuantizedTarget(values, scales)
+    return out
