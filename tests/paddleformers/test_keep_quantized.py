@@ -71,7 +71,7 @@ def test_llama_fp8_kept_parameters_hold_the_kept_bytes(checkpoints: Checkpoints)
     assert parameter_bytes(kept) / parameter_bytes(bf16) < 0.6
 
 
-def test_gpt_oss_mxfp4_experts_are_refused_before_any_read(checkpoints: Checkpoints) -> None:
+def test_gpt_oss_mxfp4_experts_are_refused_clearly(checkpoints: Checkpoints) -> None:
     with pytest.raises(
         TargetError, match=r"experts\.(gate_up|down)_proj.*not the weight of a linear"
     ):
