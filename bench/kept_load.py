@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.fresh import run_module
+
 KINDS = ("kept", "bf16")
 
 
@@ -77,28 +76,11 @@ def child(kind: str, ckpt: str) -> dict[str, Any]:
     return {"kind": kind, "parameter_bytes": nbytes, **m.figures()}
 
 
-def run_child(kind: str, ckpt: Path) -> dict[str, Any]:
-    env = {**os.environ, "GLOG_minloglevel": "2"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.kept_load", kind, str(ckpt)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"kept_load {kind} child failed:\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
 def measure(layers: int = 8, out: int = 2048, inp: int = 4096) -> dict[str, Any]:
     """Both loads of one checkpoint, and the kept / bf16 ratios."""
     with tempfile.TemporaryDirectory(prefix="flexq-kept-bench-") as tmp:
         ckpt = write_checkpoint(Path(tmp), layers, out, inp)
-        runs = {kind: run_child(kind, ckpt) for kind in KINDS}
+        runs = {kind: run_module("bench.kept_load", [kind, str(ckpt)]) for kind in KINDS}
     kept, bf16 = runs["kept"], runs["bf16"]
     return {
         "model": f"{layers} linears [{out}, {inp}], FP8 128x128 blocks",

@@ -36,19 +36,25 @@ def parameter_bytes(model: Any) -> int:
     return sum(int(np.prod(p.shape)) * p.element_size() for p in model.parameters())
 
 
+def kept_and_dequantized(checkpoints: Checkpoints, name: str, dtype: str) -> tuple[Any, Any]:
+    """``name`` from its FP8 twin, kept and dequantized."""
+    twin = checkpoints.twin(name, "fp8")
+    cls = model_class(name)
+    return (
+        flexq.paddleformers.from_pretrained(cls, twin, dtype=dtype, keep_quantized=True),
+        flexq.paddleformers.from_pretrained(cls, twin, dtype=dtype),
+    )
+
+
 def kept_layers(model: Any) -> dict[str, QuantizedLinear]:
     return {n: m for n, m in model.named_sublayers() if isinstance(m, QuantizedLinear)}
 
 
 def test_llama_fp8_kept_logits_equal_the_dequantized_models(checkpoints: Checkpoints) -> None:
-    twin = checkpoints.twin(LLAMA, "fp8")
-    kept = flexq.paddleformers.from_pretrained(
-        model_class(LLAMA), twin, dtype="float32", keep_quantized=True
-    )
-    ref = flexq.paddleformers.from_pretrained(model_class(LLAMA), twin, dtype="float32")
+    kept, ref = kept_and_dequantized(checkpoints, LLAMA, "float32")
     layers = kept_layers(kept)
     assert len(layers) == KEPT_PER_MODEL
-    with flexq.Checkpoint(twin) as ckpt:
+    with flexq.Checkpoint(checkpoints.twin(LLAMA, "fp8")) as ckpt:
         for layer in layers.values():
             assert layer.logical_key is not None
             stored = ckpt.read(layer.logical_key)  # the F8 bytes, [out, in]: no ^T
@@ -58,11 +64,7 @@ def test_llama_fp8_kept_logits_equal_the_dequantized_models(checkpoints: Checkpo
 
 def test_llama_fp8_kept_parameters_hold_the_kept_bytes(checkpoints: Checkpoints) -> None:
     """FP8 values (1 byte) + float32 128x128 scales for the linears, bf16 for the rest."""
-    twin = checkpoints.twin(LLAMA, "fp8")
-    kept = flexq.paddleformers.from_pretrained(
-        model_class(LLAMA), twin, dtype="bfloat16", keep_quantized=True
-    )
-    bf16 = flexq.paddleformers.from_pretrained(model_class(LLAMA), twin, dtype="bfloat16")
+    kept, bf16 = kept_and_dequantized(checkpoints, LLAMA, "bfloat16")
     layers = kept_layers(kept)
     linear = sum(int(np.prod(m.weight.shape)) for m in layers.values())
     scales = sum(int(np.prod(m.scales.shape)) for m in layers.values())
@@ -85,11 +87,7 @@ def test_gpt_oss_mxfp4_experts_are_refused_clearly(checkpoints: Checkpoints) -> 
 
 def test_gpt_oss_fp8_attention_is_kept(checkpoints: Checkpoints) -> None:
     name = "GptOssForCausalLM"
-    twin = checkpoints.twin(name, "fp8")
-    kept = flexq.paddleformers.from_pretrained(
-        model_class(name), twin, dtype="float32", keep_quantized=True
-    )
-    ref = flexq.paddleformers.from_pretrained(model_class(name), twin, dtype="float32")
+    kept, ref = kept_and_dequantized(checkpoints, name, "float32")
     assert len(kept_layers(kept)) == 8  # q, k, v, o in 2 layers
     np.testing.assert_array_equal(logits(kept, name), logits(ref, name))
 
