@@ -117,8 +117,8 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
             "model with HF conversion rules"
         )
     aoa = rules(model.config)
-    targets = _own_heads(model.config, model.sharded_state_dict())
-    return load_state_dict(swap.targets(model, targets), path, aoa_config=aoa)
+    targets = swap.targets(model, _own_heads(model.config, model.sharded_state_dict()))
+    return load_state_dict(targets, path, aoa_config=swap.rules(aoa, targets))
 
 
 def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str, tp: int) -> None:

@@ -6,8 +6,9 @@ every linear's weight, through the model's own AOA conversion rules, to the
 checkpoint's logical tensor it comes from (the same planner a load uses, run on
 metadata only); :func:`swap` replaces the quantized ones; :func:`targets` turns the
 model's state dict into one whose kept weights are :class:`flexq.QuantizedTarget`
-keyed by their logical names, with no ``^T``: a kept weight stays ``[out, in]``, as
-the checkpoint stores it and as ``fp8_gemm_blockwise`` takes it.
+keyed by their logical names, and :func:`rules` drops the ``^T`` of the statements
+that move them: a kept weight stays ``[out, in]``, as the checkpoint stores it and as
+``fp8_gemm_blockwise`` takes it.
 
 Refused, before anything is built or read (a :class:`~flexq.errors.TargetError`
 naming the tensor): a quantized logical tensor that lands on no linear (gpt-oss's
@@ -17,6 +18,7 @@ a kept form other than FP8 (the load path keeps only FP8 so far).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -145,3 +147,38 @@ def targets(model: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
             scales = out.pop(f"{prefix}.{layer.scale_name}")
             out[layer.logical_key] = QuantizedTarget(values, scales)
     return out
+
+
+#: an AOA macro (``$LAYER_ID``, ``$EXPERT_ID``) as re.escape writes it; it stands for an index.
+_MACRO = re.compile(r"\\\$[A-Z_]+")
+
+
+def rules(aoa_config: dict[str, Any], state_dict: dict[str, Any]) -> dict[str, Any]:
+    """``aoa_config`` with ``X^T -> Y`` made ``X -> Y`` where ``Y`` names only kept
+    targets of ``state_dict`` (:func:`targets`): the model's rules transpose a Linear's
+    ``[out, in]`` checkpoint weight into Paddle's ``[in, out]``; a kept weight stays
+    ``[out, in]``.
+
+    :raises TargetError: on one statement that moves kept and ordinary targets alike
+        (it cannot both transpose and not).
+    """
+    kept = {k for k, v in state_dict.items() if isinstance(v, QuantizedTarget)}
+    if not kept:
+        return aoa_config
+    out = []
+    for statement in aoa_config.get("aoa_statements", []):
+        left, arrow, right = statement.partition("->")
+        dest = right.split(",")[0].strip()
+        if arrow and left.strip().endswith("^T") and dest:
+            named = re.compile(_MACRO.sub(r"\\d+", re.escape(dest)))
+            hits = {k for k in state_dict if isinstance(k, str) and named.fullmatch(k)}
+            if hits and hits <= kept:
+                statement = f"{left.strip()[:-2]} ->{right}"
+            elif hits & kept:
+                raise TargetError(
+                    f"keep_quantized: AOA statement {statement!r} moves kept weights "
+                    f"{sorted(hits & kept)[:2]} and ordinary ones {sorted(hits - kept)[:2]}; "
+                    "keep all of them or none"
+                )
+        out.append(statement)
+    return {**aoa_config, "aoa_statements": out}
