@@ -13,12 +13,15 @@ from typing import Any
 import numpy as np
 import paddle
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 
 import flexq
 from flexq import RawTensor
 from flexq.io.checkpoint import Checkpoint
 from flexq_fp8 import save_fp8_checkpoint
+from flexq_mxfp4.encode import save_mxfp4_checkpoint
 
 KEY = "model.layers.0.mlp.up_proj.weight"
 OTHER = "model.layers.0.mlp.down_proj.weight"
@@ -219,35 +222,35 @@ def test_parts_of_the_wrong_dtype_or_shape_are_refused_naming_what_is_expected(
 
 
 @pytest.mark.multirank
-def test_two_launched_ranks_each_get_their_block_aligned_rows_and_read_only_them(
+def test_two_launched_ranks_get_their_aligned_shard0_shard1_boxes_and_read_only_them(
     tmp_path: Path,
 ) -> None:
+    """One launch, several loads a rank: FP8 block and gpt-oss MXFP4 kept targets as
+    ShardedWeight and dist-tensor parts, Shard(0) and Shard(1); a Shard(1) split that
+    cuts a 32-column block is refused on both ranks with nothing written."""
     rng = np.random.default_rng(3)
-    path = save_fp8_checkpoint(
+    fp8 = save_fp8_checkpoint(
         tmp_path / "fp8",
-        {KEY: rng.standard_normal((128, 80)).astype(np.float32)},
+        {
+            "fp8.weight": rng.standard_normal((128, 128)).astype(np.float32),
+            "odd.weight": rng.standard_normal((128, 80)).astype(np.float32),
+        },
         layout="block",
         block_size=(32, 32),
+    )
+    mx = save_mxfp4_checkpoint(
+        tmp_path / "mx",
+        {"experts.gate_up_proj": rng.standard_normal((2, 64, 64)).astype(np.float32)},
+        layout="gpt-oss",
     )
     out = tmp_path / "out"
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    worker = Path(__file__).parent / "multirank" / "worker_kept.py"
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "paddle.distributed.launch",
-            "--nproc_per_node",
-            "2",
-            "--log_dir",
-            str(tmp_path / "log"),
-            str(Path(__file__).parent / "multirank" / "worker_kept.py"),
-            str(path),
-            str(out),
-            KEY,
-            "128",
-            "80",
-            "32",
+            *(sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2"),
+            *("--log_dir", str(tmp_path / "log"), str(worker), str(fp8), str(mx), str(out)),
         ],
         capture_output=True,
         text=True,
@@ -257,9 +260,164 @@ def test_two_launched_ranks_each_get_their_block_aligned_rows_and_read_only_them
     )
     logs = "".join(p.read_text() for p in sorted((tmp_path / "log").glob("*")) if p.is_file())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-5000:]
-    values, scales = stored(path, KEY), stored(path, KEY + "_scale_inv")
+    w, ws = stored(fp8, "fp8.weight"), stored(fp8, "fp8.weight_scale_inv")
+    e = stored(mx, "experts.gate_up_proj_blocks").reshape(2, 64, 32)
+    es = stored(mx, "experts.gate_up_proj_scales")
     for rank in range(2):
-        got = np.load(out / f"rank{rank}.npz")
-        assert np.array_equal(got["values"], values[64 * rank : 64 * (rank + 1)])
-        assert np.array_equal(got["scales"], scales[2 * rank : 2 * (rank + 1)])
-        assert int(got["bytes_read"]) == 64 * 80 + 2 * 3 * 4
+        got = dict(np.load(out / f"rank{rank}.npz"))
+        rows, srows = slice(64 * rank, 64 * (rank + 1)), slice(2 * rank, 2 * (rank + 1))
+        for parts in ("sharded", "dist"):
+            assert np.array_equal(got[f"fp8.s0.{parts}.values"], w[rows])
+            assert np.array_equal(got[f"fp8.s0.{parts}.scales"], ws[srows])
+            assert np.array_equal(got[f"fp8.s1.{parts}.values"], w[:, rows])
+            assert np.array_equal(got[f"fp8.s1.{parts}.scales"], ws[:, srows])
+            for dim in ("s0", "s1"):
+                assert int(got[f"fp8.{dim}.{parts}.bytes_read"]) == 64 * 128 + 2 * 4 * 4
+        assert np.array_equal(got["mx.s0.dist.values"], e[rank : rank + 1])
+        assert np.array_equal(got["mx.s0.dist.scales"], es[rank : rank + 1])
+        assert int(got["mx.s0.dist.bytes_read"]) == 64 * 32 + 64 * 2
+        half = slice(32 * rank, 32 * (rank + 1))
+        assert np.array_equal(got["mx.s1.sharded.values"], e[:, half])
+        assert np.array_equal(got["mx.s1.sharded.scales"], es[:, half])
+        assert int(got["mx.s1.sharded.bytes_read"]) == 2 * 32 * 32 + 2 * 32 * 2
+        msg = str(got["odd.s1.sharded.error"])
+        assert f"offset [0, {40 * rank}]" in msg
+        assert "cuts the checkpoint's block [32, 32] along dim 1" in msg
+        assert bool(got["odd.s1.sharded.untouched"])
+
+
+def test_e8m0_scales_keep_their_bytes_or_widen_to_float32_exactly(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, scale_dtype="U8")
+    raw = stored(path, KEY + "_scale_inv")
+    as_u8 = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3], "uint8"))
+    as_f32 = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3]))
+    plain = paddle.zeros(list(SHAPE), "float32")
+    flexq.load_state_dict({KEY: as_u8}, path)
+    flexq.load_state_dict({KEY: as_f32}, path)
+    flexq.load_state_dict({KEY: plain}, path)
+    assert np.array_equal(as_u8.scales.numpy(), raw)
+    assert np.array_equal(as_f32.scales.numpy(), np.exp2(raw.astype(np.float32) - 127))
+    scale = np.repeat(np.repeat(as_f32.scales.numpy(), 32, 0), 32, 1)[: SHAPE[0], : SHAPE[1]]
+    values = as_u8.values.astype("float32").numpy()
+    assert np.array_equal((values * scale).view(np.uint32), plain.numpy().view(np.uint32))
+
+
+def test_float32_power_of_two_scales_become_e8m0_and_others_are_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    exps = rng.integers(-20, 5, (3, 3))
+    pow2 = RawTensor("F32", np.exp2(exps).astype(np.float32))
+    weight = RawTensor("F8_E4M3", rng.integers(0, 0x7E, SHAPE, dtype=np.uint8))
+    config = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [32, 32]}}
+    path = flexq.save_checkpoint(
+        tmp_path / "ue8m0", {KEY: weight, KEY + "_scale_inv": pow2}, config=config
+    )
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.zeros([3, 3], "uint8"))
+    flexq.load_state_dict({KEY: qt}, path)
+    assert np.array_equal(qt.scales.numpy(), (exps + 127).astype(np.uint8))
+    # arbitrary float32 scales are no E8M0: refused, and the ordinary target beside it
+    # in the same call stays as it was
+    path = checkpoint(tmp_path, name="f32")
+    qt = flexq.QuantizedTarget(fp8_zeros(list(SHAPE)), paddle.full([3, 3], 7, "uint8"))
+    other = paddle.full([80, 96], 2.0)
+    with pytest.raises(flexq.TargetError, match=r"no power of two.*use float32 scales"):
+        flexq.load_state_dict({KEY: qt, OTHER: other}, path)
+    assert (qt.scales.numpy() == 7).all()
+    assert (other.numpy() == 2.0).all()
+
+
+def test_an_ordinary_target_that_fails_its_checks_leaves_kept_targets_unread_and_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = checkpoint(tmp_path)
+    reads: list[str] = []
+    real = Checkpoint.read
+
+    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
+        reads.append(key)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "read", counted)
+    qt = flexq.QuantizedTarget(
+        paddle.full(list(SHAPE), 3.0).astype(paddle.float8_e4m3fn), paddle.full([3, 3], 5.0)
+    )
+    wrong = paddle.full([80, 95], 1.0)  # OTHER is [80, 96]
+    with pytest.raises(flexq.FlexqError, match=OTHER.replace(".", r"\.")):
+        flexq.load_state_dict({KEY: qt, OTHER: wrong}, path)
+    assert KEY not in reads
+    assert KEY + "_scale_inv" not in reads
+    assert (qt.values.astype("float32").numpy() == 3.0).all()
+    assert (qt.scales.numpy() == 5.0).all()
+
+
+@pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
+def test_bytes_read_of_a_mixed_load_are_the_ordinary_plans_plus_the_kept_blocks(
+    tmp_path: Path, engine: str
+) -> None:
+    path = checkpoint(tmp_path)
+    alone = flexq.load_state_dict({NORM: paddle.zeros([80])}, path, engine=engine)  # type: ignore[arg-type]
+    values = fp8_zeros([32, 80])
+    scales = paddle.zeros([1, 3])
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(KEY, values, (32, 80), SHAPE, (64, 0)),
+        ShardedWeight(KEY + "_scale_inv", scales, (1, 3), (3, 3), (2, 0)),
+    )
+    norm = paddle.zeros([80])
+    report = flexq.load_state_dict({KEY: qt, NORM: norm}, path, engine=engine)  # type: ignore[arg-type]
+    assert report.engine == engine
+    assert report.bytes_read == alone.bytes_read + 32 * 80 + 3 * 4
+    assert np.array_equal(as_bytes(values), stored(path, KEY)[64:])
+    assert np.array_equal(norm.numpy(), stored(path, NORM))
+
+
+def stacked_checkpoint(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(8)
+    experts = {"experts.gate_up_proj": rng.standard_normal((3, 64, 96)).astype(np.float32)}
+    return save_fp8_checkpoint(tmp_path / "stacked", experts, layout="block", block_size=(32, 32))
+
+
+def test_stacked_fp8_experts_split_along_e_need_no_alignment(tmp_path: Path) -> None:
+    path = stacked_checkpoint(tmp_path)
+    key = "experts.gate_up_proj"
+    values = fp8_zeros([1, 64, 96])
+    scales = paddle.zeros([1, 2, 3])
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(key, values, (1, 64, 96), (3, 64, 96), (1, 0, 0)),
+        ShardedWeight(key + ".s", scales, (1, 2, 3), (3, 2, 3), (1, 0, 0)),
+    )
+    report = flexq.load_state_dict({key: qt}, path)
+    assert np.array_equal(as_bytes(values), stored(path, key)[1:2])
+    assert np.array_equal(scales.numpy(), stored(path, key + "_scale_inv")[1:2])
+    assert report.bytes_read == 64 * 96 + 6 * 4
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_block_aligned_box_of_a_kept_fp8_form_is_the_reference_slice(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """Random block-aligned boxes of stacked [3, 64, 96] FP8 experts in 32x32 blocks (E any):
+    the values are the stored bytes' slice, the scales the covering blocks' slice."""
+    if not (tmp_path / "stacked").exists():
+        stacked_checkpoint(tmp_path)
+    path, key = tmp_path / "stacked", "experts.gate_up_proj"
+    full, block = (3, 64, 96), (1, 32, 32)
+    offset, local = [], []
+    for size, b in zip(full, block, strict=True):
+        lo = data.draw(st.integers(0, size // b - 1)) * b
+        hi = data.draw(st.integers(lo // b + 1, size // b)) * b
+        offset.append(lo)
+        local.append(hi - lo)
+    grid = tuple(n // b for n, b in zip(local, block, strict=True))
+    goff = tuple(o // b for o, b in zip(offset, block, strict=True))
+    values, scales = fp8_zeros(local), paddle.zeros(list(grid))
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(key, values, tuple(local), full, tuple(offset)),
+        ShardedWeight(key + ".s", scales, grid, (3, 2, 3), goff),
+    )
+    flexq.load_state_dict({key: qt}, path)
+    box = tuple(slice(o, o + n) for o, n in zip(offset, local, strict=True))
+    sbox = tuple(slice(o, o + n) for o, n in zip(goff, grid, strict=True))
+    assert np.array_equal(as_bytes(values), stored(path, key)[box])
+    assert np.array_equal(scales.numpy(), stored(path, key + "_scale_inv")[sbox])

@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from flexq.load import kept
 from flexq.load.agree import compose_on_every_rank
-from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, choose
+from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, NativeEngine, choose
 from flexq.load.report import LoadOptions, LoadReport
 from flexq.load.targets import flatten
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Mapping
+
+    from flexq.compose import ComposedTransform
 
 
 def load_state_dict(
@@ -39,7 +41,8 @@ def load_state_dict(
 
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts),
         and :class:`flexq.QuantizedTarget` for logical keys loaded as they are stored
-        (kept forms, :mod:`flexq.load.kept`; not renamed by ``aoa_config``).
+        (kept forms, :mod:`flexq.load.kept`; ``aoa_config`` renames, fuses and
+        transposes them where that stays exact, :mod:`flexq.load.kept_aoa`).
         Parameters without storage (created under ``paddle.LazyGuard``) are
         allocated once every check has passed, then filled.
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.
@@ -87,20 +90,48 @@ def load_state_dict(
         kept_targets, rest = kept.split(flatten(state_dict))
         if not kept_targets:
             return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
-        # Kept targets are checked and read first, and written only once the ordinary
-        # targets have loaded: a failure anywhere leaves the kept targets as they were.
-        pieces = kept.plan(ct, kept_targets)
-        before = ct.checkpoint.bytes_read
-        reads = kept.read(ct, pieces)
-        kept_bytes = ct.checkpoint.bytes_read - before
-        report = (
-            choose(engine, ct, rest, options).load(ct, rest, options)
-            if rest
-            else LoadReport("kept", 0, 0, 0, 0)
-        )
-        kept.write(reads)
-        return replace(
-            report, pieces=report.pieces + len(reads), bytes_read=report.bytes_read + kept_bytes
-        )
+        return _load_with_kept(ct, kept.plan(ct, kept_targets, options), rest, engine, options)
     finally:
         ct.checkpoint.close()  # the load's own compose: its files go with it
+
+
+def _load_with_kept(
+    ct: ComposedTransform,
+    pieces: list[kept.KeptPiece],
+    rest: dict[Any, Any],
+    engine: EngineName,
+    options: LoadOptions,
+) -> LoadReport:
+    """One load of kept and ordinary targets: the kept targets' metadata checks ran
+    (``pieces``); their data checks run once the ordinary targets' checks have passed
+    and before their first write, and the kept targets are written last, so a failure
+    of either kind before that leaves every target as it was. Kept boxes are read
+    straight from the files (each rank its own blocks) whichever engine runs."""
+    checked: list[kept.KeptScales] = []
+    checked_bytes: list[int] = []
+    counter = ct.checkpoint
+
+    def check_kept() -> None:
+        start = counter.bytes_read
+        checked.extend(kept.check(ct, pieces))
+        checked_bytes.append(counter.bytes_read - start)
+
+    report = LoadReport("kept", 0, 0, 0, 0)
+    if rest:
+        chosen = choose(engine, ct, rest, options)
+        if isinstance(chosen, NativeEngine):
+            check_kept()  # Paddle's own loader has no hook before its first write
+            report = chosen.load(ct, rest, options)
+        else:
+            report = chosen.load(ct, rest, replace(options, before_write=check_kept))
+    if not checked_bytes:
+        check_kept()  # no ordinary targets (or no piece of theirs to write)
+    before_write = counter.bytes_read
+    kept.write(ct, checked)
+    kept_bytes = counter.bytes_read - before_write
+    if report.engine in ("flexcheckpoint", "kept"):
+        # its report counts the boxes Paddle delivered, not flexq's own kept reads
+        kept_bytes += sum(checked_bytes)
+    return replace(
+        report, pieces=report.pieces + len(pieces), bytes_read=report.bytes_read + kept_bytes
+    )

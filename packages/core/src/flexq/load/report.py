@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,11 @@ class LoadReport:
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """The caller's settings for one load."""
+    """The caller's settings for one load.
+
+    :ivar before_write: run once every check of the ordinary targets has passed and
+        before their first write (the kept targets' data checks, :mod:`flexq.load.kept`).
+    """
 
     aoa_config: dict[str, Any] | None
     max_inflight_bytes: int
@@ -45,3 +50,4 @@ class LoadOptions:
     process_group: Any
     offload: bool
     paddle_options: dict[str, Any]
+    before_write: Callable[[], None] | None = None

@@ -55,6 +55,8 @@ def fill(
         # the check costs neither time nor memory at any size).
         _decode(ct, source, i, p, p.probe, "float32", check=True)
     source.release()
+    if options.before_write is not None:
+        options.before_write()  # the other checks of the same load (kept targets)
     # Every check has passed: only now do lazy targets get their storage (filled below).
     import paddle
 

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from flexq.errors import TargetError
 from flexq.load.aoa import plan_pieces
-from flexq.load.kept import QuantizedTarget, _checkpoint_block
+from flexq.load.kept import QuantizedTarget
+from flexq.load.kept_forms import form_of
 from flexq.load.report import LoadOptions
 from flexq.load.targets import describe
 from flexq.nn.forms import KeptForm, fp8_form
@@ -107,23 +108,20 @@ def _is_linear(layer: Any) -> bool:
 
 
 def _form(ct: ComposedTransform, key: str) -> KeptForm:
-    """The kept form of logical weight ``key``, from the checkpoint's metadata."""
-    entry = ct.entries[key]
-    tensors = ct.checkpoint.tensors
-    values = tensors[entry.sources[0]]
-    if values.dtype != "F8_E4M3" or len(entry.sources) != 2 or len(values.shape) != 2:
+    """The layer form of logical weight ``key``, from the checkpoint's kept form."""
+    stored = form_of(ct, key)
+    if stored.kind != "fp8" or len(stored.shape) != 2:
         raise TargetError(
-            f"keep_quantized: {key!r} is stored as "
-            f"{[tensors[s].dtype for s in entry.sources]} ({entry.owner}); only 2-D FP8 "
-            "E4M3 weights are kept so far: load without keep_quantized"
+            f"keep_quantized: {key!r} is a {stored.kind} {list(stored.shape)} weight "
+            f"({stored.owner}); only 2-D FP8 linears are kept by from_pretrained so far: "
+            "load without keep_quantized"
         )
-    n, k = (int(d) for d in values.shape)
-    block, per_tensor = _checkpoint_block(ct, key, (n, k), entry.sources[1])
-    if per_tensor:
+    n, k = stored.shape
+    if stored.per_tensor:
         return fp8_form(n, k, "tensor")
-    if tuple(block) == (1, k):
+    if stored.block == (1, k):
         return fp8_form(n, k, "channel")
-    return fp8_form(n, k, "block", (int(block[0]), int(block[1])))
+    return fp8_form(n, k, "block", (stored.block[0], stored.block[1]))
 
 
 def swap(model: Any, kept: list[KeptLinear], bias_dtype: str) -> None:

@@ -1,0 +1,129 @@
+"""Where a kept target's bytes come from: its own logical tensor, or what AOA maps into it.
+
+For :mod:`flexq.load.kept`. Without AOA statements a kept target is one box of the
+logical tensor of its own name. With them, the kept target goes through the same
+planner as ordinary targets (:func:`flexq.load.aoa.plan_pieces`, Paddle's AOAEngine
+over the logical tensors): renames, fuses (``fused_qkv``, ``fused_ffn``, with their
+head-group interleave) and ``^T`` give the boxes of the source logical tensors that
+land in the target, which are turned into boxes of the sources' kept values. What
+cannot stay exact is refused naming the statement: casts, transposes of anything but
+an FP8 block weight's last two axes, gpt-oss experts (kept transposed against their
+logical layout), and (checked by the caller) a box that cuts a block.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from flexq.errors import TargetError
+from flexq.load.kept_forms import KeptForm, form_of
+
+if TYPE_CHECKING:
+    from flexq.compose import ComposedTransform
+    from flexq.load.report import LoadOptions
+    from flexq.load.targets import Target
+
+
+@dataclass(frozen=True)
+class KeptBox:
+    """One source box of a kept target, in kept units (bytes for FP4 values).
+
+    :ivar offset: where the box starts in the source's kept values (source orientation).
+    :ivar shape: the box's shape in the source's orientation.
+    :ivar at: where it lands in the target's global values (target orientation).
+    :ivar transposed: the last two axes swap on the way (``^T`` of an FP8 block weight).
+    :ivar statement: the AOA statement that moves it ("" for none).
+    """
+
+    form: KeptForm
+    offset: tuple[int, ...]
+    shape: tuple[int, ...]
+    at: tuple[int, ...]
+    transposed: bool = False
+    statement: str = ""
+
+    @property
+    def dst_shape(self) -> tuple[int, ...]:
+        """The box's shape in the target's orientation."""
+        s = self.shape
+        return (*s[:-2], s[-1], s[-2]) if self.transposed else s
+
+
+def boxes(
+    ct: ComposedTransform, key: str, values: Target, options: LoadOptions | None
+) -> list[KeptBox]:
+    """The boxes of kept values that fill ``values`` (this rank's box of target ``key``)."""
+    statements = list((options.aoa_config or {}).get("aoa_statements", [])) if options else []
+    if not statements:
+        return [KeptBox(form_of(ct, key), values.offset, values.local_shape, values.offset)]
+    from flexq.load.aoa import plan_pieces
+    from flexq.load.targets import Target
+
+    # The target in logical elements (FP4 values hold two a byte), for AOA.
+    f = 2 if values.dtype == "uint8" else 1
+    eq = Target(
+        key,
+        values.tensor,
+        _widen(values.global_shape, f),
+        _widen(values.local_shape, f),
+        _widen(values.offset, f),
+        "float32",
+    )
+    for s in statements:
+        if "dtype" in s and key in s:
+            raise TargetError(
+                f"kept target {key!r}: AOA statement {s!r} casts; a kept form is never cast: "
+                "load it dequantized"
+            )
+    assert options is not None  # statements came from them
+    pieces = plan_pieces(ct, [eq], replace(options, max_inflight_bytes=sys.maxsize))
+    out = []
+    for p in pieces:
+        said = _statement(statements, key, p.logical_key)
+        where = f"kept target {key!r}: AOA statement {said!r} on {p.logical_key!r}"
+        if any("dtype" in s and (key in s or p.logical_key in s) for s in statements):
+            raise TargetError(f"{where} casts; a kept form is never cast: load it dequantized")
+        try:
+            form = form_of(ct, p.logical_key)
+        except TargetError as exc:
+            raise TargetError(f"{where}: {exc}") from None
+        if form.gpt_oss:
+            raise TargetError(
+                f"{where}: gpt-oss experts are kept as stored ([E, out, in/2]), not in their "
+                "logical layout; key the QuantizedTarget by the logical name, without AOA"
+            )
+        rank = len(p.src_desc.local_shape)
+        swap = [*range(rank - 2), rank - 1, rank - 2]
+        if p.axes not in (list(range(rank)), swap):
+            raise TargetError(f"{where}: a kept form only transposes its last two axes")
+        transposed = p.axes == swap and rank >= 2
+        if transposed and (form.kind != "fp8" or form.per_tensor or form.block[-2] == 1):
+            raise TargetError(
+                f"{where} transposes a {form.kind} kept form; only an FP8 block weight "
+                "transposes exactly (values and scale grid): load it dequantized"
+            )
+        src = _narrow(tuple(p.src_desc.global_offset), f, where)
+        shape = _narrow(tuple(p.src_desc.local_shape), f, where)
+        at = _narrow(tuple(p.dst_desc.global_offset), f, where)
+        out.append(KeptBox(form, src, shape, at, transposed, said))
+    return out
+
+
+def _widen(dims: tuple[int, ...], f: int) -> tuple[int, ...]:
+    return (*dims[:-1], dims[-1] * f) if dims else dims
+
+
+def _narrow(dims: tuple[int, ...], f: int, where: str) -> tuple[int, ...]:
+    if dims and dims[-1] % f:
+        raise TargetError(f"{where}: a box boundary falls inside a byte of packed FP4 codes")
+    return (*dims[:-1], dims[-1] // f) if dims else dims
+
+
+def _statement(statements: list[str], key: str, source: str) -> str:
+    """The statement that names the source (or the target) for messages."""
+    return next(
+        (s for s in statements if source in s),
+        next((s for s in statements if key in s), statements[0]),
+    )

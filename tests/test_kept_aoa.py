@@ -1,0 +1,148 @@
+"""AOA statements on kept targets (issue 26): renames, fused qkv (head-group interleave) and
+gate_up, FP8-block ``^T`` move values and scales together, with the same semantics as
+for dequantized targets (the oracle: the dequantized load of the same statements); what
+cannot stay exact is refused naming the statement, before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paddle
+import pytest
+from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+import flexq
+from flexq.io.checkpoint import Checkpoint
+from flexq_fp8 import save_fp8_checkpoint
+from flexq_mxfp4.encode import save_mxfp4_checkpoint
+
+B = 32  # the checkpoint's block: 32 x 32
+SHAPES = {"q": (64, 64), "k": (32, 64), "v": (32, 64), "gate": (64, 64), "up": (64, 64)}
+SHAPES |= {"odd": (80, 64)}  # a partial last block of rows (80 = 2*32 + 16)
+QKV = "q, k, v -> qkv, fused_qkv, num_heads=2, num_key_value_groups=1, axis=0"
+
+
+@pytest.fixture(scope="module")
+def fp8(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rng = np.random.default_rng(21)
+    weights = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    return save_fp8_checkpoint(
+        tmp_path_factory.mktemp("aoa") / "fp8", weights, layout="block", block_size=(B, B)
+    )
+
+
+def kept(shape: tuple[int, int], fill: float = 0.0) -> flexq.QuantizedTarget:
+    values = paddle.full(list(shape), fill).astype(paddle.float8_e4m3fn)
+    return flexq.QuantizedTarget(values, paddle.full([-(-shape[0] // B), -(-shape[1] // B)], fill))
+
+
+def dequantized(qt: flexq.QuantizedTarget) -> np.ndarray:
+    """The kept FP8 block form dequantized (numpy reference): values * scale per block."""
+    values = qt.values.astype("float32").numpy()
+    scale = np.repeat(np.repeat(qt.scales.numpy(), B, 0), B, 1)[
+        : values.shape[0], : values.shape[1]
+    ]
+    out: np.ndarray = values * scale
+    return out
+
+
+def load_both(path: Path, statements: list[str], key: str, shape: tuple[int, int]) -> Any:
+    """The kept target and the dequantized target loaded with the same statements."""
+    qt = kept(shape)
+    flexq.load_state_dict({key: qt}, path, aoa_config={"aoa_statements": statements})
+    plain = paddle.zeros(list(shape))
+    flexq.load_state_dict({key: plain}, path, aoa_config={"aoa_statements": statements})
+    return qt, plain.numpy()
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize(
+    ("statements", "key", "shape"),
+    [
+        (["q -> attn.q"], "attn.q", (64, 64)),
+        ([QKV], "qkv", (128, 64)),
+        (["gate, up -> gate_up, fused_ffn, axis=0"], "gate_up", (128, 64)),
+        (["gate^T -> gate_t"], "gate_t", (64, 64)),
+    ],
+    ids=["rename", "fused_qkv", "fused_ffn", "transpose"],
+)
+def test_a_statement_moves_values_and_scales_as_it_moves_the_dequantized_tensor(
+    fp8: Path, statements: list[str], key: str, shape: tuple[int, int]
+) -> None:
+    qt, plain = load_both(fp8, statements, key, shape)
+    assert np.array_equal(bits(dequantized(qt)), bits(plain))
+
+
+def test_a_fused_qkv_holds_the_checkpoints_bytes_in_head_group_order(fp8: Path) -> None:
+    qt, _ = load_both(fp8, [QKV], "qkv", (128, 64))
+    with Checkpoint(fp8) as ckpt:
+        q, k, v = (ckpt.read(n) for n in "qkv")
+        sq, sk, sv = (ckpt.read(n + "_scale_inv") for n in "qkv")
+    got = qt.values.view(paddle.uint8).numpy()
+    assert np.array_equal(got, np.concatenate([q, k, v]))  # one kv group: q heads, k, v
+    assert np.array_equal(qt.scales.numpy(), np.concatenate([sq, sk, sv]))
+
+
+def test_transposing_an_fp8_block_weight_transposes_values_and_the_scale_grid(fp8: Path) -> None:
+    values = paddle.zeros([64, 80], "float32").astype(paddle.float8_e4m3fn)
+    qt = flexq.QuantizedTarget(values, paddle.zeros([2, 3]))
+    with Checkpoint(fp8) as ckpt:
+        w, s = ckpt.read("odd"), ckpt.read("odd_scale_inv")
+    flexq.load_state_dict({"odd_t": qt}, fp8, aoa_config={"aoa_statements": ["odd^T -> odd_t"]})
+    assert np.array_equal(values.view(paddle.uint8).numpy(), w.T)
+    assert np.array_equal(qt.scales.numpy(), s.T)
+
+
+def test_a_fused_ffn_shard_gets_its_chunk_of_gate_then_up_reading_only_those_blocks(
+    fp8: Path,
+) -> None:
+    statements = ["gate, up -> gate_up, fused_ffn, axis=0"]
+    values = paddle.zeros([64, 64], "float32").astype(paddle.float8_e4m3fn)
+    scales = paddle.zeros([2, 2])
+    qt = flexq.QuantizedTarget(
+        ShardedWeight("gate_up", values, (64, 64), (128, 64), (64, 0)),
+        ShardedWeight("gate_up.s", scales, (2, 2), (4, 2), (2, 0)),
+    )
+    report = flexq.load_state_dict({"gate_up": qt}, fp8, aoa_config={"aoa_statements": statements})
+    with Checkpoint(fp8) as ckpt:
+        gate, up = ckpt.read("gate"), ckpt.read("up")
+    # rank 1 of 2: gate's second half of rows, then up's (Paddle's per-rank fused layout)
+    assert np.array_equal(values.view(paddle.uint8).numpy(), np.concatenate([gate[32:], up[32:]]))
+    assert report.bytes_read == 64 * 64 + 4 * 4
+
+
+@pytest.mark.parametrize(
+    ("statements", "key", "shape", "message"),
+    [
+        (["gate -> g, dtype='bfloat16'"], "g", (64, 64), r"casts; a kept form is never cast"),
+        (
+            ["odd, gate -> og, axis=0"],
+            "og",
+            (144, 64),
+            r"'odd, gate -> og, axis=0' moves 'odd' box .* cuts",
+        ),
+    ],
+    ids=["cast", "cuts-a-block"],
+)
+def test_a_statement_that_cannot_stay_exact_is_refused_naming_it(
+    fp8: Path, statements: list[str], key: str, shape: tuple[int, int], message: str
+) -> None:
+    qt = kept(shape, 3.0)
+    with pytest.raises(flexq.TargetError, match=message):
+        flexq.load_state_dict({key: qt}, fp8, aoa_config={"aoa_statements": statements})
+    assert (qt.values.astype("float32").numpy() == 3.0).all()
+
+
+def test_transposing_packed_fp4_is_refused_naming_the_statement(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    path = save_mxfp4_checkpoint(
+        tmp_path / "mx", {"w.weight": rng.standard_normal((64, 64)).astype(np.float32)}
+    )
+    qt = flexq.QuantizedTarget(paddle.zeros([64, 32], "uint8"), paddle.zeros([64, 2], "uint8"))
+    with pytest.raises(flexq.TargetError, match=r"'w.weight\^T -> wt'.*transposes a mxfp4"):
+        flexq.load_state_dict({"wt": qt}, path, aoa_config={"aoa_statements": ["w.weight^T -> wt"]})
