@@ -15,6 +15,7 @@ import flexq
 from flexq.errors import TargetError
 from flexq.nn import KeptForm, QuantizedLinear, fp4_form, fp8_form
 from flexq_fp8 import save_fp8_checkpoint
+from flexq_mxfp4.encode import save_mxfp4_checkpoint
 
 if TYPE_CHECKING:
     from flexq.nn.forms import Fp8Scales, Producer
@@ -191,14 +192,21 @@ def test_an_odd_fp4_width_is_refused() -> None:
         fp4_form("mxfp4", N, 33)
 
 
-def test_a_kept_load_computes_what_the_dequantized_load_computes(tmp_path: Any) -> None:
-    """The layer filled through flexq.QuantizedTarget from a real FP8 checkpoint gives
-    the same output as a Linear filled by the ordinary (dequantizing) float32 load."""
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_a_kept_load_computes_what_the_dequantized_load_computes(tmp_path: Any, fmt: str) -> None:
+    """The layer filled through flexq.QuantizedTarget from a real FP8 (128x128-style 32x32
+    blocks) or compressed-tensors MXFP4 checkpoint gives the same output as a Linear
+    filled by the ordinary (dequantizing) float32 load."""
     key = "model.layers.0.mlp.up_proj.weight"
     w = np.random.default_rng(3).standard_normal((N, K)).astype(np.float32)
-    path = save_fp8_checkpoint(tmp_path / "fp8", {key: w}, layout="block", block_size=(32, 32))
-    layer = QuantizedLinear(fp8_form(N, K, "block", (32, 32)))
-    flexq.load_state_dict({key: flexq.QuantizedTarget(layer.weight, layer.weight_scale_inv)}, path)
+    if fmt == "fp8":
+        path = save_fp8_checkpoint(tmp_path / fmt, {key: w}, layout="block", block_size=(32, 32))
+        form = fp8_form(N, K, "block", (32, 32))
+    else:
+        path = save_mxfp4_checkpoint(tmp_path / fmt, {key: w})
+        form = fp4_form("mxfp4", N, K)
+    layer = QuantizedLinear(form)
+    flexq.load_state_dict({key: flexq.QuantizedTarget(layer.weight, layer.scales)}, path)
     plain = paddle.zeros([N, K], "float32")
     flexq.load_state_dict({key: plain}, path)
     x = paddle.to_tensor(np.random.default_rng(4).standard_normal((5, K)).astype(np.float32))
