@@ -110,10 +110,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         *rows,
         "",
         f"kept / bf16: parameters {r['parameter_ratio']:.2f}x, "
-        f"peak RSS {r['peak_rss_ratio']:.2f}x. The kept peak is above its parameters "
-        "because the kept path reads every kept target's bytes before writing any (the "
-        "FP8 bytes are staged once beside the parameters); the bf16 load streams tensor "
-        "by tensor.",
+        f"peak RSS {r['peak_rss_ratio']:.2f}x. Above the parameters, each load stages "
+        "one tensor at a time (kept: its bytes; bf16: its float32 dequantization).",
     ]
 
 
