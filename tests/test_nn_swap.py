@@ -22,11 +22,18 @@ def _kept() -> flexq.QuantizedTarget:
     return flexq.QuantizedTarget(paddle.zeros([2, 2]), paddle.zeros([1]))
 
 
-def test_a_statement_moving_only_kept_weights_loses_its_transpose() -> None:
+def test_an_identity_statement_moving_only_kept_weights_is_dropped() -> None:
     state = {f"model.layers.{i}.self_attn.q_proj.weight": _kept() for i in range(2)}
     state["lm_head.weight"] = paddle.zeros([2, 2])
     got = swap.rules(RULES, state)["aoa_statements"]
-    assert got == [f"{Q} -> {Q}", "model.embed_tokens.weight -> lm_head.weight"]
+    assert got == ["model.embed_tokens.weight -> lm_head.weight"]
+
+
+def test_a_renaming_statement_moving_only_kept_weights_loses_its_transpose() -> None:
+    rules = {"aoa_statements": [f"{Q}^T -> llama.layers.$LAYER_ID.q.weight"]}
+    state = {"llama.layers.0.q.weight": _kept()}
+    got = swap.rules(rules, state)["aoa_statements"]
+    assert got == [f"{Q} -> llama.layers.$LAYER_ID.q.weight"]
 
 
 def test_rules_without_kept_targets_are_unchanged() -> None:

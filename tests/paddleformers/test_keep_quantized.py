@@ -3,8 +3,9 @@
 Llama from its FP8 128x128-block twin: every quantized linear is a
 ``flexq.nn.QuantizedLinear`` holding the checkpoint's own bytes, logits equal the
 dequantized model's bit for bit (both run float32 matmuls on CPU), and the
-parameters take exactly the kept bytes. gpt-oss from its MXFP4 twin (quantized
-stacked experts, not linears) and fused-QKV models are refused before any read.
+parameters take exactly the kept bytes. gpt-oss from its MXFP4 twin: its stacked
+experts stay MXFP4 and logits equal the dequantized model's. Fused-QKV models
+(Phi-3) are refused.
 Run by ``nox -s paddleformers``.
 """
 
@@ -21,7 +22,7 @@ import paddle
 
 import flexq
 import flexq.paddleformers
-from flexq.errors import FlexqError, TargetError
+from flexq.errors import FlexqError
 from flexq.nn import QuantizedLinear
 
 from .conftest import Checkpoints, model_class
@@ -73,18 +74,6 @@ def test_llama_fp8_kept_parameters_hold_the_kept_bytes(checkpoints: Checkpoints)
     assert parameter_bytes(kept) / parameter_bytes(bf16) < 0.6
 
 
-def test_gpt_oss_mxfp4_experts_are_refused_clearly(checkpoints: Checkpoints) -> None:
-    with pytest.raises(
-        TargetError, match=r"experts\.(gate_up|down)_proj.*not the weight of a linear"
-    ):
-        flexq.paddleformers.from_pretrained(
-            model_class("GptOssForCausalLM"),
-            checkpoints.twin("GptOssForCausalLM", "mxfp4"),
-            dtype="float32",
-            keep_quantized=True,
-        )
-
-
 def test_gpt_oss_fp8_attention_is_kept(checkpoints: Checkpoints) -> None:
     name = "GptOssForCausalLM"
     kept, ref = kept_and_dequantized(checkpoints, name, "float32")
@@ -101,3 +90,32 @@ def test_phi3_fused_qkv_and_gate_up(checkpoints: Checkpoints) -> None:
         flexq.paddleformers.from_pretrained(
             model_class(name), checkpoints.twin(name, "fp8"), dtype="float32", keep_quantized=True
         )
+
+
+def test_gpt_oss_mxfp4_experts_are_kept(checkpoints: Checkpoints) -> None:
+    """gpt-oss's MXFP4 experts stay the checkpoint's bytes ([E, out, in/2] and E8M0
+    [E, out, in/32]); the forward decodes them with flexq_mxfp4 and gives the dequantized
+    model's logits bit for bit; attention and router stay float."""
+    name = "GptOssForCausalLM"
+    twin = checkpoints.twin(name, "mxfp4")
+    cls = model_class(name)
+    kept = flexq.paddleformers.from_pretrained(cls, twin, dtype="float32", keep_quantized=True)
+    ref = flexq.paddleformers.from_pretrained(cls, twin, dtype="float32")
+    state = kept.state_dict()
+    with flexq.Checkpoint(twin) as ckpt:
+        for layer in range(2):
+            for proj in ("gate_up_proj", "down_proj"):
+                key = f"model.layers.{layer}.mlp.experts.{proj}"
+                assert key not in state  # no dense copy is held
+                blocks = state[f"{key}_blocks"].numpy()
+                assert blocks.tobytes() == ckpt.read(f"{key}_blocks").tobytes()
+                assert (
+                    state[f"{key}_scales"].numpy().tobytes() == ckpt.read(f"{key}_scales").tobytes()
+                )
+    np.testing.assert_array_equal(logits(kept, name), logits(ref, name))
+    dense = sum(
+        int(np.prod(ref.state_dict()[k].shape))
+        for k in ref.state_dict()
+        if k.endswith(("experts.gate_up_proj", "experts.down_proj"))
+    )
+    assert parameter_bytes(kept) == parameter_bytes(ref) - 4 * dense + dense // 2 + dense // 32

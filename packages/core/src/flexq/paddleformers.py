@@ -39,6 +39,7 @@ declares replicated, as each rank's own heads (:func:`_own_heads`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flexq.compose import compose
@@ -118,7 +119,16 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
         )
     aoa = rules(model.config)
     targets = swap.targets(model, _own_heads(model.config, model.sharded_state_dict()))
-    return load_state_dict(targets, path, aoa_config=swap.rules(aoa, targets))
+    # Kept gpt-oss experts load by their logical names and without AOA (kept_aoa keeps
+    # them only as stored): their own call, after the rest has loaded.
+    alone = {k: targets.pop(k) for k in swap.stacked(model)}
+    report = load_state_dict(targets, path, aoa_config=swap.rules(aoa, targets))
+    if not alone:
+        return report
+    more = load_state_dict(alone, path)
+    return replace(
+        report, pieces=report.pieces + more.pieces, bytes_read=report.bytes_read + more.bytes_read
+    )
 
 
 def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str, tp: int) -> None:

@@ -29,6 +29,7 @@ from flexq.load.kept import QuantizedTarget
 from flexq.load.kept_forms import form_of
 from flexq.load.report import LoadOptions
 from flexq.load.targets import describe
+from flexq.nn import experts
 from flexq.nn.forms import KeptForm, fp8_form
 from flexq.nn.linear import QuantizedLinear
 
@@ -56,7 +57,21 @@ class KeptLinear:
     bias: bool
 
 
-def plan(model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None) -> list[KeptLinear]:
+@dataclass(frozen=True)
+class KeptExperts:
+    """One stacked ``[E, in, out]`` expert weight to keep as MXFP4 (:mod:`flexq.nn.experts`).
+
+    :ivar prefix: the module's name; :ivar name: its parameter (``gate_up_proj``).
+    """
+
+    prefix: str
+    name: str
+    logical_key: str
+
+
+def plan(
+    model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None
+) -> list[KeptLinear | KeptExperts]:
     """The linears of ``model`` whose weights the checkpoint quantized, with their forms.
 
     :raises TargetError: on a quantized tensor that cannot be kept (see the module doc).
@@ -68,7 +83,7 @@ def plan(model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None) -
     for p in plan_pieces(ct, describe(weights), options):
         by_target[p.target.key].append(p)
     layers: dict[str, Any] = dict(model.named_sublayers())
-    out = []
+    out: list[KeptLinear | KeptExperts] = []
     for key, pieces in sorted(by_target.items()):
         quantized = sorted(
             {p.logical_key for p in pieces if not ct.entries[p.logical_key].is_passthrough}
@@ -84,6 +99,9 @@ def plan(model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None) -
                 "fused_ffn); kept weights do not follow those yet: load without keep_quantized"
             )
         (piece,) = pieces
+        if _is_stacked_mxfp4(ct, quantized[0], piece):
+            out.append(KeptExperts(prefix, leaf, quantized[0]))
+            continue
         if leaf != "weight" or layer is None or not _is_linear(layer) or piece.axes != [1, 0]:
             raise TargetError(
                 f"keep_quantized: the quantized tensor {quantized[0]!r} ({piece.owner}) loads "
@@ -94,6 +112,12 @@ def plan(model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None) -
             KeptLinear(prefix, quantized[0], _form(ct, quantized[0]), layer.bias is not None)
         )
     return out
+
+
+def _is_stacked_mxfp4(ct: ComposedTransform, key: str, piece: Piece) -> bool:
+    """gpt-oss's MXFP4 experts, loaded as they are laid out (``[E, in, out]``, no transpose)."""
+    stored = form_of(ct, key)
+    return stored.kind == "mxfp4" and stored.gpt_oss and piece.axes == [0, 1, 2]
 
 
 def _is_linear(layer: Any) -> bool:
@@ -124,9 +148,13 @@ def _form(ct: ComposedTransform, key: str) -> KeptForm:
     return fp8_form(n, k, "block", (stored.block[0], stored.block[1]))
 
 
-def swap(model: Any, kept: list[KeptLinear], bias_dtype: str) -> None:
-    """Replace each planned linear of ``model`` by an empty :class:`QuantizedLinear`."""
+def swap(model: Any, kept: list[KeptLinear | KeptExperts], bias_dtype: str) -> None:
+    """Replace each planned linear of ``model`` by an empty :class:`QuantizedLinear`, and
+    each planned expert weight by its kept parts (:func:`flexq.nn.experts.keep`)."""
     for k in kept:
+        if isinstance(k, KeptExperts):
+            experts.keep(dict(model.named_sublayers())[k.prefix], k.name, k.logical_key)
+            continue
         parent_name, _, child = k.prefix.rpartition(".")
         parent = model if not parent_name else dict(model.named_sublayers())[parent_name]
         layer = QuantizedLinear(k.form, bias=k.bias, bias_dtype=bias_dtype)
@@ -144,7 +172,20 @@ def targets(model: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
             values = out.pop(f"{prefix}.weight")
             scales = out.pop(f"{prefix}.{layer.scale_name}")
             out[layer.logical_key] = QuantizedTarget(values, scales)
+        for stack in getattr(layer, experts.KEPT, {}).values():
+            values = out.pop(f"{prefix}.{stack.values_name}")
+            scales = out.pop(f"{prefix}.{stack.scales_name}")
+            out[stack.logical_key] = QuantizedTarget(values, scales)
     return out
+
+
+def stacked(model: Any) -> list[str]:
+    """The logical keys of ``model``'s kept stacked experts (:func:`flexq.nn.experts.keep`)."""
+    return [
+        stack.logical_key
+        for _, layer in model.named_sublayers()
+        for stack in getattr(layer, experts.KEPT, {}).values()
+    ]
 
 
 #: an AOA macro (``$LAYER_ID``, ``$EXPERT_ID``) as re.escape writes it; it stands for an index.
@@ -152,10 +193,11 @@ _MACRO = re.compile(r"\\\$[A-Z_]+")
 
 
 def rules(aoa_config: dict[str, Any], state_dict: dict[str, Any]) -> dict[str, Any]:
-    """``aoa_config`` with ``X^T -> Y`` made ``X -> Y`` where ``Y`` names only kept
-    targets of ``state_dict`` (:func:`targets`): the model's rules transpose a Linear's
-    ``[out, in]`` checkpoint weight into Paddle's ``[in, out]``; a kept weight stays
-    ``[out, in]``.
+    """``aoa_config`` adjusted for the kept targets of ``state_dict`` (:func:`targets`):
+    where a statement's destination names only kept targets, an identity ``X -> X`` or
+    ``X^T -> X`` is dropped (a kept target loads by its logical name) and ``X^T -> Y``
+    becomes ``X -> Y``: the model's rules transpose a Linear's ``[out, in]`` checkpoint
+    weight into Paddle's ``[in, out]``; a kept weight stays ``[out, in]``.
 
     :raises TargetError: on one statement that moves kept and ordinary targets alike
         (it cannot both transpose and not).
@@ -167,9 +209,13 @@ def rules(aoa_config: dict[str, Any], state_dict: dict[str, Any]) -> dict[str, A
     for statement in aoa_config.get("aoa_statements", []):
         left, arrow, right = statement.partition("->")
         dest = right.split(",")[0].strip()
-        if arrow and left.strip().endswith("^T") and dest:
-            named = re.compile(_MACRO.sub(r"\\d+", re.escape(dest)))
-            hits = {k for k in state_dict if isinstance(k, str) and named.fullmatch(k)}
+        src = left.strip()
+        if arrow and dest and src.removesuffix("^T") == dest and "," not in right:
+            hits = _named(dest, state_dict)
+            if hits and hits <= kept:
+                continue  # a kept key loads by its logical name: the identity is not needed
+        if arrow and src.endswith("^T") and dest:
+            hits = _named(dest, state_dict)
             if hits and hits <= kept:
                 statement = f"{left.strip()[:-2]} ->{right}"
             elif hits & kept:
@@ -180,3 +226,9 @@ def rules(aoa_config: dict[str, Any], state_dict: dict[str, Any]) -> dict[str, A
                 )
         out.append(statement)
     return {**aoa_config, "aoa_statements": out}
+
+
+def _named(dest: str, state_dict: dict[str, Any]) -> set[str]:
+    """The keys of ``state_dict`` an AOA destination (macros expanded) names."""
+    named = re.compile(_MACRO.sub(r"\\d+", re.escape(dest)))
+    return {k for k in state_dict if isinstance(k, str) and named.fullmatch(k)}
