@@ -76,8 +76,9 @@ def from_pretrained(
         checkpoint, PaddleFormers' own quantization must not run on top).
     :param keep_quantized: build each linear the checkpoint quantized as a
         :class:`flexq.nn.QuantizedLinear` holding the checkpoint's own values and scales
-        (FP8 so far; see :mod:`flexq.nn.swap` for what is refused); ``dtype`` applies
-        to everything else.
+        (FP8 linears, and gpt-oss's MXFP4 experts as :mod:`flexq.nn.experts` keeps
+        them; see :mod:`flexq.nn.swap` for what is refused); ``dtype`` applies to
+        everything else.
     :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
     :raises FlexqError: on a checkpoint that does not fit the model or cannot be decoded.
     """

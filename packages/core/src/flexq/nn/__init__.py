@@ -2,7 +2,8 @@
 
 For users serving FP8 / MXFP4 / NVFP4 checkpoints: :class:`QuantizedLinear` and
 the forms it holds (:class:`KeptForm`, made by :func:`fp8_form` / :func:`fp4_form`).
-``flexq.paddleformers.from_pretrained(..., keep_quantized=True)`` builds models with it.
+:mod:`flexq.nn.experts` keeps stacked MXFP4 experts;
+``flexq.paddleformers.from_pretrained(..., keep_quantized=True)`` builds models with both.
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ keyed by their logical names, and :func:`rules` drops the ``^T`` of the statemen
 that move them: a kept weight stays ``[out, in]``, as the checkpoint stores it and as
 ``fp8_gemm_blockwise`` takes it.
 
-Refused, before anything is built or read (a :class:`~flexq.errors.TargetError`
-naming the tensor): a quantized logical tensor that lands on no linear (gpt-oss's
-stacked experts), a linear fed by several quantized tensors (fused qkv / gate_up),
-a kept form other than FP8 (the load path keeps only FP8 so far).
+gpt-oss's MXFP4 stacked experts are kept too (:mod:`flexq.nn.experts`).
+
+Refused, before anything is read (a :class:`~flexq.errors.TargetError` naming the
+tensor): a quantized logical tensor that lands on neither a linear nor gpt-oss
+experts, a linear fed by several pieces (fused qkv / gate_up re-layouts), a kept
+linear form other than 2-D FP8.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def plan(
             raise TargetError(
                 f"keep_quantized: the quantized tensor {quantized[0]!r} ({piece.owner}) loads "
                 f"into {key!r}, which is not the weight of a linear layer; only linears are "
-                "kept (stacked experts are not yet): load without keep_quantized"
+                "kept, and gpt-oss MXFP4 experts: load without keep_quantized"
             )
         out.append(
             KeptLinear(prefix, quantized[0], _form(ct, quantized[0]), layer.bias is not None)
