@@ -47,6 +47,7 @@ from flexq.errors import FlexqError
 from flexq.io.checkpoint import Checkpoint
 from flexq.load.api import load_state_dict
 from flexq.nn import swap
+from flexq.nn.rules import for_kept
 
 if TYPE_CHECKING:
     import os
@@ -123,7 +124,7 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
     # Kept gpt-oss experts load by their logical names and without AOA (kept_aoa keeps
     # them only as stored): their own call, after the rest has loaded.
     alone = {k: targets.pop(k) for k in swap.stacked(model)}
-    report = load_state_dict(targets, path, aoa_config=swap.rules(aoa, targets))
+    report = load_state_dict(targets, path, aoa_config=for_kept(aoa, targets))
     if not alone:
         return report
     more = load_state_dict(alone, path)

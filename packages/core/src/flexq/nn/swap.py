@@ -6,9 +6,9 @@ every linear's weight, through the model's own AOA conversion rules, to the
 checkpoint's logical tensor it comes from (the same planner a load uses, run on
 metadata only); :func:`swap` replaces the quantized ones; :func:`targets` turns the
 model's state dict into one whose kept weights are :class:`flexq.QuantizedTarget`
-keyed by their logical names, and :func:`rules` drops the ``^T`` of the statements
-that move them: a kept weight stays ``[out, in]``, as the checkpoint stores it and as
-``fp8_gemm_blockwise`` takes it.
+keyed by their logical names, and :func:`flexq.nn.rules.for_kept` drops the ``^T`` of
+the statements that move them: a kept weight stays ``[out, in]``, as the checkpoint
+stores it and as ``fp8_gemm_blockwise`` takes it.
 
 gpt-oss's MXFP4 stacked experts are kept too (:mod:`flexq.nn.experts`).
 
@@ -20,7 +20,6 @@ linear form other than 2-D FP8.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -188,49 +187,3 @@ def stacked(model: Any) -> list[str]:
         for _, layer in model.named_sublayers()
         for stack in getattr(layer, experts.KEPT, {}).values()
     ]
-
-
-#: an AOA macro (``$LAYER_ID``, ``$EXPERT_ID``) as re.escape writes it; it stands for an index.
-_MACRO = re.compile(r"\\\$[A-Z_]+")
-
-
-def rules(aoa_config: dict[str, Any], state_dict: dict[str, Any]) -> dict[str, Any]:
-    """``aoa_config`` adjusted for the kept targets of ``state_dict`` (:func:`targets`):
-    where a statement's destination names only kept targets, an identity ``X -> X`` or
-    ``X^T -> X`` is dropped (a kept target loads by its logical name) and ``X^T -> Y``
-    becomes ``X -> Y``: the model's rules transpose a Linear's ``[out, in]`` checkpoint
-    weight into Paddle's ``[in, out]``; a kept weight stays ``[out, in]``.
-
-    :raises TargetError: on one statement that moves kept and ordinary targets alike
-        (it cannot both transpose and not).
-    """
-    kept = {k for k, v in state_dict.items() if isinstance(v, QuantizedTarget)}
-    if not kept:
-        return aoa_config
-    out = []
-    for statement in aoa_config.get("aoa_statements", []):
-        left, arrow, right = statement.partition("->")
-        dest = right.split(",")[0].strip()
-        src = left.strip()
-        if arrow and dest and src.removesuffix("^T") == dest and "," not in right:
-            hits = _named(dest, state_dict)
-            if hits and hits <= kept:
-                continue  # a kept key loads by its logical name: the identity is not needed
-        if arrow and src.endswith("^T") and dest:
-            hits = _named(dest, state_dict)
-            if hits and hits <= kept:
-                statement = f"{left.strip()[:-2]} ->{right}"
-            elif hits & kept:
-                raise TargetError(
-                    f"keep_quantized: AOA statement {statement!r} moves kept weights "
-                    f"{sorted(hits & kept)[:2]} and ordinary ones {sorted(hits - kept)[:2]}; "
-                    "keep all of them or none"
-                )
-        out.append(statement)
-    return {**aoa_config, "aoa_statements": out}
-
-
-def _named(dest: str, state_dict: dict[str, Any]) -> set[str]:
-    """The keys of ``state_dict`` an AOA destination (macros expanded) names."""
-    named = re.compile(_MACRO.sub(r"\\d+", re.escape(dest)))
-    return {k for k in state_dict if isinstance(k, str) and named.fullmatch(k)}

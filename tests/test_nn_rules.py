@@ -1,4 +1,4 @@
-"""``flexq.nn.swap.rules``: a model's ``^T`` conversion rules dropped for kept weights only."""
+"""``flexq.nn.rules.for_kept``: a model's ``^T`` conversion rules dropped for kept weights only."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 import flexq
 from flexq.errors import TargetError
-from flexq.nn import swap
+from flexq.nn.rules import for_kept
 
 Q = "model.layers.$LAYER_ID.self_attn.q_proj.weight"
 RULES = {
@@ -25,20 +25,20 @@ def _kept() -> flexq.QuantizedTarget:
 def test_an_identity_statement_moving_only_kept_weights_is_dropped() -> None:
     state = {f"model.layers.{i}.self_attn.q_proj.weight": _kept() for i in range(2)}
     state["lm_head.weight"] = paddle.zeros([2, 2])
-    got = swap.rules(RULES, state)["aoa_statements"]
+    got = for_kept(RULES, state)["aoa_statements"]
     assert got == ["model.embed_tokens.weight -> lm_head.weight"]
 
 
 def test_a_renaming_statement_moving_only_kept_weights_loses_its_transpose() -> None:
-    rules = {"aoa_statements": [f"{Q}^T -> llama.layers.$LAYER_ID.q.weight"]}
+    renaming = {"aoa_statements": [f"{Q}^T -> llama.layers.$LAYER_ID.q.weight"]}
     state = {"llama.layers.0.q.weight": _kept()}
-    got = swap.rules(rules, state)["aoa_statements"]
+    got = for_kept(renaming, state)["aoa_statements"]
     assert got == [f"{Q} -> llama.layers.$LAYER_ID.q.weight"]
 
 
 def test_rules_without_kept_targets_are_unchanged() -> None:
     state = {"model.layers.0.self_attn.q_proj.weight": paddle.zeros([2, 2])}
-    assert swap.rules(RULES, state) == RULES
+    assert for_kept(RULES, state) == RULES
 
 
 def test_a_statement_moving_kept_and_ordinary_weights_is_refused() -> None:
@@ -47,4 +47,4 @@ def test_a_statement_moving_kept_and_ordinary_weights_is_refused() -> None:
         "model.layers.1.self_attn.q_proj.weight": paddle.zeros([2, 2]),
     }
     with pytest.raises(TargetError, match="moves kept weights .* and ordinary ones"):
-        swap.rules(RULES, state)
+        for_kept(RULES, state)
