@@ -131,3 +131,20 @@ def dequantized_copy(src: Path, dst: Path, formats: list[str] | None = None) -> 
         dtype = "float32" if entry.dtype in ("bfloat16", "float16", "float32") else entry.dtype
         tensors[key] = flexq.RawTensor.of(ct.load(key, dtype))
     return flexq.save_checkpoint(dst, tensors)
+
+
+@pytest.fixture
+def checkpoint_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys of every tensor read through :meth:`flexq.io.checkpoint.Checkpoint.read`
+    while the test runs, in order (to prove a refusal came before any read)."""
+    from flexq.io.checkpoint import Checkpoint
+
+    reads: list[str] = []
+    real = Checkpoint.read
+
+    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
+        reads.append(key)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "read", counted)
+    return reads

@@ -120,19 +120,11 @@ def test_a_block_aligned_shard_gets_its_slice_and_reads_only_its_blocks(
 )
 def test_a_shard_that_cuts_a_block_is_refused_before_any_read(
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    checkpoint_reads: list[str],
     offset: tuple[int, int],
     local: tuple[int, int],
 ) -> None:
     path = checkpoint(tmp_path)
-    reads: list[str] = []
-    real = Checkpoint.read
-
-    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
-        reads.append(key)
-        return real(self, key, *args, **kwargs)
-
-    monkeypatch.setattr(Checkpoint, "read", counted)
     values = paddle.full(list(local), 3.0).astype(paddle.float8_e4m3fn)
     scales = paddle.full([2, 2], 5.0)
     norm = paddle.full([80], 9.0)
@@ -142,7 +134,7 @@ def test_a_shard_that_cuts_a_block_is_refused_before_any_read(
     )
     with pytest.raises(flexq.TargetError, match=r"offset \[.*\].*cuts the checkpoint's block"):
         flexq.load_state_dict({KEY: qt, NORM: norm}, path)
-    assert reads == []
+    assert checkpoint_reads == []
     assert (values.astype("float32").numpy() == 3.0).all()
     assert (scales.numpy() == 5.0).all()
     assert (norm.numpy() == 9.0).all()
@@ -326,25 +318,17 @@ def test_float32_power_of_two_scales_become_e8m0_and_others_are_refused(tmp_path
 
 
 def test_an_ordinary_target_that_fails_its_checks_leaves_kept_targets_unread_and_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, checkpoint_reads: list[str]
 ) -> None:
     path = checkpoint(tmp_path)
-    reads: list[str] = []
-    real = Checkpoint.read
-
-    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
-        reads.append(key)
-        return real(self, key, *args, **kwargs)
-
-    monkeypatch.setattr(Checkpoint, "read", counted)
     qt = flexq.QuantizedTarget(
         paddle.full(list(SHAPE), 3.0).astype(paddle.float8_e4m3fn), paddle.full([3, 3], 5.0)
     )
     wrong = paddle.full([80, 95], 1.0)  # OTHER is [80, 96]
     with pytest.raises(flexq.FlexqError, match=OTHER.replace(".", r"\.")):
         flexq.load_state_dict({KEY: qt, OTHER: wrong}, path)
-    assert KEY not in reads
-    assert KEY + "_scale_inv" not in reads
+    assert KEY not in checkpoint_reads
+    assert KEY + "_scale_inv" not in checkpoint_reads
     assert (qt.values.astype("float32").numpy() == 3.0).all()
     assert (qt.scales.numpy() == 5.0).all()
 

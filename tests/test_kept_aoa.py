@@ -146,3 +146,39 @@ def test_transposing_packed_fp4_is_refused_naming_the_statement(tmp_path: Path) 
     qt = flexq.QuantizedTarget(paddle.zeros([64, 32], "uint8"), paddle.zeros([64, 2], "uint8"))
     with pytest.raises(flexq.TargetError, match=r"'w.weight\^T -> wt'.*transposes a mxfp4"):
         flexq.load_state_dict({"wt": qt}, path, aoa_config={"aoa_statements": ["w.weight^T -> wt"]})
+
+
+def test_gpt_oss_experts_keyed_by_their_name_load_beside_statements_for_other_tensors(
+    tmp_path: Path,
+) -> None:
+    """What a PaddleFormers load does: statements for the model, the experts kept as stored."""
+    rng = np.random.default_rng(6)
+    key = "model.layers.0.mlp.experts.gate_up_proj"
+    path = save_mxfp4_checkpoint(
+        tmp_path / "oss",
+        {key: rng.standard_normal((2, 64, 48)).astype(np.float32)},
+        layout="gpt-oss",
+        others={"model.norm.weight": flexq.RawTensor("F32", np.ones(64, np.float32))},
+    )
+    values, scales = paddle.zeros([2, 24, 32], "uint8"), paddle.zeros([2, 24, 2], "uint8")
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(key, values, (2, 24, 32), (2, 48, 32), (0, 24, 0)),
+        ShardedWeight(key + ".s", scales, (2, 24, 2), (2, 48, 2), (0, 24, 0)),
+    )
+    norm = paddle.zeros([64])
+    statements = ["model.norm.weight -> norm"]
+    flexq.load_state_dict({key: qt, "norm": norm}, path, aoa_config={"aoa_statements": statements})
+    with Checkpoint(path) as ckpt:
+        blocks, stored_scales = ckpt.read(key + "_blocks"), ckpt.read(key + "_scales")
+    assert np.array_equal(values.numpy(), blocks.reshape(2, 48, 32)[:, 24:])
+    assert np.array_equal(scales.numpy(), stored_scales[:, 24:])
+    assert (norm.numpy() == 1.0).all()
+    renamed = flexq.QuantizedTarget(
+        paddle.zeros([2, 48, 32], "uint8"), paddle.zeros([2, 48, 2], "uint8")
+    )
+    with pytest.raises(
+        flexq.TargetError, match=r"gpt-oss experts are kept as stored .* only under"
+    ):
+        flexq.load_state_dict(
+            {"experts": renamed}, path, aoa_config={"aoa_statements": [f"{key} -> experts"]}
+        )

@@ -137,17 +137,9 @@ def test_an_mxfp4_shard_gets_its_slice_and_reads_only_its_blocks(
 
 
 def test_an_mxfp4_shard_that_cuts_a_32_element_block_is_refused_before_any_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, checkpoint_reads: list[str]
 ) -> None:
     path = mx_checkpoint(tmp_path, "gpt-oss")
-    reads: list[str] = []
-    real = Checkpoint.read
-
-    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
-        reads.append(key)
-        return real(self, key, *args, **kwargs)
-
-    monkeypatch.setattr(Checkpoint, "read", counted)
     values = paddle.full([2, OUT, 8], 3, "uint8")
     qt = flexq.QuantizedTarget(
         ShardedWeight(EXPERTS, values, (2, OUT, 8), (E, OUT, IN // 2), (0, 0, 8)),
@@ -155,7 +147,7 @@ def test_an_mxfp4_shard_that_cuts_a_32_element_block_is_refused_before_any_read(
     )
     with pytest.raises(flexq.TargetError, match=r"offset \[0, 0, 8\].*cuts the checkpoint's block"):
         flexq.load_state_dict({EXPERTS: qt}, path)
-    assert reads == []
+    assert checkpoint_reads == []
     assert (values.numpy() == 3).all()
 
 
@@ -317,3 +309,30 @@ def test_inspect_json_lists_the_kept_forms_of_each_logical_tensor(
     assert form["global_scale"] is None
     assert rows[EXPERTS]["shape"] == [E, IN, OUT]  # the logical layout is unchanged
     assert rows[NORM]["kept_forms"] == []
+
+
+@pytest.mark.parametrize(("offset", "width"), [(8, 24), (16, 8), (4, 8)])
+def test_an_nvfp4_shard_along_k_must_start_on_a_16_element_block(
+    tmp_path: Path, offset: int, width: int
+) -> None:
+    path = nv_checkpoint(tmp_path, "modelopt", 0.5)
+    values = paddle.full([OUT, width], 9, "uint8")
+    scales = paddle.zeros([OUT, width // 8]).astype(paddle.float8_e4m3fn)
+    qt = flexq.QuantizedTarget(
+        ShardedWeight(LINEAR, values, (OUT, width), (OUT, IN // 2), (0, offset)),
+        ShardedWeight(LINEAR + ".s", scales, (OUT, width // 8), (OUT, IN // 16), (0, offset // 8)),
+        global_scale=paddle.zeros([1]),
+    )
+    if offset % 8:
+        with pytest.raises(flexq.TargetError, match=r"offset \[0, 4\].*block \[1, 8\]"):
+            flexq.load_state_dict({LINEAR: qt}, path)
+        assert (values.numpy() == 9).all()
+        return
+    report = flexq.load_state_dict({LINEAR: qt}, path)
+    base = LINEAR.removesuffix(".weight")
+    assert np.array_equal(
+        values.numpy(), stored(path, base + ".weight")[:, offset : offset + width]
+    )
+    sbox = slice(offset // 8, (offset + width) // 8)
+    assert np.array_equal(as_bytes(scales), stored(path, base + ".weight_scale")[:, sbox])
+    assert report.bytes_read == OUT * width * 9 // 8 + 4

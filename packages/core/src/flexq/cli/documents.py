@@ -321,8 +321,9 @@ KEPT_FORMS = [
     "Refused with a `TargetError` naming the statement: casts (`dtype=`), transposing",
     "packed FP4 or a per-tensor/per-channel FP8 weight, fusing per-tensor scales or",
     "NVFP4 tensors with different global scales, a box that cuts a block, and",
-    "statements over gpt-oss experts (kept as stored, `[E, out, in/2]`: key those by",
-    "their logical name, without AOA).",
+    "renaming, fusing or transposing gpt-oss experts (kept as stored, `[E, out, in/2]`;",
+    "keyed by their own logical name they load beside any statements for other",
+    "tensors).",
     "",
     "Not yet kept: INT4 forms (AWQ, GPTQ, compressed-tensors pack).",
 ]

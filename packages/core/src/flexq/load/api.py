@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from flexq.load import kept
+from flexq.load import kept, kept_read
 from flexq.load.agree import compose_on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, NativeEngine, choose
 from flexq.load.report import LoadOptions, LoadReport
@@ -107,13 +107,13 @@ def _load_with_kept(
     and before their first write, and the kept targets are written last, so a failure
     of either kind before that leaves every target as it was. Kept boxes are read
     straight from the files (each rank its own blocks) whichever engine runs."""
-    checked: list[kept.KeptScales] = []
+    checked: list[kept_read.KeptScales] = []
     checked_bytes: list[int] = []
     counter = ct.checkpoint
 
     def check_kept() -> None:
         start = counter.bytes_read
-        checked.extend(kept.check(ct, pieces))
+        checked.extend(kept_read.check(ct, pieces))
         checked_bytes.append(counter.bytes_read - start)
 
     report = LoadReport("kept", 0, 0, 0, 0)
@@ -127,7 +127,7 @@ def _load_with_kept(
     if not checked_bytes:
         check_kept()  # no ordinary targets (or no piece of theirs to write)
     before_write = counter.bytes_read
-    kept.write(ct, checked)
+    kept_read.write(ct, checked)
     kept_bytes = counter.bytes_read - before_write
     if report.engine in ("flexcheckpoint", "kept"):
         # its report counts the boxes Paddle delivered, not flexq's own kept reads

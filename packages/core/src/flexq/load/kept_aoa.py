@@ -61,14 +61,22 @@ def boxes(
     from flexq.load.aoa import plan_pieces
     from flexq.load.targets import Target
 
-    # The target in logical elements (FP4 values hold two a byte), for AOA.
+    # The target in logical elements, for AOA: FP4 values hold two a byte, and gpt-oss
+    # experts keyed by their own logical name are kept [..., out, in/2] against their
+    # logical [..., in, out].
     f = 2 if values.dtype == "uint8" else 1
+    own = _own_form(ct, key)
+    gpt_oss = own is not None and own.gpt_oss
+
+    def logical(d: tuple[int, ...]) -> tuple[int, ...]:
+        return (*d[:-2], 2 * d[-1], d[-2]) if gpt_oss else _widen(d, f)
+
     eq = Target(
         key,
         values.tensor,
-        _widen(values.global_shape, f),
-        _widen(values.local_shape, f),
-        _widen(values.offset, f),
+        logical(values.global_shape),
+        logical(values.local_shape),
+        logical(values.offset),
         "float32",
     )
     for s in statements:
@@ -78,23 +86,43 @@ def boxes(
                 "load it dequantized"
             )
     assert options is not None  # statements came from them
-    pieces = plan_pieces(ct, [eq], replace(options, max_inflight_bytes=sys.maxsize))
+    try:
+        pieces = plan_pieces(ct, [eq], replace(options, max_inflight_bytes=sys.maxsize))
+    except TargetError as exc:
+        if f == 1 or gpt_oss:
+            raise
+        raise TargetError(
+            f"{exc} (kept target {key!r}: its uint8 values [..., N, K/2] were read as logical "
+            "[..., N, K]; gpt-oss experts are kept as stored ([E, out, in/2]) only under "
+            "their own logical name)"
+        ) from None
     out = []
     for p in pieces:
         said = _statement(statements, key, p.logical_key)
-        where = f"kept target {key!r}: AOA statement {said!r} on {p.logical_key!r}"
+        where = (
+            f"kept target {key!r}: AOA statement {said!r} on {p.logical_key!r}"
+            if said
+            else f"kept target {key!r} (from {p.logical_key!r})"
+        )
         if any("dtype" in s and (key in s or p.logical_key in s) for s in statements):
             raise TargetError(f"{where} casts; a kept form is never cast: load it dequantized")
         try:
             form = form_of(ct, p.logical_key)
         except TargetError as exc:
             raise TargetError(f"{where}: {exc}") from None
-        if form.gpt_oss:
+        rank = len(p.src_desc.local_shape)
+        if form.gpt_oss and not (gpt_oss and p.logical_key == key and p.axes == list(range(rank))):
             raise TargetError(
                 f"{where}: gpt-oss experts are kept as stored ([E, out, in/2]), not in their "
-                "logical layout; key the QuantizedTarget by the logical name, without AOA"
+                "logical layout; key the QuantizedTarget by their own logical name, which "
+                "no statement renames, fuses or transposes"
             )
-        rank = len(p.src_desc.local_shape)
+        if form.gpt_oss:
+            src = _stored(tuple(p.src_desc.global_offset), where)
+            shape = _stored(tuple(p.src_desc.local_shape), where)
+            at = _stored(tuple(p.dst_desc.global_offset), where)
+            out.append(KeptBox(form, src, shape, at, False, said))
+            continue
         swap = [*range(rank - 2), rank - 1, rank - 2]
         if p.axes not in (list(range(rank)), swap):
             raise TargetError(f"{where}: a kept form only transposes its last two axes")
@@ -111,6 +139,23 @@ def boxes(
     return out
 
 
+def _own_form(ct: ComposedTransform, key: str) -> KeptForm | None:
+    """The kept form of the logical tensor named ``key`` (None when there is none)."""
+    if key not in ct.entries:
+        return None
+    try:
+        return form_of(ct, key)
+    except TargetError:
+        return None
+
+
+def _stored(dims: tuple[int, ...], where: str) -> tuple[int, ...]:
+    """gpt-oss logical [..., in, out] dims as kept [..., out, in/2] dims."""
+    if dims[-2] % 2:
+        raise TargetError(f"{where}: a box boundary falls inside a byte of packed FP4 codes")
+    return (*dims[:-2], dims[-1], dims[-2] // 2)
+
+
 def _widen(dims: tuple[int, ...], f: int) -> tuple[int, ...]:
     return (*dims[:-1], dims[-1] * f) if dims else dims
 
@@ -122,8 +167,8 @@ def _narrow(dims: tuple[int, ...], f: int, where: str) -> tuple[int, ...]:
 
 
 def _statement(statements: list[str], key: str, source: str) -> str:
-    """The statement that names the source (or the target) for messages."""
+    """The statement that names the source (or the target), for messages; "" when none
+    does (the target is its own logical tensor, untouched by the statements)."""
     return next(
-        (s for s in statements if source in s),
-        next((s for s in statements if key in s), statements[0]),
+        (s for s in statements if source in s), next((s for s in statements if key in s), "")
     )

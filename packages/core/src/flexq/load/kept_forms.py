@@ -94,6 +94,20 @@ class KeptForm:
         )
 
 
+def scale_grid(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
+    """The scale grid of ``block`` over ``shape`` (a partial last block counts)."""
+    return tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
+
+
+def grid_box(
+    offset: tuple[int, ...], shape: tuple[int, ...], block: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The offset and shape, in the scale grid of ``block``, of the blocks covering the box."""
+    start = tuple(o // b for o, b in zip(offset, block, strict=True))
+    end = tuple(ceil_div(o + n, b) for o, n, b in zip(offset, shape, block, strict=True))
+    return start, tuple(e - s for s, e in zip(start, end, strict=True))
+
+
 def form_of(ct: ComposedTransform, key: str) -> KeptForm:
     """The kept form of logical tensor ``key``, or a TargetError saying why it has none."""
     if key not in ct.entries:
@@ -116,10 +130,6 @@ def form_of(ct: ComposedTransform, key: str) -> KeptForm:
     )
 
 
-def _grid(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(ceil_div(s, b) for s, b in zip(shape, block, strict=True))
-
-
 def _fp8(
     ct: ComposedTransform,
     key: str,
@@ -136,12 +146,32 @@ def _fp8(
     declared = ct.checkpoint.quantization_config.get("weight_block_size")
     if isinstance(declared, list) and len(declared) == 2:
         block = (*lead, int(declared[0]), int(declared[1]))
-        if _grid(shape, block) == grid:
+        if scale_grid(shape, block) == grid:
             return KeptForm("fp8", key, owner, srcs[0], srcs[1], shape, grid, block)
     raise TargetError(
         f"kept target {key!r}: scale {srcs[1]!r} {list(grid)} is no per-tensor, "
         "per-channel or declared block grid over the weight; it cannot be kept exactly"
     )
+
+
+def _fp4_block(
+    key: str,
+    kind: str,
+    srcs: tuple[str, ...],
+    shape: tuple[int, ...],
+    grid: tuple[int, ...],
+    nbytes: int,
+) -> tuple[int, ...]:
+    """The block of ``nbytes`` along the last axis of kept FP4 values ``shape``, when the
+    stored scale grid is exactly that block's."""
+    block = (*(1,) * (len(shape) - 1), nbytes)
+    if len(shape) < 2 or scale_grid(shape, block) != grid:
+        raise TargetError(
+            f"kept target {key!r}: {kind} scales {srcs[1]!r} {list(grid)} do not cover the "
+            f"packed values {srcs[0]!r} (kept {list(shape)}) in blocks of {2 * nbytes}; "
+            "it cannot be kept"
+        )
+    return block
 
 
 def _mxfp4(
@@ -153,12 +183,7 @@ def _mxfp4(
         shape = (*packed[:-2], packed[-2] * (packed[-1] // (2 if f4 else 1)))
     else:
         shape = (*packed[:-1], packed[-1] // (2 if f4 else 1))
-    block = (*(1,) * (len(shape) - 1), 16)
-    if len(shape) < 2 or _grid(shape, block) != grid:
-        raise TargetError(
-            f"kept target {key!r}: MXFP4 scales {srcs[1]!r} {list(grid)} do not cover the "
-            f"packed values {srcs[0]!r} {list(packed)} in blocks of 32; it cannot be kept"
-        )
+    block = _fp4_block(key, "MXFP4", srcs, shape, grid, 16)
     return KeptForm(
         "mxfp4", key, owner, srcs[0], srcs[1], shape, grid, block, gpt_oss=gpt_oss, f4=f4
     )
@@ -172,12 +197,7 @@ def _nvfp4(
     shapes: list[tuple[int, ...]],
 ) -> KeptForm:
     shape, grid, _ = shapes
-    block = (*(1,) * (len(shape) - 1), 8)
-    if len(shape) < 2 or _grid(shape, block) != grid:
-        raise TargetError(
-            f"kept target {key!r}: NVFP4 scales {srcs[1]!r} {list(grid)} do not cover the "
-            f"packed values {srcs[0]!r} {list(shape)} in blocks of 16; it cannot be kept"
-        )
+    block = _fp4_block(key, "NVFP4", srcs, shape, grid, 8)
     if srcs[2].endswith("_scale_2"):
         divides = False  # ModelOpt: W = e2m1 * (scale * weight_scale_2), the kept rule itself
     elif ct.checkpoint.quantization_config.get("quant_method") == "auto-round":
