@@ -188,18 +188,22 @@ CHILDREN = {
 
 def run_child(kind: str, ckpt: Path, n: int, side: int) -> dict[str, Any]:
     """Run one child in a fresh interpreter and return its figures."""
-    env = {**os.environ, "GLOG_minloglevel": "2", **ENV.get(kind, {})}
+    return run_module("bench.fresh", [kind, str(ckpt), str(n), str(side)], ENV.get(kind, {}))
+
+
+def run_module(module: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``python -m module *args`` in a fresh interpreter; the JSON its last line prints."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.fresh", kind, str(ckpt), str(n), str(side)],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
         timeout=900,
-        env=env,
+        env={**os.environ, "GLOG_minloglevel": "2", **(env or {})},
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{kind} child failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 

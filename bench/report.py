@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import kept_load
+
 ROOT = Path(__file__).resolve().parents[1]
 GB = 1e9
 MB = 1 << 20
@@ -283,6 +285,8 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
         lines.append("| --- | --- | --- | --- |")
         for g in goals.values():
             lines.append(f"| {g['goal']} | {g['target']} | {g['measured']} | {g['met']} |")
+    if r.get("kept"):
+        lines += kept_load.markdown(r["kept"])
     prof = r.get("profile", {})
     if prof:
         lines += [

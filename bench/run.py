@@ -37,6 +37,7 @@ from bench import (  # noqa: E402
     formats,
     fresh,
     hotspots,
+    kept_load,
     ranks,
     report,
     scale,
@@ -286,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         results["vs_paddle"] = vs_paddle.compare(fp8, bf16, n, args.rounds)
         _log("bytes read per rank, 2 ranks")
         results["ranks"] = ranks.measure(fp8, n, ["direct", "flexcheckpoint"])
+        _log("keep-quantized load vs bf16 load, one fresh process each")
+        results["kept"] = kept_load.measure()
         _log("profile")
         prof_txt = ROOT / "bench" / "results" / f"{date}-profile.txt"
         prof_txt.parent.mkdir(parents=True, exist_ok=True)

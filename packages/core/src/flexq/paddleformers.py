@@ -39,11 +39,15 @@ declares replicated, as each rank's own heads (:func:`_own_heads`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from flexq.compose import compose
 from flexq.errors import FlexqError
 from flexq.io.checkpoint import Checkpoint
 from flexq.load.api import load_state_dict
+from flexq.nn import swap
+from flexq.nn.rules import for_kept
 
 if TYPE_CHECKING:
     import os
@@ -60,6 +64,7 @@ def from_pretrained(
     *,
     dtype: str | None = None,
     config: Any = None,
+    keep_quantized: bool = False,
     **kw: Any,
 ) -> Any:
     """Build ``model_class`` (a PaddleFormers model class or Auto class) from the
@@ -70,6 +75,11 @@ def from_pretrained(
     :param config: a PaddleFormers ``PretrainedConfig`` to use instead of
         ``config.json`` (its ``quantization_config`` is reset: flexq decodes the
         checkpoint, PaddleFormers' own quantization must not run on top).
+    :param keep_quantized: build each linear the checkpoint quantized as a
+        :class:`flexq.nn.QuantizedLinear` holding the checkpoint's own values and scales
+        (FP8 linears, and gpt-oss's MXFP4 experts as :mod:`flexq.nn.experts` keeps
+        them; see :mod:`flexq.nn.swap` for what is refused); ``dtype`` applies to
+        everything else.
     :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
     :raises FlexqError: on a checkpoint that does not fit the model or cannot be decoded.
     """
@@ -88,6 +98,8 @@ def from_pretrained(
         _hybrid_group(tp)  # before building: PaddleFormers' layers fail obscurely without it
     with no_init_weights(_enable=True), paddle.LazyGuard(), dtype_guard(dtype):
         model = cls(config, *(config["init_args"] or ()), **model_kwargs)
+    if keep_quantized:
+        _keep_quantized(model, checkpoint, dtype, tp)
     load(model, checkpoint.path)
     return model
 
@@ -108,8 +120,32 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
             "model with HF conversion rules"
         )
     aoa = rules(model.config)
-    targets = _own_heads(model.config, model.sharded_state_dict())
-    return load_state_dict(targets, path, aoa_config=aoa)
+    targets = swap.targets(model, _own_heads(model.config, model.sharded_state_dict()))
+    # Kept gpt-oss experts load by their logical names and without AOA (kept_aoa keeps
+    # them only as stored): their own call, after the rest has loaded.
+    alone = {k: targets.pop(k) for k in swap.stacked(model)}
+    report = load_state_dict(targets, path, aoa_config=for_kept(aoa, targets))
+    if not alone:
+        return report
+    more = load_state_dict(alone, path)
+    return replace(
+        report, pieces=report.pieces + more.pieces, bytes_read=report.bytes_read + more.bytes_read
+    )
+
+
+def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str, tp: int) -> None:
+    """Swap in a QuantizedLinear for each linear whose weight the checkpoint quantized."""
+    if tp > 1:
+        raise FlexqError(
+            f"keep_quantized with tensor_model_parallel_size={tp}: kept linears are not "
+            "tensor-parallel layers yet; load with tensor_model_parallel_size=1"
+        )
+    ct = compose(checkpoint.path)
+    try:
+        kept = swap.plan(model, ct, type(model)._gen_aoa_config(model.config))
+    finally:
+        ct.checkpoint.close()
+    swap.swap(model, kept, dtype)
 
 
 def _own_heads(config: Any, targets: dict[str, Any]) -> dict[str, Any]:

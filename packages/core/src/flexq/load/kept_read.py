@@ -165,8 +165,9 @@ def _assign(target: Target, array: np.ndarray) -> None:
     value = paddle.to_tensor(np.ascontiguousarray(array))
     if target.dtype == "float8_e4m3fn":
         value = value.view(paddle.float8_e4m3fn)  # the stored bytes, not a cast
-    value = value.to(target.tensor.place)
     if target.lazy:
+        # A lazy parameter (built under paddle.LazyGuard) has no place yet: set_value
+        # allocates it where Paddle puts new tensors.
         target.tensor.set_value(value)
     else:
-        target.tensor.copy_(value.reshape(list(target.local_shape)), False)
+        target.tensor.copy_(value.to(target.tensor.place).reshape(list(target.local_shape)), False)

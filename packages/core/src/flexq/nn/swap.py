@@ -1,0 +1,189 @@
+"""Put :class:`~flexq.nn.QuantizedLinear` in place of each linear a checkpoint quantized.
+
+For :func:`flexq.paddleformers.from_pretrained` with ``keep_quantized=True`` (and
+anyone building a model that keeps its checkpoint's weights): :func:`plan` maps
+every linear's weight, through the model's own AOA conversion rules, to the
+checkpoint's logical tensor it comes from (the same planner a load uses, run on
+metadata only); :func:`swap` replaces the quantized ones; :func:`targets` turns the
+model's state dict into one whose kept weights are :class:`flexq.QuantizedTarget`
+keyed by their logical names, and :func:`flexq.nn.rules.for_kept` drops the ``^T`` of
+the statements that move them: a kept weight stays ``[out, in]``, as the checkpoint
+stores it and as ``fp8_gemm_blockwise`` takes it.
+
+gpt-oss's MXFP4 stacked experts are kept too (:mod:`flexq.nn.experts`).
+
+Refused, before anything is read (a :class:`~flexq.errors.TargetError` naming the
+tensor): a quantized logical tensor that lands on neither a linear nor gpt-oss
+experts, a linear fed by several pieces (fused qkv / gate_up re-layouts), a kept
+linear form other than 2-D FP8.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flexq.errors import TargetError
+from flexq.load.aoa import plan_pieces
+from flexq.load.kept import QuantizedTarget
+from flexq.load.kept_forms import form_of
+from flexq.load.report import LoadOptions
+from flexq.load.targets import describe
+from flexq.nn import experts
+from flexq.nn.forms import KeptForm, fp8_form
+from flexq.nn.linear import QuantizedLinear
+
+if TYPE_CHECKING:
+    from flexq.compose import ComposedTransform
+    from flexq.load.aoa import Piece
+
+#: a staging bound no tensor reaches.
+_UNBOUNDED = 1 << 62
+
+
+@dataclass(frozen=True)
+class KeptLinear:
+    """One linear to keep quantized.
+
+    :ivar prefix: the layer's name in the model (``llama.layers.0.self_attn.q_proj``).
+    :ivar logical_key: the checkpoint's logical weight it holds.
+    :ivar form: how the weight is kept.
+    :ivar bias: whether the layer has a bias.
+    """
+
+    prefix: str
+    logical_key: str
+    form: KeptForm
+    bias: bool
+
+
+@dataclass(frozen=True)
+class KeptExperts:
+    """One stacked ``[E, in, out]`` expert weight to keep as MXFP4 (:mod:`flexq.nn.experts`).
+
+    :ivar prefix: the module's name; :ivar name: its parameter (``gate_up_proj``).
+    """
+
+    prefix: str
+    name: str
+    logical_key: str
+
+
+def plan(
+    model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None
+) -> list[KeptLinear | KeptExperts]:
+    """The linears of ``model`` whose weights the checkpoint quantized, with their forms.
+
+    :raises TargetError: on a quantized tensor that cannot be kept (see the module doc).
+    """
+    weights = model.sharded_state_dict()
+    # No byte bound: one piece per (logical tensor, target) pair, never cut for staging.
+    options = LoadOptions(aoa_config, _UNBOUNDED, False, None, False, {})
+    by_target: dict[str, list[Piece]] = defaultdict(list)
+    for p in plan_pieces(ct, describe(weights), options):
+        by_target[p.target.key].append(p)
+    layers: dict[str, Any] = dict(model.named_sublayers())
+    out: list[KeptLinear | KeptExperts] = []
+    for key, pieces in sorted(by_target.items()):
+        quantized = sorted(
+            {p.logical_key for p in pieces if not ct.entries[p.logical_key].is_passthrough}
+        )
+        if not quantized:
+            continue
+        prefix, _, leaf = key.rpartition(".")
+        layer = layers.get(prefix)
+        if len(quantized) > 1 or len(pieces) > 1:
+            raise TargetError(
+                f"keep_quantized: {key!r} is laid out from {len(pieces)} pieces of "
+                f"{quantized} (a fuse or re-layout rule, such as PaddleFormers' fused_qkv / "
+                "fused_ffn); kept weights do not follow those yet: load without keep_quantized"
+            )
+        (piece,) = pieces
+        if _is_stacked_mxfp4(ct, quantized[0], piece):
+            out.append(KeptExperts(prefix, leaf, quantized[0]))
+            continue
+        if leaf != "weight" or layer is None or not _is_linear(layer) or piece.axes != [1, 0]:
+            raise TargetError(
+                f"keep_quantized: the quantized tensor {quantized[0]!r} ({piece.owner}) loads "
+                f"into {key!r}, which is not the weight of a linear layer; only linears are "
+                "kept, and gpt-oss MXFP4 experts: load without keep_quantized"
+            )
+        out.append(
+            KeptLinear(prefix, quantized[0], _form(ct, quantized[0]), layer.bias is not None)
+        )
+    return out
+
+
+def _is_stacked_mxfp4(ct: ComposedTransform, key: str, piece: Piece) -> bool:
+    """gpt-oss's MXFP4 experts, loaded as they are laid out (``[E, in, out]``, no transpose)."""
+    stored = form_of(ct, key)
+    return stored.kind == "mxfp4" and stored.gpt_oss and piece.axes == [0, 1, 2]
+
+
+def _is_linear(layer: Any) -> bool:
+    """A dense ``x @ W + b`` layer with its weight stored ``[in, out]`` (paddle.nn.Linear
+    and PaddleFormers' own linears)."""
+    import paddle
+
+    weight = getattr(layer, "weight", None)
+    return (
+        isinstance(layer, paddle.nn.Linear) or type(layer).__name__.endswith("Linear")
+    ) and getattr(weight, "ndim", 0) == 2
+
+
+def _form(ct: ComposedTransform, key: str) -> KeptForm:
+    """The layer form of logical weight ``key``, from the checkpoint's kept form."""
+    stored = form_of(ct, key)
+    if stored.kind != "fp8" or len(stored.shape) != 2:
+        raise TargetError(
+            f"keep_quantized: {key!r} is a {stored.kind} {list(stored.shape)} weight "
+            f"({stored.owner}); only 2-D FP8 linears are kept by from_pretrained so far: "
+            "load without keep_quantized"
+        )
+    n, k = stored.shape
+    if stored.per_tensor:
+        return fp8_form(n, k, "tensor")
+    if stored.block == (1, k):
+        return fp8_form(n, k, "channel")
+    return fp8_form(n, k, "block", (stored.block[0], stored.block[1]))
+
+
+def swap(model: Any, kept: list[KeptLinear | KeptExperts], bias_dtype: str) -> None:
+    """Replace each planned linear of ``model`` by an empty :class:`QuantizedLinear`, and
+    each planned expert weight by its kept parts (:func:`flexq.nn.experts.keep`)."""
+    for k in kept:
+        if isinstance(k, KeptExperts):
+            experts.keep(dict(model.named_sublayers())[k.prefix], k.name, k.logical_key)
+            continue
+        parent_name, _, child = k.prefix.rpartition(".")
+        parent = model if not parent_name else dict(model.named_sublayers())[parent_name]
+        layer = QuantizedLinear(k.form, bias=k.bias, bias_dtype=bias_dtype)
+        layer.logical_key = k.logical_key
+        setattr(parent, child, layer)
+
+
+def targets(model: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """``state_dict`` (the model's, by its keys) with each swapped-in linear's values and
+    scales as one :class:`flexq.QuantizedTarget` under its logical key (a bias stays
+    ordinary)."""
+    out = dict(state_dict)
+    for prefix, layer in model.named_sublayers():
+        if isinstance(layer, QuantizedLinear) and layer.logical_key is not None:
+            values = out.pop(f"{prefix}.weight")
+            scales = out.pop(f"{prefix}.{layer.scale_name}")
+            out[layer.logical_key] = QuantizedTarget(values, scales)
+        for stack in getattr(layer, experts.KEPT, {}).values():
+            values = out.pop(f"{prefix}.{stack.values_name}")
+            scales = out.pop(f"{prefix}.{stack.scales_name}")
+            out[stack.logical_key] = QuantizedTarget(values, scales)
+    return out
+
+
+def stacked(model: Any) -> list[str]:
+    """The logical keys of ``model``'s kept stacked experts (:func:`flexq.nn.experts.keep`)."""
+    return [
+        stack.logical_key
+        for _, layer in model.named_sublayers()
+        for stack in getattr(layer, experts.KEPT, {}).values()
+    ]
