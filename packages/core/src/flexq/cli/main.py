@@ -18,9 +18,6 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from rich.markup import escape
-from rich.table import Table
-
 from flexq import __version__
 from flexq.cli.console import console
 from flexq.cli.convert import FLOATS, convert, parse_size
@@ -30,6 +27,7 @@ from flexq.cli.documents import (
     unclaimed,
     unclaimed_methods,
 )
+from flexq.cli.tables import formats_summary, formats_table, inspect_summary, inspect_table
 from flexq.cli.verify import _verify as verify_command
 from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.compose import ComposedTransform, compose
@@ -124,11 +122,9 @@ def _list_formats(args: argparse.Namespace) -> int:
     if args.json:
         print(format_list(rows).model_dump_json(indent=2))
         return 0
-    table = Table("name", "version", "distribution", "claims", "description")
-    for r in rows:
-        cells = (r.name, r.version, r.distribution, "\n".join(r.methods), r.error or r.description)
-        table.add_row(*map(escape, cells))
-    console().print(table)
+    out = console()
+    out.print(formats_table(rows, out.width))
+    out.print(formats_summary(rows))
     return 0
 
 
@@ -148,19 +144,8 @@ def _inspect(args: argparse.Namespace) -> int:
         print(document.model_dump_json(indent=2))
     else:
         out = console()
-        table = Table(
-            "logical tensor", "format", "shape", "dtype",
-            "component", "component shape", "component dtype", "file",
-        )  # fmt: skip
-        for column in table.columns:
-            column.overflow = "fold"
-        for t in document.tensors:
-            for i, c in enumerate(t.components):
-                first = (t.key, t.format, str(t.shape), t.dtype) if i == 0 else ("",) * 4
-                cells = (*first, c.key, str(c.shape), c.dtype, c.file)
-                table.add_row(*map(escape, cells), end_section=i == len(t.components) - 1)
-        out.print(table)
-        out.print(f"total bytes: {document.total_bytes:,}")
+        out.print(inspect_table(document, out.width))
+        out.print(inspect_summary(document))
         for p in ct.problems:
             out.print(f"problem: {p}", style="red", markup=False)
     if ct.problems:
