@@ -195,12 +195,18 @@ def check_target(source: Path, target: Path, dst: object, force: bool) -> None:
         raise FlexqError(f"{dst}: DST is a file, not a directory; remove it or choose another")
     if not any(target.iterdir()):
         return  # an empty directory: nothing to lose
-    if not force:
-        raise FlexqError(f"{dst} exists; pass --force to replace it")
+    # Whose directory it is decides, with or without --force: the user learns in one
+    # round trip whether --force would help.
     if not (target / MARKER).is_file():
         raise FlexqError(
-            f"{dst} exists and was not written by flexq convert (it has no {MARKER}); "
-            "--force replaces only such directories or empty ones"
+            f"{dst} exists and was not written by flexq convert (it has no {MARKER}), "
+            "so flexq will not replace it, even with --force: choose another DST or "
+            "empty it yourself"
+        )
+    if not force:
+        raise FlexqError(
+            f"{dst} exists; pass --force to replace it (an earlier flexq convert wrote it: "
+            f"it has {MARKER})"
         )
 
 

@@ -314,6 +314,16 @@ _UNCLAIMED_HELP = (
 )
 
 
+def docs_place() -> str:
+    """Where this install's user can read the CLI docs: the checkout's ``docs/cli.md`` by
+    its full path when flexq runs from a source checkout (editable installs, the nox
+    sessions); otherwise the help itself, since a wheel carries no docs/ folder."""
+    cli_md = Path(__file__).resolve().parents[5] / "docs" / "cli.md"
+    if cli_md.is_file():
+        return str(cli_md)
+    return "each command's --help, and docs/cli.md in flexq's source"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``flexq`` argument parser (its help is snapshot-tested)."""
     debug = "show tracebacks, other libraries' warnings and Paddle's logs"
@@ -323,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flexq",
         description="Inspect, convert and try quantized safetensors checkpoints for PaddlePaddle.",
-        epilog="Errors print one line on stderr and exit with 2. Docs: docs/cli.md",
+        epilog=f"Errors print one line on stderr and exit with 2. Docs: {docs_place()}",
         formatter_class=_Help,
     )
     parser.add_argument("--debug", action="store_true", help=debug)
