@@ -29,7 +29,7 @@ def test_readme_block_after_the_demo_puts_the_demo_envs_flexq_on_path() -> None:
     assert second[0].startswith(". .nox/demo/bin/activate")
     assert second[1] == "flexq --version"
     noxfile = (ROOT / "noxfile.py").read_text()
-    assert re.search(r"def demo\(session.*\n.*\n\s+install_workspace\(session", noxfile)
+    assert re.search(r"def demo\(session.*\n.*\n\s+install_once\(session, \"demo\"\)", noxfile)
 
 
 def test_readme_own_environment_block_installs_paths_of_this_checkout() -> None:
