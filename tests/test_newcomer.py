@@ -266,3 +266,25 @@ def test_the_help_footer_names_docs_that_exist_on_this_machine() -> None:
     where = text.split("Docs: ", 1)[1].strip()
     assert Path(where).is_absolute()
     assert Path(where).read_text().startswith("# ")
+
+
+# -- item 9: quiet defaults -----------------------------------------------------------------
+
+
+def test_an_api_load_prints_nothing_no_ccache_warning_no_engine_info_line(
+    tmp_path: Path,
+) -> None:
+    path = small_fp8(tmp_path / "c")
+    script = (
+        "import flexq, paddle\n"
+        "params = {'w': paddle.zeros([32, 32], dtype='bfloat16')}\n"
+        f"flexq.load_state_dict(params, {str(path)!r})\n"
+        "print(float(params['w'].astype('float32').abs().sum()) > 0)\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLEXQ_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environ, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True\n"
+    assert proc.stderr == ""  # was: Paddle's "No ccache found" and "[INFO] flexq: engine"
