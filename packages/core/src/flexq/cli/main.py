@@ -27,6 +27,7 @@ from flexq.cli.documents import (
     unclaimed,
     unclaimed_methods,
 )
+from flexq.cli.progress import convert_progress
 from flexq.cli.tables import formats_summary, formats_table, inspect_summary, inspect_table
 from flexq.cli.verify import _verify as verify_command
 from flexq.cli.verify import add_arguments as verify_arguments
@@ -154,48 +155,6 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Progress:
-    """convert's progress: a rich bar on stderr (bytes written, rate, time left) when
-    stderr is a terminal; and, once DST is complete, signals ignored from then on."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TaskID,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._progress = Progress(
-            "{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            disable=not sys.stderr.isatty(),
-        )
-        self._task: TaskID | None = None
-
-    def start(self, total_bytes: int, tensors: int) -> None:
-        self._task = self._progress.add_task(f"{tensors} tensors", total=total_bytes)
-        self._progress.start()
-
-    def advance(self, key: str, nbytes: int) -> None:
-        assert self._task is not None
-        self._progress.advance(self._task, nbytes)
-
-    def done(self) -> None:
-        # DST is in place: an interrupt now could only make the report lie about it.
-        _settle()
-
-    def stop(self) -> None:
-        self._progress.stop()
-
-
 def _import_paddle() -> None:
     """Import Paddle, for the commands that need it, with SIGINT and SIGTERM held off.
 
@@ -219,7 +178,8 @@ def _convert(args: argparse.Namespace) -> int:
     src = Checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
-    progress = _Progress()
+    # DST in place: an interrupt now could only make the report lie about it (_settle).
+    progress = convert_progress(on_done=_settle)
     try:
         report = convert(
             src,
