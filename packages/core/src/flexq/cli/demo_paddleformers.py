@@ -12,10 +12,13 @@ run in float32 (CPU Paddle has no bfloat16 matmul).
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +26,9 @@ from flexq.cli.demo import DemoRow, row, twins
 from flexq.compose import compose
 from flexq.io.writer import RawTensor
 from flexq.paddleformers import from_pretrained
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: A small Llama with every structural feature the hub's have (GQA, untied lm_head).
 CONFIG = {
@@ -41,12 +47,48 @@ MODEL = "a PaddleFormers LlamaForCausalLM"
 
 
 def available() -> bool:
-    """Whether PaddleFormers can be imported here."""
+    """Whether PaddleFormers can be imported here (imported quietly: see _quiet_import)."""
     try:
-        import paddleformers.transformers  # noqa: F401
+        with _quiet_import():
+            import paddleformers.transformers  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+#: Third-party loggers that speak while PaddleFormers imports: transformers' "PyTorch
+#: was not found" advice, PaddleFormers' warning that it hides PyTorch from transformers.
+_IMPORT_LOGGERS = ("transformers", "PaddleFormers")
+
+
+@contextmanager
+def _quiet_import() -> Iterator[None]:
+    """Below ERROR, nothing the demo's user did not ask about while PaddleFormers imports
+    (``flexq --debug`` shows it all). Filters, not levels: PaddleFormers sets its
+    logger's level when it is imported."""
+    if logging.getLogger("flexq").isEnabledFor(logging.DEBUG):
+        yield
+        return
+
+    def below_error(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+    loggers = [logging.getLogger(name) for name in _IMPORT_LOGGERS]
+    advisory = os.environ.get("TRANSFORMERS_NO_ADVISORY_WARNINGS")
+    os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"  # read when the advice is given
+    for logger in loggers:
+        logger.addFilter(below_error)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(below_error)
+        if advisory is None:
+            del os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"]
+        else:
+            os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = advisory
 
 
 def run(workdir: Path | None = None) -> list[DemoRow]:
