@@ -116,7 +116,12 @@ def demo(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Documentation checks: embedded code matches the shipped code, links resolve."""
     install_workspace(session, "test")
-    session.run("pytest", "tests/test_docs.py", "packages/core/tests/test_core_meta.py")
+    session.run(
+        "pytest",
+        "tests/test_docs.py",
+        "tests/test_doc_blocks.py",
+        "packages/core/tests/test_core_meta.py",
+    )
 
 
 @nox.session
