@@ -16,13 +16,13 @@ import os
 import tempfile
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.cli.demo import DemoRow, row, twins
+from flexq.cli.demo import DemoRow, make_keep_dir, row, twins
 from flexq.compose import compose
 from flexq.io.writer import RawTensor
 from flexq.paddleformers import from_pretrained
@@ -91,8 +91,14 @@ def _quiet_import() -> Iterator[None]:
             os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = advisory
 
 
-def run(workdir: Path | None = None) -> list[DemoRow]:
-    """Write, load and compare the Llama in every installed format that can encode."""
+def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
+    """Write, load and compare the Llama in every installed format that can encode.
+
+    :param keep: write the checkpoints into this new (or empty) directory, one
+        subdirectory per format plus ``bf16`` (the unquantized model), and leave them:
+        each has PaddleFormers' own config.json (``architectures`` and all) plus its
+        ``quantization_config``, so every API loads it.
+    """
     import paddle
     from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
     from paddleformers.utils.log import logger
@@ -102,7 +108,13 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
         logger.set_level("WARNING")
 
     tokens = paddle.to_tensor(np.random.default_rng(1).integers(0, CONFIG["vocab_size"], (2, SEQ)))
-    with tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir) as tmp:
+    if keep is not None:
+        make_keep_dir(keep)
+    with (
+        nullcontext(str(keep))
+        if keep is not None
+        else tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir)
+    ) as tmp:
         base = Path(tmp) / "bf16"
         config = LlamaConfig(**CONFIG)
         config.dtype = "bfloat16"

@@ -214,16 +214,16 @@ def _demo(args: argparse.Namespace) -> int:
                          f"{PADDLE_INSTALL}") from None  # fmt: skip
     from flexq.cli import demo, demo_paddleformers
 
-    # A real PaddleFormers Llama where PaddleFormers is installed; the demo's own tiny
-    # model otherwise, and always when its checkpoints are to be kept.
-    if args.keep is None and demo_paddleformers.available():
-        rows = demo_paddleformers.run()
+    # A real PaddleFormers Llama where PaddleFormers is installed (kept or not); the
+    # demo's own tiny model otherwise.
+    with_paddleformers = demo_paddleformers.available()
+    if with_paddleformers:
+        rows = demo_paddleformers.run(keep=args.keep)
     else:
         rows = demo.run(keep=args.keep)
-    print_table = demo.print_table
-    print_table(rows)
+    demo.print_table(rows)
     if args.keep is not None:
-        print(f"checkpoints kept in {args.keep}/ (one directory per format)")
+        print(kept_summary(args.keep, [r.format for r in rows], with_paddleformers))
     if not rows:
         print("flexq: no installed format can encode; install a format package", file=sys.stderr)
         return 1
@@ -232,6 +232,22 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"flexq: logits drifted beyond tolerance for {', '.join(drifted)}", file=sys.stderr)
         return 1
     return 0
+
+
+def kept_summary(keep: Path, formats: Sequence[str], with_paddleformers: bool) -> str:
+    """What ``flexq demo --keep DIR`` kept, where, and what loads it."""
+    base = "bf16" if with_paddleformers else "unquantized"
+    model = "a PaddleFormers LlamaForCausalLM" if with_paddleformers else "the demo's tiny Llama"
+    lines = [f"kept {len(formats)} quantized checkpoints of {model} in {keep}/:"]
+    lines += [f"  {keep / name}/" for name in formats]
+    lines.append(f"  {keep / base}/ (the unquantized model)")
+    lines.append(f"try: flexq inspect {keep / formats[0]}" if formats else "")
+    if with_paddleformers:
+        lines.append(
+            "load: flexq.paddleformers.from_pretrained(AutoModelForCausalLM, "
+            f"{str(keep / (formats[0] if formats else base))!r})"
+        )
+    return "\n".join(line for line in lines if line)
 
 
 def _one_line_warning(
