@@ -124,3 +124,42 @@ def test_a_small_convert_prints_no_plain_progress() -> None:
     bar.wrote(OUT_BYTES)
     bar.stop()
     assert stream.getvalue() == ""  # done within QUIET_SECONDS: nothing to say
+
+
+# -- progress for API loads: off by default in load_state_dict, on when asked ---------------
+
+
+def _targets() -> dict[str, Any]:
+    import paddle
+
+    return {f"w{i}": paddle.zeros([64, 64], dtype="float32") for i in range(4)}
+
+
+def test_load_state_dict_shows_no_progress_by_default(
+    four_weights: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import flexq
+
+    flexq.load_state_dict(_targets(), four_weights)
+    assert capsys.readouterr().err == ""
+
+
+def test_load_state_dict_progress_true_shows_the_bytes_read_on_stderr(
+    four_weights: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import flexq
+
+    report = flexq.load_state_dict(_targets(), four_weights, progress=True)
+    err = capsys.readouterr().err
+    assert "loading c" in err  # the checkpoint directory's name
+    done = f"{report.bytes_read / 1000:.1f}/{report.bytes_read / 1000:.1f} kB"
+    assert done in err, err
+
+
+def test_paddleformers_from_pretrained_has_progress_on_and_load_has_it_off() -> None:
+    import inspect
+
+    import flexq.paddleformers as pf
+
+    assert inspect.signature(pf.from_pretrained).parameters["progress"].default is True
+    assert inspect.signature(pf.load).parameters["progress"].default is False

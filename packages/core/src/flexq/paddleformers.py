@@ -60,6 +60,7 @@ def from_pretrained(
     *,
     dtype: str | None = None,
     config: Any = None,
+    progress: bool = True,
     **kw: Any,
 ) -> Any:
     """Build ``model_class`` (a PaddleFormers model class or Auto class) from the
@@ -70,6 +71,8 @@ def from_pretrained(
     :param config: a PaddleFormers ``PretrainedConfig`` to use instead of
         ``config.json`` (its ``quantization_config`` is reset: flexq decodes the
         checkpoint, PaddleFormers' own quantization must not run on top).
+    :param progress: a bar of the bytes read on stderr, as PaddleFormers' own loading
+        shows one (``False``: none).
     :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
     :raises FlexqError: on a checkpoint that does not fit the model or cannot be decoded.
     """
@@ -88,17 +91,18 @@ def from_pretrained(
         _hybrid_group(tp)  # before building: PaddleFormers' layers fail obscurely without it
     with no_init_weights(_enable=True), paddle.LazyGuard(), dtype_guard(dtype):
         model = cls(config, *(config["init_args"] or ()), **model_kwargs)
-    load(model, checkpoint.path)
+    load(model, checkpoint.path, progress=progress)
     return model
 
 
-def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
+def load(model: Any, path: str | os.PathLike[str], *, progress: bool = False) -> LoadReport:
     """Fill a built PaddleFormers ``model`` in place from the checkpoint at ``path``.
 
     Uses the model class's conversion rules over its ``sharded_state_dict()``
     (so tensor-parallel shards get their own boxes); parameters without storage
     (built under ``paddle.LazyGuard``) are allocated once every check has passed.
 
+    :param progress: a bar of the bytes read on stderr (off, as in ``load_state_dict``).
     :return: what :func:`flexq.load_state_dict` did.
     """
     rules = getattr(type(model), "_gen_aoa_config", None)
@@ -109,7 +113,7 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
         )
     aoa = rules(model.config)
     targets = _own_heads(model.config, model.sharded_state_dict())
-    return load_state_dict(targets, path, aoa_config=aoa)
+    return load_state_dict(targets, path, aoa_config=aoa, progress=progress)
 
 
 def _own_heads(config: Any, targets: dict[str, Any]) -> dict[str, Any]:

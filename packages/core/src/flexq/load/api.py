@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from flexq.load import kept
 from flexq.load.agree import compose_on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, choose
+from flexq.load.progress import read_progress
 from flexq.load.report import LoadOptions, LoadReport
 from flexq.load.targets import flatten
 
@@ -33,6 +34,7 @@ def load_state_dict(
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT,
     atomic: bool = False,
     allow_unclaimed: bool = False,
+    progress: bool = False,
     **flexcheckpoint_options: Any,
 ) -> LoadReport:
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
@@ -68,6 +70,8 @@ def load_state_dict(
         the first write, and memory above the targets stays near one tensor.
     :param allow_unclaimed: load tensors that look quantized but that no
         installed format claims as they are (see :func:`flexq.compose`).
+    :param progress: show a bar of the bytes read on stderr (rich; off by default, as
+        a library should be; ``flexq.paddleformers.from_pretrained`` turns it on).
     :return: what the load did (engine, pieces, bytes read by this rank, casts).
 
     On several ranks every rank opens the checkpoint from its own ``path`` (a node
@@ -84,23 +88,24 @@ def load_state_dict(
         aoa_config, max_inflight_bytes, atomic, process_group, offload, flexcheckpoint_options
     )
     try:
-        kept_targets, rest = kept.split(flatten(state_dict))
-        if not kept_targets:
-            return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
-        # Kept targets are checked and read first, and written only once the ordinary
-        # targets have loaded: a failure anywhere leaves the kept targets as they were.
-        pieces = kept.plan(ct, kept_targets)
-        before = ct.checkpoint.bytes_read
-        reads = kept.read(ct, pieces)
-        kept_bytes = ct.checkpoint.bytes_read - before
-        report = (
-            choose(engine, ct, rest, options).load(ct, rest, options)
-            if rest
-            else LoadReport("kept", 0, 0, 0, 0)
-        )
-        kept.write(reads)
-        return replace(
-            report, pieces=report.pieces + len(reads), bytes_read=report.bytes_read + kept_bytes
-        )
+        with read_progress(ct.checkpoint, progress):
+            kept_targets, rest = kept.split(flatten(state_dict))
+            if not kept_targets:
+                return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
+            # Kept targets are checked and read first, and written only once the ordinary
+            # targets have loaded: a failure anywhere leaves the kept targets as they were.
+            pieces = kept.plan(ct, kept_targets)
+            before = ct.checkpoint.bytes_read
+            reads = kept.read(ct, pieces)
+            kept_bytes = ct.checkpoint.bytes_read - before
+            report = (
+                choose(engine, ct, rest, options).load(ct, rest, options)
+                if rest
+                else LoadReport("kept", 0, 0, 0, 0)
+            )
+            kept.write(reads)
+            return replace(
+                report, pieces=report.pieces + len(reads), bytes_read=report.bytes_read + kept_bytes
+            )
     finally:
         ct.checkpoint.close()  # the load's own compose: its files go with it
