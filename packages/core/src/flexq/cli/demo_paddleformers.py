@@ -132,7 +132,7 @@ def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
         for name, path, tolerance in twins(Path(tmp), linear, others):
             (path / "config.json").write_text(_with_quant(base, path))
             start = time.perf_counter()
-            loaded = from_pretrained(LlamaForCausalLM, path, dtype="float32")
+            loaded = from_pretrained(LlamaForCausalLM, path, dtype="float32", progress=False)
             seconds = time.perf_counter() - start
             logits = _logits(loaded, tokens)
             params = loaded.state_dict()
