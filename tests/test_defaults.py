@@ -144,7 +144,7 @@ def test_auto_picks_the_engine_for_the_situation_and_says_why(
 def test_auto_announces_its_choice_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = fp8_checkpoint(tmp_path)
     engine_mod._announced.clear()
-    with caplog.at_level(logging.INFO, logger="flexq"):
+    with caplog.at_level(logging.DEBUG, logger="flexq"):
         flexq.load_state_dict(plain_targets(), path)
         flexq.load_state_dict(plain_targets(), path)
     lines = [r.getMessage() for r in caplog.records if "engine" in r.getMessage()]

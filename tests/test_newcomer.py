@@ -29,7 +29,7 @@ def test_readme_block_after_the_demo_puts_the_demo_envs_flexq_on_path() -> None:
     assert second[0].startswith(". .nox/demo/bin/activate")
     assert second[1] == "flexq --version"
     noxfile = (ROOT / "noxfile.py").read_text()
-    assert re.search(r"def demo\(session.*\n.*\n\s+install_workspace\(session", noxfile)
+    assert re.search(r"def demo\(session.*\n.*\n\s+install_once\(session, \"demo\"\)", noxfile)
 
 
 def test_readme_own_environment_block_installs_paths_of_this_checkout() -> None:
@@ -231,3 +231,60 @@ def test_debug_keeps_exit_2_for_input_errors_and_adds_the_traceback(tmp_path: Pa
     assert "Traceback" in proc.stderr
     assert "CheckpointError" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("flexq: error: ")
+
+
+# -- item 10 leftovers: convert into an existing directory, the help footer ----------------
+
+
+def test_convert_into_a_foreign_dir_says_on_the_first_try_that_force_will_not_help(
+    tmp_path: Path,
+) -> None:
+    path = small_fp8(tmp_path / "c")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    line = one_error_line(flexq_cli("convert", str(path), str(mine)))  # no --force yet
+    assert f"{mine} exists and was not written by flexq convert" in line
+    assert "flexq will not replace it, even with --force" in line
+    assert line.endswith("choose another DST or empty it yourself")
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_convert_into_its_own_earlier_output_says_force_replaces_it(tmp_path: Path) -> None:
+    path = small_fp8(tmp_path / "c")
+    out = tmp_path / "out"
+    assert flexq_cli("convert", str(path), str(out)).returncode == 0
+    line = one_error_line(flexq_cli("convert", str(path), str(out)))
+    assert f"{out} exists; pass --force to replace it (an earlier flexq convert wrote it" in line
+    again = flexq_cli("convert", str(path), str(out), "--force")
+    assert again.returncode == 0, again.stderr
+    assert f"to {out}" in again.stdout
+
+
+def test_the_help_footer_names_docs_that_exist_on_this_machine() -> None:
+    text = flexq_cli("--help", COLUMNS="200").stdout
+    where = text.split("Docs: ", 1)[1].strip()
+    assert Path(where).is_absolute()
+    assert Path(where).read_text().startswith("# ")
+
+
+# -- item 9: quiet defaults -----------------------------------------------------------------
+
+
+def test_an_api_load_prints_nothing_no_ccache_warning_no_engine_info_line(
+    tmp_path: Path,
+) -> None:
+    path = small_fp8(tmp_path / "c")
+    script = (
+        "import flexq, paddle\n"
+        "params = {'w': paddle.zeros([32, 32], dtype='bfloat16')}\n"
+        f"flexq.load_state_dict(params, {str(path)!r})\n"
+        "print(float(params['w'].astype('float32').abs().sum()) > 0)\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLEXQ_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environ, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True\n"
+    assert proc.stderr == ""  # was: Paddle's "No ccache found" and "[INFO] flexq: engine"

@@ -7,6 +7,7 @@ For users: :func:`load_state_dict`, :func:`compose` and :func:`verify`. For form
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from flexq.compose import ComposedTransform, LogicalEntry, compose
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
     from flexq.check.report import VerifyReport
 
 __version__ = "0.1.0"
+
+# Importing Paddle warns "No ccache found" (ccache speeds up compiling C++ extensions);
+# loading a checkpoint compiles nothing, so the warning is noise to every flexq user.
+# Only this one message, and only when flexq is imported before Paddle.
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 
 def __getattr__(name: str) -> Any:

@@ -65,6 +65,7 @@ def from_pretrained(
     dtype: str | None = None,
     config: Any = None,
     keep_quantized: bool = False,
+    progress: bool = True,
     **kw: Any,
 ) -> Any:
     """Build ``model_class`` (a PaddleFormers model class or Auto class) from the
@@ -80,6 +81,8 @@ def from_pretrained(
         (FP8 linears, and gpt-oss's MXFP4 experts as :mod:`flexq.nn.experts` keeps
         them; see :mod:`flexq.nn.swap` for what is refused); ``dtype`` applies to
         everything else.
+    :param progress: a bar of the bytes read on stderr, as PaddleFormers' own loading
+        shows one (``False``: none).
     :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
     :raises FlexqError: on a checkpoint that does not fit the model or cannot be decoded.
     """
@@ -100,17 +103,18 @@ def from_pretrained(
         model = cls(config, *(config["init_args"] or ()), **model_kwargs)
     if keep_quantized:
         _keep_quantized(model, checkpoint, dtype, tp)
-    load(model, checkpoint.path)
+    load(model, checkpoint.path, progress=progress)
     return model
 
 
-def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
+def load(model: Any, path: str | os.PathLike[str], *, progress: bool = False) -> LoadReport:
     """Fill a built PaddleFormers ``model`` in place from the checkpoint at ``path``.
 
     Uses the model class's conversion rules over its ``sharded_state_dict()``
     (so tensor-parallel shards get their own boxes); parameters without storage
     (built under ``paddle.LazyGuard``) are allocated once every check has passed.
 
+    :param progress: a bar of the bytes read on stderr (off, as in ``load_state_dict``).
     :return: what :func:`flexq.load_state_dict` did.
     """
     rules = getattr(type(model), "_gen_aoa_config", None)
@@ -124,10 +128,10 @@ def load(model: Any, path: str | os.PathLike[str]) -> LoadReport:
     # Kept gpt-oss experts load by their logical names and without AOA (kept_aoa keeps
     # them only as stored): their own call, after the rest has loaded.
     alone = {k: targets.pop(k) for k in swap.stacked(model)}
-    report = load_state_dict(targets, path, aoa_config=for_kept(aoa, targets))
+    report = load_state_dict(targets, path, aoa_config=for_kept(aoa, targets), progress=progress)
     if not alone:
         return report
-    more = load_state_dict(alone, path)
+    more = load_state_dict(alone, path, progress=progress)
     return replace(
         report, pieces=report.pieces + more.pieces, bytes_read=report.bytes_read + more.bytes_read
     )

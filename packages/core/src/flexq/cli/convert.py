@@ -28,6 +28,7 @@ import math
 import os
 import re
 import shutil
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,11 @@ class ConvertProgress(Protocol):
         """Called once, before the first tensor, with the output's size."""
 
     def advance(self, key: str, nbytes: int) -> None:
-        """Called after each tensor with its output bytes."""
+        """Called after each tensor is decoded, with its output bytes."""
+
+    def wrote(self, nbytes: int) -> None:
+        """Called, from a watcher thread too, as shard files grow on disk: the tensor
+        bytes written since the last call (all calls add up to the output's size)."""
 
     def done(self) -> None:
         """Called once DST is complete (renamed into place), with SIGINT and SIGTERM
@@ -195,12 +200,18 @@ def check_target(source: Path, target: Path, dst: object, force: bool) -> None:
         raise FlexqError(f"{dst}: DST is a file, not a directory; remove it or choose another")
     if not any(target.iterdir()):
         return  # an empty directory: nothing to lose
-    if not force:
-        raise FlexqError(f"{dst} exists; pass --force to replace it")
+    # Whose directory it is decides, with or without --force: the user learns in one
+    # round trip whether --force would help.
     if not (target / MARKER).is_file():
         raise FlexqError(
-            f"{dst} exists and was not written by flexq convert (it has no {MARKER}); "
-            "--force replaces only such directories or empty ones"
+            f"{dst} exists and was not written by flexq convert (it has no {MARKER}), "
+            "so flexq will not replace it, even with --force: choose another DST or "
+            "empty it yourself"
+        )
+    if not force:
+        raise FlexqError(
+            f"{dst} exists; pass --force to replace it (an earlier flexq convert wrote it: "
+            f"it has {MARKER})"
         )
 
 
@@ -226,6 +237,41 @@ _WRITE_HINTS = {
     errno.EDQUOT: "free space within your disk quota, or choose a DST on another file system",
     errno.EFBIG: "a smaller --max-shard-size keeps every file under the size limit",
 }
+
+
+#: How often the writer's file is measured while safetensors writes it (one call, in Rust).
+_WATCH_SECONDS = 0.2
+
+
+@contextmanager
+def _growing(path: Path, nbytes: int, progress: ConvertProgress | None) -> Iterator[None]:
+    """Report ``path``'s growth to ``progress`` while the block writes its ``nbytes``
+    tensor bytes (the header, a few KB, is not counted), and the rest once it is done."""
+    if progress is None:
+        yield
+        return
+    told = 0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal told
+        while not stop.wait(_WATCH_SECONDS):
+            try:
+                size = min(path.stat().st_size, nbytes)
+            except FileNotFoundError:
+                continue
+            if size > told:
+                progress.wrote(size - told)
+                told = size
+
+    watcher = threading.Thread(target=watch, name="flexq-convert-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+    progress.wrote(nbytes - told)
 
 
 @contextmanager
@@ -286,7 +332,7 @@ def _write(
             weight_map[key] = name
             if progress is not None:
                 progress.advance(key, sizes[key])
-        with _writing(dst, name):
+        with _writing(dst, name), _growing(out / name, sum(sizes[k] for k in shard), progress):
             save_file(tensors, out / name, {"format": "pt"})
         del tensors
     if len(shards) > 1:

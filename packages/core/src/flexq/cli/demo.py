@@ -160,6 +160,13 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+def make_keep_dir(keep: Path) -> None:
+    """Create ``--keep DIR`` (new or empty), or refuse it before any work is done."""
+    if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+        raise FlexqError(f"{keep}: --keep needs a new or empty directory")
+    keep.mkdir(parents=True, exist_ok=True)
+
+
 def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
     """Write, load and compare the model in every installed format that can encode
     (``flexq demo`` runs :mod:`flexq.cli.demo_paddleformers` instead where PaddleFormers
@@ -171,9 +178,7 @@ def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
     import paddle
 
     if keep is not None:
-        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
-            raise FlexqError(f"{keep}: --keep needs a new or empty directory")
-        keep.mkdir(parents=True, exist_ok=True)
+        make_keep_dir(keep)
     linear, other = hf_weights()
     others = {k: RawTensor.of(v) for k, v in other.items()}
     tokens = paddle.to_tensor(np.random.default_rng(1).integers(0, VOCAB, (2, SEQ)))

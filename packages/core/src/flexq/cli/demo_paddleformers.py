@@ -12,17 +12,23 @@ run in float32 (CPU Paddle has no bfloat16 matmul).
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
+import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.cli.demo import DemoRow, row, twins
+from flexq.cli.demo import DemoRow, make_keep_dir, row, twins
 from flexq.compose import compose
 from flexq.io.writer import RawTensor
 from flexq.paddleformers import from_pretrained
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: A small Llama with every structural feature the hub's have (GQA, untied lm_head).
 CONFIG = {
@@ -41,16 +47,58 @@ MODEL = "a PaddleFormers LlamaForCausalLM"
 
 
 def available() -> bool:
-    """Whether PaddleFormers can be imported here."""
+    """Whether PaddleFormers can be imported here (imported quietly: see _quiet_import)."""
     try:
-        import paddleformers.transformers  # noqa: F401
+        with _quiet_import():
+            import paddleformers.transformers  # noqa: F401
     except ImportError:
         return False
     return True
 
 
-def run(workdir: Path | None = None) -> list[DemoRow]:
-    """Write, load and compare the Llama in every installed format that can encode."""
+#: Third-party loggers that speak while PaddleFormers imports: transformers' "PyTorch
+#: was not found" advice, PaddleFormers' warning that it hides PyTorch from transformers.
+_IMPORT_LOGGERS = ("transformers", "PaddleFormers")
+
+
+@contextmanager
+def _quiet_import() -> Iterator[None]:
+    """Below ERROR, nothing the demo's user did not ask about while PaddleFormers imports
+    (``flexq --debug`` shows it all). Filters, not levels: PaddleFormers sets its
+    logger's level when it is imported."""
+    if logging.getLogger("flexq").isEnabledFor(logging.DEBUG):
+        yield
+        return
+
+    def below_error(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+    loggers = [logging.getLogger(name) for name in _IMPORT_LOGGERS]
+    advisory = os.environ.get("TRANSFORMERS_NO_ADVISORY_WARNINGS")
+    os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"  # read when the advice is given
+    for logger in loggers:
+        logger.addFilter(below_error)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(below_error)
+        if advisory is None:
+            del os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"]
+        else:
+            os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = advisory
+
+
+def run(workdir: Path | None = None, keep: Path | None = None) -> list[DemoRow]:
+    """Write, load and compare the Llama in every installed format that can encode.
+
+    :param keep: write the checkpoints into this new (or empty) directory, one
+        subdirectory per format plus ``bf16`` (the unquantized model), and leave them:
+        each has PaddleFormers' own config.json (``architectures`` and all) plus its
+        ``quantization_config``, so every API loads it.
+    """
     import paddle
     from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
     from paddleformers.utils.log import logger
@@ -60,7 +108,13 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
         logger.set_level("WARNING")
 
     tokens = paddle.to_tensor(np.random.default_rng(1).integers(0, CONFIG["vocab_size"], (2, SEQ)))
-    with tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir) as tmp:
+    if keep is not None:
+        make_keep_dir(keep)
+    with (
+        nullcontext(str(keep))
+        if keep is not None
+        else tempfile.TemporaryDirectory(prefix="flexq-demo-", dir=workdir)
+    ) as tmp:
         base = Path(tmp) / "bf16"
         config = LlamaConfig(**CONFIG)
         config.dtype = "bfloat16"
@@ -78,7 +132,7 @@ def run(workdir: Path | None = None) -> list[DemoRow]:
         for name, path, tolerance in twins(Path(tmp), linear, others):
             (path / "config.json").write_text(_with_quant(base, path))
             start = time.perf_counter()
-            loaded = from_pretrained(LlamaForCausalLM, path, dtype="float32")
+            loaded = from_pretrained(LlamaForCausalLM, path, dtype="float32", progress=False)
             seconds = time.perf_counter() - start
             logits = _logits(loaded, tokens)
             params = loaded.state_dict()

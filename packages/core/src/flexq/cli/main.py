@@ -18,9 +18,6 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from rich.markup import escape
-from rich.table import Table
-
 from flexq import __version__
 from flexq.cli.console import console
 from flexq.cli.convert import FLOATS, convert, parse_size
@@ -30,6 +27,8 @@ from flexq.cli.documents import (
     unclaimed,
     unclaimed_methods,
 )
+from flexq.cli.progress import convert_progress
+from flexq.cli.tables import formats_summary, formats_table, inspect_summary, inspect_table
 from flexq.cli.verify import _verify as verify_command
 from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.compose import ComposedTransform, compose
@@ -124,11 +123,9 @@ def _list_formats(args: argparse.Namespace) -> int:
     if args.json:
         print(format_list(rows).model_dump_json(indent=2))
         return 0
-    table = Table("name", "version", "distribution", "claims", "description")
-    for r in rows:
-        cells = (r.name, r.version, r.distribution, "\n".join(r.methods), r.error or r.description)
-        table.add_row(*map(escape, cells))
-    console().print(table)
+    out = console()
+    out.print(formats_table(rows, out.width))
+    out.print(formats_summary(rows))
     return 0
 
 
@@ -148,67 +145,14 @@ def _inspect(args: argparse.Namespace) -> int:
         print(document.model_dump_json(indent=2))
     else:
         out = console()
-        table = Table(
-            "logical tensor", "format", "shape", "dtype",
-            "component", "component shape", "component dtype", "file",
-        )  # fmt: skip
-        for column in table.columns:
-            column.overflow = "fold"
-        for t in document.tensors:
-            for i, c in enumerate(t.components):
-                first = (t.key, t.format, str(t.shape), t.dtype) if i == 0 else ("",) * 4
-                cells = (*first, c.key, str(c.shape), c.dtype, c.file)
-                table.add_row(*map(escape, cells), end_section=i == len(t.components) - 1)
-        out.print(table)
-        out.print(f"total bytes: {document.total_bytes:,}")
+        out.print(inspect_table(document, out.width))
+        out.print(inspect_summary(document))
         for p in ct.problems:
             out.print(f"problem: {p}", style="red", markup=False)
     if ct.problems:
         print(f"flexq: {len(ct.problems)} problem(s) in {args.path}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
-
-
-class _Progress:
-    """convert's progress: a rich bar on stderr (bytes written, rate, time left) when
-    stderr is a terminal; and, once DST is complete, signals ignored from then on."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TaskID,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._progress = Progress(
-            "{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            disable=not sys.stderr.isatty(),
-        )
-        self._task: TaskID | None = None
-
-    def start(self, total_bytes: int, tensors: int) -> None:
-        self._task = self._progress.add_task(f"{tensors} tensors", total=total_bytes)
-        self._progress.start()
-
-    def advance(self, key: str, nbytes: int) -> None:
-        assert self._task is not None
-        self._progress.advance(self._task, nbytes)
-
-    def done(self) -> None:
-        # DST is in place: an interrupt now could only make the report lie about it.
-        _settle()
-
-    def stop(self) -> None:
-        self._progress.stop()
 
 
 def _import_paddle() -> None:
@@ -234,7 +178,8 @@ def _convert(args: argparse.Namespace) -> int:
     src = Checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
-    progress = _Progress()
+    # DST in place: an interrupt now could only make the report lie about it (_settle).
+    progress = convert_progress(on_done=_settle)
     try:
         report = convert(
             src,
@@ -269,16 +214,16 @@ def _demo(args: argparse.Namespace) -> int:
                          f"{PADDLE_INSTALL}") from None  # fmt: skip
     from flexq.cli import demo, demo_paddleformers
 
-    # A real PaddleFormers Llama where PaddleFormers is installed; the demo's own tiny
-    # model otherwise, and always when its checkpoints are to be kept.
-    if args.keep is None and demo_paddleformers.available():
-        rows = demo_paddleformers.run()
+    # A real PaddleFormers Llama where PaddleFormers is installed (kept or not); the
+    # demo's own tiny model otherwise.
+    with_paddleformers = demo_paddleformers.available()
+    if with_paddleformers:
+        rows = demo_paddleformers.run(keep=args.keep)
     else:
         rows = demo.run(keep=args.keep)
-    print_table = demo.print_table
-    print_table(rows)
+    demo.print_table(rows)
     if args.keep is not None:
-        print(f"checkpoints kept in {args.keep}/ (one directory per format)")
+        print(kept_summary(args.keep, [r.format for r in rows], with_paddleformers))
     if not rows:
         print("flexq: no installed format can encode; install a format package", file=sys.stderr)
         return 1
@@ -287,6 +232,22 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"flexq: logits drifted beyond tolerance for {', '.join(drifted)}", file=sys.stderr)
         return 1
     return 0
+
+
+def kept_summary(keep: Path, formats: Sequence[str], with_paddleformers: bool) -> str:
+    """What ``flexq demo --keep DIR`` kept, where, and what loads it."""
+    base = "bf16" if with_paddleformers else "unquantized"
+    model = "a PaddleFormers LlamaForCausalLM" if with_paddleformers else "the demo's tiny Llama"
+    lines = [f"kept {len(formats)} quantized checkpoints of {model} in {keep}/:"]
+    lines += [f"  {keep / name}/" for name in formats]
+    lines.append(f"  {keep / base}/ (the unquantized model)")
+    lines.append(f"try: flexq inspect {keep / formats[0]}" if formats else "")
+    if with_paddleformers:
+        lines.append(
+            "load: flexq.paddleformers.from_pretrained(AutoModelForCausalLM, "
+            f"{str(keep / (formats[0] if formats else base))!r})"
+        )
+    return "\n".join(line for line in lines if line)
 
 
 def _one_line_warning(
@@ -329,6 +290,16 @@ _UNCLAIMED_HELP = (
 )
 
 
+def docs_place() -> str:
+    """Where this install's user can read the CLI docs: the checkout's ``docs/cli.md`` by
+    its full path when flexq runs from a source checkout (editable installs, the nox
+    sessions); otherwise the help itself, since a wheel carries no docs/ folder."""
+    cli_md = Path(__file__).resolve().parents[5] / "docs" / "cli.md"
+    if cli_md.is_file():
+        return str(cli_md)
+    return "each command's --help, and docs/cli.md in flexq's source"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``flexq`` argument parser (its help is snapshot-tested)."""
     debug = "show tracebacks, other libraries' warnings and Paddle's logs"
@@ -338,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flexq",
         description="Inspect, convert and try quantized safetensors checkpoints for PaddlePaddle.",
-        epilog="Errors print one line on stderr and exit with 2. Docs: docs/cli.md",
+        epilog=f"Errors print one line on stderr and exit with 2. Docs: {docs_place()}",
         formatter_class=_Help,
     )
     parser.add_argument("--debug", action="store_true", help=debug)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from flexq.load import kept, kept_read
 from flexq.load.agree import compose_on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, NativeEngine, choose
+from flexq.load.progress import read_progress
 from flexq.load.report import LoadOptions, LoadReport
 from flexq.load.targets import flatten
 
@@ -35,6 +36,7 @@ def load_state_dict(
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT,
     atomic: bool = False,
     allow_unclaimed: bool = False,
+    progress: bool = False,
     **flexcheckpoint_options: Any,
 ) -> LoadReport:
     """Load the checkpoint at ``path`` into the tensors of ``state_dict``, in place.
@@ -71,6 +73,8 @@ def load_state_dict(
         the first write, and memory above the targets stays near one tensor.
     :param allow_unclaimed: load tensors that look quantized but that no
         installed format claims as they are (see :func:`flexq.compose`).
+    :param progress: show a bar of the bytes read on stderr (rich; off by default, as
+        a library should be; ``flexq.paddleformers.from_pretrained`` turns it on).
     :return: what the load did (engine, pieces, bytes read by this rank, casts).
 
     On several ranks every rank opens the checkpoint from its own ``path`` (a node
@@ -87,10 +91,11 @@ def load_state_dict(
         aoa_config, max_inflight_bytes, atomic, process_group, offload, flexcheckpoint_options
     )
     try:
-        kept_targets, rest = kept.split(flatten(state_dict))
-        if not kept_targets:
-            return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
-        return _load_with_kept(ct, kept.plan(ct, kept_targets, options), rest, engine, options)
+        with read_progress(ct.checkpoint, progress):
+            kept_targets, rest = kept.split(flatten(state_dict))
+            if not kept_targets:
+                return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
+            return _load_with_kept(ct, kept.plan(ct, kept_targets, options), rest, engine, options)
     finally:
         ct.checkpoint.close()  # the load's own compose: its files go with it
 

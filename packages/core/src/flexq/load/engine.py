@@ -72,7 +72,9 @@ def choose(
         chosen, why = _auto(ct, has_native, paddle, state_dict)
         if (chosen, why) not in _announced:
             _announced.add((chosen, why))
-            log.info("flexq: engine %r (%s)", chosen, why)
+            # DEBUG: Paddle gives the root logger an INFO handler of its own, so at INFO
+            # every API load printed this line in Paddle's format (`flexq --debug` shows it).
+            log.debug("flexq: engine %r (%s)", chosen, why)
     if chosen == "native":
         return NativeEngine()
     return FlexqEngine(DirectSource if chosen == "direct" else FlexCheckpointSource)

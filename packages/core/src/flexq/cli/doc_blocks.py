@@ -1,0 +1,99 @@
+"""The parts of README.md and docs/*.md that name the installed formats, generated.
+
+For the maintainers: counts and lists of formats are not typed by hand (they went stale:
+"three of seven"); each lives between ``<!-- generated: NAME -->`` and ``<!-- end
+generated: NAME -->`` and is rebuilt from :func:`flexq.list_formats` with every format
+package of the repository installed. ``python -m flexq.cli.doc_blocks`` rewrites them
+(``nox -s docs`` checks them: tests/test_doc_blocks.py).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from flexq.plugin.manager import FormatInfo
+
+#: The files that hold generated blocks, relative to the repository root.
+FILES = ("README.md", "docs/user-guide.md")
+_BLOCK = re.compile(
+    r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
+    re.S,
+)
+
+
+def _packaged(rows: Sequence[FormatInfo]) -> list[FormatInfo]:
+    return [r for r in rows if r.source == "entry point" and r.error is None]
+
+
+def _what(row: FormatInfo) -> str:
+    """A format's description up to its first colon: ``FP8 E4M3 weights``."""
+    return row.description.split(":", 1)[0].rstrip(".")
+
+
+def format_sentence(rows: Sequence[FormatInfo]) -> str:
+    """``7 format packages ship in this repository: `fp8`: FP8 E4M3 weights; ...``."""
+    found = _packaged(rows)
+    names = "; ".join(f"`{r.name}`: {_what(r)}" for r in found)
+    return f"{len(found)} format packages ship in this repository: {names}.\n"
+
+
+def install_block(rows: Sequence[FormatInfo]) -> str:
+    """The user guide's install commands: the core and every format package."""
+    found = _packaged(rows)
+    packages = " ".join(f"packages/{r.distribution.removeprefix('flexq-')}" for r in found)
+    return (
+        "```bash\n"
+        'pip install paddlepaddle==3.3.1   # the CPU build; for GPUs see "GPU install" below\n'
+        f"pip install packages/core {packages}\n"
+        f"flexq list-formats               # the {len(found)} formats, then "
+        f'"{len(found)} formats installed"\n'
+        "```\n"
+    )
+
+
+BLOCKS: dict[str, Callable[[Sequence[FormatInfo]], str]] = {
+    "format-sentence": format_sentence,
+    "install-formats": install_block,
+}
+
+
+def render(text: str, rows: Sequence[FormatInfo]) -> str:
+    """``text`` with every generated block rebuilt (an unknown block name is an error)."""
+
+    def body(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in BLOCKS:
+            raise KeyError(f"no generator for the block {name!r} (known: {sorted(BLOCKS)})")
+        return f"{match[1]}{BLOCKS[name](rows)}{match[4]}"
+
+    return _BLOCK.sub(body, text)
+
+
+def block_names(text: str) -> list[str]:
+    """The generated blocks ``text`` holds, in order."""
+    return [m["name"] for m in _BLOCK.finditer(text)]
+
+
+def main(root: Path) -> int:
+    """Rewrite the generated blocks of :data:`FILES` under ``root``; prints what changed."""
+    from flexq.plugin.manager import list_formats
+
+    rows = list_formats()
+    for name in FILES:
+        path = root / name
+        text = path.read_text()
+        new = render(text, rows)
+        if new != text:
+            path.write_text(new)
+            print(f"rewrote the generated blocks of {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()))
