@@ -221,7 +221,7 @@ def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
 ) -> None:
     """Small arrays, tiny bands: every split (runs of a dim, recursion into
     sub-arrays, odd-sized runs, threads) gives the bits of ``table[codes] * scale``."""
-    import flexq.formatkit.bands as ops_module
+    import flexq.numerics.bands as ops_module
 
     codes, scale, band = case
     table = np.random.default_rng(3).standard_normal(256).astype(np.float32)

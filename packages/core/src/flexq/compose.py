@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.errors import FlexqError, FormatError, PluginError, TargetError
-from flexq.formatkit.arrays import host_to_numpy, is_paddle
-from flexq.formatkit.format import Sources
-from flexq.formatkit.ops import ops_for
-from flexq.formatkit.rounding import OVERFLOW_ENV, Overflow, round_numpy, to_paddle
-from flexq.formatkit.scales import check_scales, scale_to_float32
 from flexq.io.checkpoint import Checkpoint
 from flexq.io.dtypes import FLOAT_DTYPES, paddle_dtype_name
+from flexq.numerics.arrays import host_to_numpy, is_paddle
+from flexq.numerics.ops import ops_for
+from flexq.numerics.rounding import OVERFLOW_ENV, Overflow, round_numpy, to_paddle
+from flexq.numerics.scales import check_scales, scale_to_float32
+from flexq.numerics.sources import Sources
 from flexq.plan import ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough
 from flexq.plugin.known import PUBLISHED, config_methods, install_hint

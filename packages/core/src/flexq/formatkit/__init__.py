@@ -36,8 +36,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flexq.formatkit.arrays import is_paddle, to_numpy
-from flexq.formatkit.bands import (
+from flexq.formatkit.blocks import nibble_blocks
+from flexq.formatkit.cache import per_checkpoint
+from flexq.formatkit.conformance import check_conformance, scale_like
+from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
+from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
+from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
+from flexq.formatkit.words import code_table, pack_words, unpack_into
+from flexq.numerics.arrays import is_paddle, to_numpy
+from flexq.numerics.bands import (
     RUNS_PER_TASK,
     for_bands,
     for_row_runs,
@@ -46,28 +53,21 @@ from flexq.formatkit.bands import (
     pair_items,
     row_runs,
 )
-from flexq.formatkit.blocks import nibble_blocks
-from flexq.formatkit.cache import per_checkpoint
-from flexq.formatkit.conformance import check_conformance, scale_like
-from flexq.formatkit.elements import (
+from flexq.numerics.elements import (
     E2M1_PAIRS,
     E2M1_VALUES,
     E4M3_TO_FLOAT32,
     E8M0_TO_FLOAT32,
     nibble_pairs,
 )
-from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
-from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
-from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
-from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.formatkit.scales import (
+from flexq.numerics.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
+from flexq.numerics.scales import (
     FLOAT_SCALE_DTYPES,
     NONFINITE_SCALES_ENV,
     check_scales,
     scale_to_float32,
 )
-from flexq.formatkit.threads import run_parts, thread_count
-from flexq.formatkit.words import code_table, pack_words, unpack_into
+from flexq.numerics.threads import run_parts, thread_count
 from flexq.plan import block_cover, ceil_div
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ A format that can write checkpoints passes ``encode`` (see :class:`Format`); an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -30,6 +30,7 @@ import numpy as np
 from flexq.errors import FormatError
 from flexq.io.writer import save_checkpoint
 from flexq.markers import hookimpl
+from flexq.numerics.sources import Sources as Sources
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 
 if TYPE_CHECKING:
@@ -54,56 +55,6 @@ class Layout(Protocol):
 
 
 L = TypeVar("L", bound=Layout)
-
-
-class Sources(Mapping[str, Any]):
-    """What a format's ``decode`` reads for one box: source key -> the array (numpy or
-    Paddle) holding exactly the box ``plan`` names (the whole tensor for a global plan),
-    with the checkpoint they came from (for messages) and the plan.
-
-    Numpy arrays may be read-only views of the mapped file: read them, never write
-    into them. ``decode(layout, sources, out)`` returns the float32 box
-    ``sources.target``; ``out`` is None or a writable C-contiguous numpy float32 array
-    of that box, which a decoder may fill and return (ignoring it is always correct).
-    """
-
-    def __init__(self, checkpoint: Checkpoint, plan: ReadPlan, arrays: Mapping[str, Any]) -> None:
-        self.checkpoint, self.plan, self._arrays = checkpoint, plan, arrays
-
-    def __getitem__(self, key: str) -> Any:
-        return self._arrays[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._arrays)
-
-    def __len__(self) -> int:
-        return len(self._arrays)
-
-    @property
-    def target(self) -> TargetSlice:
-        """The box of the logical tensor to produce."""
-        return self.plan.target
-
-    def offset(self, key: str) -> tuple[int, ...]:
-        """Where source ``key``'s box starts in the stored tensor."""
-        return tuple(self.plan.source_slices[key][0])
-
-    def expect(
-        self, shapes: Mapping[str, Sequence[int]], *, logical_key: str, format_name: str
-    ) -> None:
-        """Check that each source in ``shapes`` arrived in the shape the decoder needs.
-
-        :raises FormatError: ``<file>: tensor 'k' arrived with shape (..), the plan for
-            'x' needs (..) (format 'f')``.
-        """
-        for key, want in shapes.items():
-            got = tuple(self[key].shape)
-            if got != tuple(want):
-                raise FormatError(
-                    f"{self.checkpoint.info(key).file}: tensor {key!r} arrived with shape "
-                    f"{got}, the plan for {logical_key!r} needs {tuple(want)} "
-                    f"(format {format_name!r})"
-                )
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.errors import TargetError
-from flexq.formatkit import ceil_div
 from flexq.load.targets import Target, describe
+from flexq.plan import ceil_div
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
