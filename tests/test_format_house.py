@@ -1,0 +1,74 @@
+"""The core's hand-kept tables of formats, tied to what the installed formats declare.
+
+A new format package adds lines to ``plugin/known.py`` (so a checkpoint of its method
+names the distribution to install when it is missing) and may need a name in
+``passthrough.QUANT_COMPANIONS`` (so its checkpoint is refused, not passed through,
+when it is missing). These tests fail when either table and the formats disagree.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import flexq
+from flexq.plugin.known import FIRST_PARTY, PUBLISHED
+from flexq.plugin.passthrough import looks_quantized
+
+
+def first_party_rows() -> list[flexq.plugin.manager.FormatInfo]:
+    return [
+        row
+        for row in flexq.list_formats()
+        if row.distribution in FIRST_PARTY and row.source == "entry point"
+    ]
+
+
+def test_the_published_methods_table_is_what_the_installed_formats_claim() -> None:
+    """known.PUBLISHED names, for every config method, exactly the first-party formats
+    whose ``methods`` claim it: no method missing, none stale, no distribution wrong."""
+    claimed: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for row in first_party_rows():
+        assert row.error is None, row.error
+        for method in row.methods:
+            claimed[method].add((row.name, row.distribution))
+    published = {method: set(pairs) for method, pairs in PUBLISHED.items()}
+    assert published == dict(claimed)
+
+
+def test_every_published_distribution_is_installed_in_the_workspace() -> None:
+    """A distribution the table names exists (its format loads from an entry point)."""
+    installed = {row.distribution for row in first_party_rows()}
+    named = {dist for pairs in PUBLISHED.values() for _, dist in pairs}
+    assert named == installed
+
+
+def published_encoders() -> list[str]:
+    """The first-party formats that write checkpoints (the guide's example is not one)."""
+    registry = flexq.plugin.manager.registry
+    return [row.name for row in first_party_rows() if registry.implements(row.name, "flexq_encode")]
+
+
+@pytest.mark.parametrize("format_ckpt", published_encoders(), indirect=True)
+def test_a_formats_checkpoint_looks_quantized_to_the_core_without_the_format(
+    format_ckpt: tuple[str, Path],
+) -> None:
+    """Every logical tensor a first-party format builds has a source the pass-through
+    guard (``looks_quantized``: QUANT_COMPANIONS, integer weights, quant states) refuses,
+    so with the format uninstalled its checkpoint is an error, never passed through."""
+    name, path = format_ckpt
+    registry = flexq.plugin.manager.registry
+    checkpoint = flexq.Checkpoint(path)
+    logical = registry.logical_metadata(name, checkpoint)
+    assert logical
+    unguarded = [
+        key
+        for key in logical
+        if not any(
+            looks_quantized(source, checkpoint.info(source))
+            for source in registry.source_keys(name, checkpoint, key)
+        )
+    ]
+    assert unguarded == []
