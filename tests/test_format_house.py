@@ -16,6 +16,7 @@ import pytest
 import flexq
 from flexq.plugin.known import FIRST_PARTY, PUBLISHED
 from flexq.plugin.passthrough import looks_quantized
+from flexq.plugin.spec import API_ATTRIBUTE, API_VERSION
 
 
 def first_party_rows() -> list[flexq.plugin.manager.FormatInfo]:
@@ -72,3 +73,13 @@ def test_a_formats_checkpoint_looks_quantized_to_the_core_without_the_format(
         )
     ]
     assert unguarded == []
+
+
+def test_every_first_party_format_declares_this_kit_api_version() -> None:
+    """flexq's own formats are built with this kit, and say so."""
+    manager = flexq.plugin.manager.registry.manager
+    declared = {
+        row.name: getattr(manager.get_plugin(row.name), API_ATTRIBUTE, None)
+        for row in first_party_rows()
+    }
+    assert declared == dict.fromkeys(declared, API_VERSION)

@@ -29,7 +29,10 @@ from :mod:`flexq` and the rest from here:
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
   :class:`Format` object; ``decode`` reads one box's :class:`Sources`);
-  :class:`Encoder`: its ``encode`` from its quantizer.
+  :class:`Encoder`: its ``encode`` from its quantizer;
+- :data:`API_VERSION`: the kit's ``"major.minor"`` version; a format passes the one it
+  was built for as ``Format(..., api_version=...)``, and one built for another major
+  version is disabled with one warning.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from flexq.numerics.scales import (
 )
 from flexq.numerics.threads import run_parts, thread_count
 from flexq.plan import block_cover, ceil_div
+from flexq.plugin.spec import API_VERSION
 
 if TYPE_CHECKING:
     from flexq.formatkit.config import (
@@ -96,6 +100,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "API_VERSION",
     "E2M1_PAIRS",
     "E2M1_VALUES",
     "E4M3_TO_FLOAT32",

@@ -115,6 +115,10 @@ class Format(Generic[L]):
         from the planned :class:`Sources`; ``out`` is None or a float32 array of the box
         to fill.
     :param encode: optional: writes a checkpoint of the format (``flexq_encode``).
+    :param api_version: the :data:`flexq.formatkit.API_VERSION` the format was built for
+        (a literal such as ``"1.0"``, not the constant: it records what the code was
+        written against); flexq disables a format built for another major version.
+        None: built before the kit had a version (taken as major 1).
     """
 
     def __init__(
@@ -127,8 +131,10 @@ class Format(Generic[L]):
         plan: Callable[[L, TargetSlice], ReadPlan | None],
         decode: Callable[[L, Sources, Any], Any],
         encode: Encode | None = None,
+        api_version: str | None = None,
     ) -> None:
         self.FORMAT_NAME = name
+        self.FLEXQ_API_VERSION = api_version
         self.__doc__ = description
         self.methods = tuple(methods)
         self._analyze, self._plan, self._decode = analyze, plan, decode

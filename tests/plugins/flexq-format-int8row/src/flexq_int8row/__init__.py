@@ -108,4 +108,5 @@ plugin = Format(
     plan=local_plan,
     decode=dequantize,
     encode=encode,
+    api_version="1.0",  # the flexq.formatkit.API_VERSION this module was written for
 )
