@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 from flexq.formatkit.blocks import nibble_blocks
 from flexq.formatkit.cache import per_checkpoint
-from flexq.formatkit.conformance import check_conformance, scale_like
 from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
@@ -73,6 +72,7 @@ from flexq.numerics.scales import (
 from flexq.numerics.threads import run_parts, thread_count
 from flexq.plan import block_cover, ceil_div
 from flexq.plugin.spec import API_VERSION
+from flexq.testing.plans import check_conformance, scale_like
 
 if TYPE_CHECKING:
     from flexq.formatkit.config import (
