@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from flexq import RawTensor, save_checkpoint
+from flexq.testing import round_to
 
 SCALE_NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}
 
@@ -206,13 +207,6 @@ def reference_decode(case: Case) -> np.ndarray:
     rows = np.arange(out_f) // b0
     cols = np.arange(in_f) // b1
     return np.asarray((q - z[rows][:, cols]) * s[rows][:, cols], dtype=np.float32)
-
-
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """The oracle's one rounding, in the core's result convention (bfloat16 as uint16 bits)."""
-    if dtype == "bfloat16":
-        return np.asarray(x.astype(ml_dtypes.bfloat16).view(np.uint16))
-    return np.asarray(x.astype(dtype))
 
 
 class Oracle:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from flexq import RawTensor, save_checkpoint
+from flexq.testing import round_to, same_bits
 
 SCALE_NUMPY = {"F16": np.float16, "BF16": ml_dtypes.bfloat16, "F32": np.float32}
 
@@ -77,21 +78,6 @@ def reference_decode(
     for i in range(in_f):
         w[:, i] = (q[i] - z[groups[i]]).astype(np.float32) * s[groups[i]]
     return w
-
-
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """The oracle's one rounding, in the core's result convention (bfloat16 as uint16 bits)."""
-    if dtype == "bfloat16":
-        return x.astype(ml_dtypes.bfloat16).view(np.uint16)
-    return x.astype(dtype)
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> None:
-    """Assert two arrays have identical shape, dtype and bits."""
-    assert a.shape == b.shape
-    assert a.dtype == b.dtype
-    width = {2: np.uint16, 4: np.uint32}[a.dtype.itemsize]
-    np.testing.assert_array_equal(np.ascontiguousarray(a).view(width), b.view(width))
 
 
 def unit_codes(bits: int) -> int:

@@ -8,11 +8,12 @@ For format authors. A format package's tests run it with a few lines::
 
     class TestConformance(FormatConformance):
         format_name = "myformat"
-        distribution = "flexq-format-myformat"
+        methods = ("myformat",)
         plugin = flexq_myformat.plugin.plugin
 
 pytest collects the ``test_*`` methods below as the package's own tests: the entry
-point resolves to the plugin, ``flexq list-formats`` shows its row, a local box equals
+point resolves to the plugin, it claims exactly ``methods``, ``flexq list-formats``
+shows its row, a local box equals
 the slice of the whole tensor, numpy and Paddle inputs give the same bits, a local
 read is bounded by its box, an orphaned component and a missing companion are errors
 naming the module, and every plan declares its scales. The checkpoint is the format's
@@ -51,12 +52,15 @@ HOOKS = (
 
 
 class FormatConformance:
-    """Subclass it as ``Test...`` in a format's tests and set the three names below."""
+    """Subclass it as ``Test...`` in a format's tests and set the names below
+    (``distribution`` only when it is not ``flexq-format-<format_name>``)."""
 
     #: the format's name (its entry point's name).
     format_name: ClassVar[str]
-    #: the distribution that installs it (``flexq-format-<name>``).
-    distribution: ClassVar[str]
+    #: the distribution that installs it; None: ``flexq-format-<format_name>``.
+    distribution: ClassVar[str | None] = None
+    #: the config methods it claims (``flexq_quant_methods``), in its order.
+    methods: ClassVar[tuple[str, ...]]
     #: the plugin object its entry point names.
     plugin: ClassVar[object]
     #: float32 weights (key -> [out, in] shape) the encoder writes as the checkpoint.
@@ -85,6 +89,9 @@ class FormatConformance:
         assert owned, f"the checkpoint holds no tensor of format {self.format_name!r}"
         return path, ct
 
+    def _distribution(self) -> str:
+        return self.distribution or f"flexq-format-{self.format_name}"
+
     def _owned(self, ct: flexq.ComposedTransform) -> list[str]:
         return sorted(k for k, e in ct.entries.items() if e.owner == self.format_name)
 
@@ -93,15 +100,15 @@ class FormatConformance:
         (ep,) = [e for e in entry_points(group="flexq") if e.name == self.format_name]
         assert ep.load() is self.plugin
         assert ep.dist is not None
-        assert ep.dist.name == self.distribution
+        assert ep.dist.name == self._distribution()
 
     def test_list_formats_row_names_distribution_version_methods_and_description(
         self,
     ) -> None:
         (row,) = [r for r in flexq.list_formats() if r.name == self.format_name]
         assert row.error is None
-        assert row.distribution == self.distribution
-        assert row.version == version(self.distribution)
+        assert row.distribution == self._distribution()
+        assert row.version == version(self._distribution())
         assert row.description == (self.plugin.__doc__ or "").strip().splitlines()[0]
         assert row.description
         assert row.methods == tuple(sorted(registry.quant_methods(self.format_name)))
@@ -110,6 +117,9 @@ class FormatConformance:
     def test_every_hook_reaches_the_format(self) -> None:
         for hook in HOOKS:
             assert registry.implements(self.format_name, hook), hook
+
+    def test_the_format_claims_exactly_its_config_methods(self) -> None:
+        assert tuple(self.plugin.flexq_quant_methods()) == self.methods  # type: ignore[attr-defined]
 
     # -- what it decodes ------------------------------------------------------------
     def test_a_local_box_equals_the_slice_of_the_whole(self, tmp_path: Path) -> None:
