@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing.strategies import box_case
 
 FORMATS = ["bitsandbytes"]
 Build = Callable[..., Path]
@@ -94,20 +95,13 @@ def test_force_global_gives_the_whole_tensor(tmp_path: Path, build: Build, kit: 
 def cases(draw: st.DrawFn) -> dict[str, Any]:
     rank = draw(st.integers(1, 3))
     shape = tuple(draw(st.integers(1, 12 if rank > 1 else 300)) for _ in range(rank))
-    offset, local = [], []
-    for d in shape:
-        o = draw(st.integers(0, d - 1))
-        offset.append(o)
-        local.append(draw(st.integers(1, d - o)))
     return {
         "shape": shape,
         "quant_type": draw(st.sampled_from(["nf4", "fp4"])),
         "blocksize": draw(st.sampled_from([1, 3, 8, 16, 64, 128])),
         "nested": draw(st.booleans()),
         "nested_blocksize": draw(st.sampled_from([1, 2, 5, 256])),
-        "offset": tuple(offset),
-        "local": tuple(local),
-        "seed": draw(st.integers(0, 2**32 - 1)),
+        **draw(box_case(shape)),
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import ml_dtypes
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from flexq import RawTensor, save_checkpoint
-from flexq.testing import round_to, same_bits
+from flexq.testing import helpers, round_to, same_bits
 
 SCALE_NUMPY = {"F16": np.float16, "BF16": ml_dtypes.bfloat16, "F32": np.float32}
 
@@ -201,21 +202,18 @@ def written(
         yield Written(path, linears)
 
 
-class Oracle:
-    """The test helpers, handed to test modules as one fixture (they cannot import conftest)."""
-
-    GptqTensors = GptqTensors
-    random_gptq = staticmethod(random_gptq)
-    reference_decode = staticmethod(reference_decode)
-    reference_zeros = staticmethod(reference_zeros)
-    unpack_stream = staticmethod(unpack_stream)
-    round_to = staticmethod(round_to)
-    same_bits = staticmethod(same_bits)
-    gptq_config = staticmethod(gptq_config)
-    written = staticmethod(written)
-    unit_codes = staticmethod(unit_codes)
-
-
 @pytest.fixture(scope="session")
-def oracle() -> type[Oracle]:
-    return Oracle
+def oracle() -> SimpleNamespace:
+    """The test helpers, handed to test modules as one fixture (they cannot import conftest)."""
+    return helpers(
+        GptqTensors,
+        random_gptq,
+        reference_decode,
+        reference_zeros,
+        unpack_stream,
+        round_to,
+        same_bits,
+        gptq_config,
+        written,
+        unit_codes,
+    )

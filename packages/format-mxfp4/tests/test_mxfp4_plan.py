@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing.strategies import box_case
 
 FORMATS = ["mxfp4"]
 Build = Callable[..., Path]
@@ -146,20 +147,13 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     # gpt-oss experts are [..., in, out] = the stored [..., out, n] with its last two axes swapped
     blocked = -2 if layout == "gpt-oss" and lead else -1
     shape = (*lead[:-1], n, lead[-1]) if blocked == -2 else (*lead, n)
-    offset, local = [], []
-    for d in shape:
-        o = draw(st.integers(0, d - 1))
-        offset.append(o)
-        local.append(draw(st.integers(1, d - o)))
     return {
         "layout": layout,
         "lead": lead,
         "n": n,
         "blocked": blocked,
         "dtypes": draw(st.sampled_from([("U8", "U8"), ("F4", "F8_E8M0")])),
-        "offset": tuple(offset),
-        "local": tuple(local),
-        "seed": draw(st.integers(0, 2**32 - 1)),
+        **draw(box_case(shape)),
     }
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing.strategies import box_case
 
 CT, MO, AR = "compressed-tensors", "modelopt", "auto-round"
 #: auto-round's own format shares compressed-tensors' names; its config picks its math.
@@ -105,18 +106,11 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     lead = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=2)))
     n = draw(st.integers(1, 48)) * 2
     shape = (*lead, n)
-    offset, local = [], []
-    for d in shape:
-        o = draw(st.integers(0, d - 1))
-        offset.append(o)
-        local.append(draw(st.integers(1, d - o)))
     return {
         "producer": draw(st.sampled_from([CT, MO, AR])),
         "lead": lead,
         "n": n,
-        "offset": tuple(offset),
-        "local": tuple(local),
-        "seed": draw(st.integers(0, 2**32 - 1)),
+        **draw(box_case(shape)),
     }
 
 

@@ -4,8 +4,9 @@
   pytest runs the checks the core promises of every format (:mod:`.conformance`);
 - :func:`decode_box`, :func:`source_to_paddle`: decode one box of a logical tensor as
   a load does, with numpy or Paddle sources (:mod:`.boxes`);
-- :func:`round_to`, :func:`same_bits`, :func:`load_script`: the oracle's one rounding,
-  bit equality, a bench script imported by path (:mod:`.oracles`);
+- :func:`round_to`, :func:`same_bits`, :func:`load_script`, :func:`helpers`: the oracle's
+  one rounding, bit equality, a bench script imported by path, a conftest's oracle
+  functions as one fixture (:mod:`.oracles`);
 - :func:`check_conformance`, :func:`scale_like`: plans declare every scale they read
   (:mod:`.plans`; also in :mod:`flexq.formatkit`).
 """
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 from flexq.testing.boxes import decode_box, source_to_paddle
 from flexq.testing.conformance import FormatConformance
-from flexq.testing.oracles import load_script, round_to, same_bits
+from flexq.testing.oracles import helpers, load_script, round_to, same_bits
 from flexq.testing.plans import check_conformance, scale_like
 
 __all__ = [
     "FormatConformance",
     "check_conformance",
     "decode_box",
+    "helpers",
     "load_script",
     "round_to",
     "same_bits",

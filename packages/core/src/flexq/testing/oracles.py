@@ -3,14 +3,16 @@
 For format authors' tests (and flexq's own): a pure-numpy reference decoder gives
 float32; :func:`round_to` rounds it once to the output dtype in the core's result
 convention, :func:`same_bits` compares bits (NaN payloads aside), and
-:func:`load_script` imports a bench script by path so a test can run it tiny.
+:func:`load_script` imports a bench script by path so a test can run it tiny, and
+:func:`helpers` hands a conftest's oracle functions to test modules as one fixture.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -51,3 +53,9 @@ def load_script(path: str | Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def helpers(*objects: Any) -> SimpleNamespace:
+    """``objects`` (functions, classes) by their ``__name__``, as one namespace: what a
+    conftest's ``oracle`` fixture returns, since test modules cannot import conftest."""
+    return SimpleNamespace(**{obj.__name__: obj for obj in objects})
