@@ -190,7 +190,8 @@ class ComposedTransform:
         if plan is None or plan.mode != "local" or force_global:
             whole = TargetSlice.whole(entry.shape, target.dtype)
             if plan is None and force_global:
-                # The owner plans whole sources itself; its whole-tensor plan says which are scales.
+                # A raw-hook owner that leaves global plans to the core: its whole-tensor
+                # plan says which sources are scales. (A Format answers the first call.)
                 plan = reg.read_plan(entry.owner, ckpt, logical_key, whole, False, entry.sources)
             boxes = {s: self._whole(s) for s in entry.sources}
             if plan is None:

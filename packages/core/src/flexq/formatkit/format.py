@@ -175,9 +175,18 @@ class Format(Generic[L]):
     def flexq_read_plan(
         self, checkpoint: Checkpoint, logical_key: str, target: TargetSlice, force_global: bool
     ) -> ReadPlan | None:
-        if force_global:
-            return None  # the core plans whole sources
-        return self._plan(self.layout(checkpoint, logical_key), target)
+        layout = self.layout(checkpoint, logical_key)
+        if not force_global:
+            return self._plan(layout, target)
+        # The whole sources, with what the plan of the whole tensor declares (scales,
+        # checks), in one call: the core need not ask a second time.
+        whole = TargetSlice.whole(target.global_shape, target.dtype)
+        plan = self._plan(layout, whole)
+        boxes = {s: ((0,) * len(checkpoint.info(s).shape), checkpoint.info(s).shape)
+                 for s in layout.sources}  # fmt: skip
+        if plan is None:
+            return ReadPlan("global", boxes, whole)
+        return ReadPlan("global", boxes, whole, plan.scales, plan.checks, plan.check)
 
     @hookimpl
     def flexq_apply(
