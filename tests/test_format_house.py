@@ -106,7 +106,7 @@ def test_a_forced_global_plan_asks_the_formats_plan_once(tmp_path: Path) -> None
 
     counting: Format[Any] = Format(
         "int8row", "int8row, its plans counted", methods=(example.METHOD,),
-        analyze=example.analyze, plan=counted_plan, decode=example.dequantize,
+        analyze=example.analyze, plan=counted_plan, decode=example.decode,
     )  # fmt: skip
     q = np.arange(-32, 32, dtype=np.int8).reshape(8, 8)
     s = np.linspace(0.5, 4, 8, dtype=np.float32)
