@@ -102,3 +102,26 @@ def test_sources_keeps_its_kit_path() -> None:
     from flexq.numerics.sources import Sources
 
     assert from_kit is from_format is Sources
+
+
+def test_the_composition_holds_no_paddle_protocol_state(tmp_path: Path) -> None:
+    """``compose`` returns the LoadTransform (``ComposedTransform``) over an immutable
+    :class:`Composition`: planning, checking and decoding through the composition
+    leave nothing behind; only the protocol's ``read_plan`` remembers a plan for Paddle's
+    next ``apply``."""
+    import numpy as np
+
+    from flexq.composition import Composition
+
+    path = flexq.save_checkpoint(
+        tmp_path / "c", {"norm": flexq.RawTensor.of(np.arange(4, dtype=np.float32))}
+    )
+    ct = flexq.compose(path)
+    assert isinstance(ct, Composition)
+    protocol = {"logical_metadata", "source_keys", "read_plan", "read_plan_for", "apply"}
+    assert not protocol & set(dir(Composition))
+    state = dict(vars(ct))
+    np.testing.assert_array_equal(ct.load("norm", "float32"), np.arange(4, dtype=np.float32))
+    assert vars(ct) == state
+    plan = ct.read_plan("norm", flexq.TargetSlice((4,), (2,), (1,), "float32"))
+    assert ct.read_plan_for("norm") is plan
