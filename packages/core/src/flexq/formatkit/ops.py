@@ -1,28 +1,10 @@
-"""Old import path of :mod:`flexq.numerics.ops`, kept for existing imports.
-
-The shared numerics moved below the plugin layer so the core does not import the
-authors' kit; format authors import from :mod:`flexq.formatkit` itself.
-"""
+"""Old path of :mod:`flexq.numerics.ops` (moved below the plugin layer); the same module."""
 
 from __future__ import annotations
 
 import sys
 
 from flexq.numerics import ops as _moved
-from flexq.numerics.ops import (
-    ArrayOps as ArrayOps,
-)
-from flexq.numerics.ops import (
-    NumpyOps as NumpyOps,
-)
-from flexq.numerics.ops import (
-    PaddleOps as PaddleOps,
-)
-from flexq.numerics.ops import (
-    ops_for as ops_for,
-)
+from flexq.numerics.ops import *  # noqa: F403  (its public names, for type checkers)
 
-# This path IS the moved module, not a copy of its names: a test that monkeypatches
-# a constant here (``_BAND_CODES``) patches what the code reads; the names above are
-# for type checkers.
-sys.modules[__name__] = _moved
+sys.modules[__name__] = _moved  # this path IS the module: imports and monkeypatches agree
