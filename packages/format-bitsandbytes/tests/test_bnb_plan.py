@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing import local_and_whole
 from flexq.testing.strategies import box_case
 
 FORMATS = ["bitsandbytes"]
@@ -120,16 +121,8 @@ def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
     )
     with tempfile.TemporaryDirectory() as tmp:
         ct = flexq.compose(build(Path(tmp) / "c", kit.tensors_4bit(KEY, data)), formats=FORMATS)
-        whole = ct.load(KEY, "float32")
-        target = TargetSlice(case["shape"], case["local"], case["offset"], "float32")
-        plan = ct.plan(KEY, target)
-        assert plan.mode == "local"
-        before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(plan)
-        read = ct.checkpoint.bytes_read - before
-        local = ct.dequantize(KEY, sources, plan, "float32")
-        box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
-        np.testing.assert_array_equal(kit.bits(local), kit.bits(whole[box]))
+        local, sliced, read, plan, sources = local_and_whole(ct, KEY, case["offset"], case["local"])
+        np.testing.assert_array_equal(kit.bits(local), kit.bits(sliced))
         # The box's rows plus one block at each end: codes, absmax (4 or 1 bytes each),
         # nested absmax of those blocks' groups plus one at each end, both code books,
         # and the quant-state blob.

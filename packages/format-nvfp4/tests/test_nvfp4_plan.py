@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing import local_and_whole
 from flexq.testing.strategies import box_case
 
 CT, MO, AR = "compressed-tensors", "modelopt", "auto-round"
@@ -131,17 +132,8 @@ def test_local_plan_equals_the_slice_of_the_global_result(
             case["n"],
             case["seed"],
         )
-        shape = (*case["lead"], case["n"])
-        whole = ct.load(KEY, "float32")
-        target = TargetSlice(shape, case["local"], case["offset"], "float32")
-        plan = ct.plan(KEY, target)
-        assert plan.mode == "local"
-        before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(plan)
-        read = ct.checkpoint.bytes_read - before
-        local = ct.dequantize(KEY, sources, plan, "float32")
-        box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
-        assert_same(local, whole[box])
+        local, sliced, read, plan, sources = local_and_whole(ct, KEY, case["offset"], case["local"])
+        assert_same(local, sliced)
         # Per row at most the covering blocks (ceil(size/16) + 1 of 8 code bytes and one
         # scale byte), plus the 4-byte global scale once.
         rows = int(np.prod(case["local"][:-1]))
