@@ -112,7 +112,7 @@ def test_quant_config_json_is_read_when_config_has_no_quantization_config(
 )
 def test_device_rounding_gives_the_same_bits_as_numpy(x: np.ndarray, dtype: str) -> None:
     """The rounding used for tensors on a device, run here on CPU tensors."""
-    from flexq.formatkit.rounding import _round_on_device, round_numpy
+    from flexq.numerics.rounding import _round_on_device, round_numpy
 
     want = round_numpy(x, dtype)
     got = _round_on_device(paddle.to_tensor(x), dtype).numpy()
@@ -141,7 +141,7 @@ def _overflowing() -> np.ndarray:
 
 @pytest.mark.parametrize("device", [False, True])
 def test_float16_overflow_is_an_error_naming_the_count(device: bool) -> None:
-    from flexq.formatkit import rounding
+    from flexq.numerics import rounding
 
     x = _overflowing()
     if device:
@@ -158,7 +158,7 @@ def test_float16_overflow_is_an_error_naming_the_count(device: bool) -> None:
 def test_float16_overflow_saturates_when_asked(
     device: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flexq.formatkit import rounding
+    from flexq.numerics import rounding
 
     monkeypatch.setenv(rounding.OVERFLOW_ENV, "saturate")
     x = _overflowing()
@@ -177,7 +177,7 @@ def test_float16_overflow_saturates_when_asked(
 
 
 def test_an_unknown_overflow_mode_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flexq.formatkit import rounding
+    from flexq.numerics import rounding
 
     monkeypatch.setenv(rounding.OVERFLOW_ENV, "clip")
     with pytest.raises(flexq.FlexqError, match="FLEXQ_OVERFLOW='clip'.*'saturate'"):
@@ -221,7 +221,7 @@ def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
 ) -> None:
     """Small arrays, tiny bands: every split (runs of a dim, recursion into
     sub-arrays, odd-sized runs, threads) gives the bits of ``table[codes] * scale``."""
-    import flexq.formatkit.bands as ops_module
+    import flexq.numerics.bands as ops_module
 
     codes, scale, band = case
     table = np.random.default_rng(3).standard_normal(256).astype(np.float32)

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing import local_and_whole
+from flexq.testing.strategies import box_case
 
 FORMATS = ["bitsandbytes"]
 Build = Callable[..., Path]
@@ -94,20 +96,13 @@ def test_force_global_gives_the_whole_tensor(tmp_path: Path, build: Build, kit: 
 def cases(draw: st.DrawFn) -> dict[str, Any]:
     rank = draw(st.integers(1, 3))
     shape = tuple(draw(st.integers(1, 12 if rank > 1 else 300)) for _ in range(rank))
-    offset, local = [], []
-    for d in shape:
-        o = draw(st.integers(0, d - 1))
-        offset.append(o)
-        local.append(draw(st.integers(1, d - o)))
     return {
         "shape": shape,
         "quant_type": draw(st.sampled_from(["nf4", "fp4"])),
         "blocksize": draw(st.sampled_from([1, 3, 8, 16, 64, 128])),
         "nested": draw(st.booleans()),
         "nested_blocksize": draw(st.sampled_from([1, 2, 5, 256])),
-        "offset": tuple(offset),
-        "local": tuple(local),
-        "seed": draw(st.integers(0, 2**32 - 1)),
+        **draw(box_case(shape)),
     }
 
 
@@ -126,16 +121,8 @@ def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
     )
     with tempfile.TemporaryDirectory() as tmp:
         ct = flexq.compose(build(Path(tmp) / "c", kit.tensors_4bit(KEY, data)), formats=FORMATS)
-        whole = ct.load(KEY, "float32")
-        target = TargetSlice(case["shape"], case["local"], case["offset"], "float32")
-        plan = ct.plan(KEY, target)
-        assert plan.mode == "local"
-        before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(plan)
-        read = ct.checkpoint.bytes_read - before
-        local = ct.dequantize(KEY, sources, plan, "float32")
-        box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
-        np.testing.assert_array_equal(kit.bits(local), kit.bits(whole[box]))
+        local, sliced, read, plan, sources = local_and_whole(ct, KEY, case["offset"], case["local"])
+        np.testing.assert_array_equal(kit.bits(local), kit.bits(sliced))
         # The box's rows plus one block at each end: codes, absmax (4 or 1 bytes each),
         # nested absmax of those blocks' groups plus one at each end, both code books,
         # and the quant-state blob.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import ml_dtypes
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from flexq import RawTensor, save_checkpoint
+from flexq.testing import helpers, round_to
 
 SCALE_NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}
 
@@ -208,25 +210,7 @@ def reference_decode(case: Case) -> np.ndarray:
     return np.asarray((q - z[rows][:, cols]) * s[rows][:, cols], dtype=np.float32)
 
 
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """The oracle's one rounding, in the core's result convention (bfloat16 as uint16 bits)."""
-    if dtype == "bfloat16":
-        return np.asarray(x.astype(ml_dtypes.bfloat16).view(np.uint16))
-    return np.asarray(x.astype(dtype))
-
-
-class Oracle:
-    """The oracle's functions, for tests (conftest is not importable as a module)."""
-
-    Case = Case
-    bitpack = staticmethod(bitpack)
-    bitunpack = staticmethod(bitunpack)
-    random_case = staticmethod(random_case)
-    reference_decode = staticmethod(reference_decode)
-    round_to = staticmethod(round_to)
-    stored_scale = staticmethod(stored_scale)
-
-
 @pytest.fixture(scope="session")
-def oracle() -> type[Oracle]:
-    return Oracle
+def oracle() -> SimpleNamespace:
+    """The oracle's functions, for tests (conftest is not importable as a module)."""
+    return helpers(Case, bitpack, bitunpack, random_case, reference_decode, round_to, stored_scale)

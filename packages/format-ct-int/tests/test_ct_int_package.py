@@ -13,16 +13,6 @@ from flexq_ct_int import WeightScheme, quantization_config, quantize, save_ct_in
 from flexq_ct_int import plugin as package_plugin
 
 
-def test_entry_point_registers_the_format_and_its_quant_methods() -> None:
-    info = {f.name: f for f in flexq.list_formats()}["ct-int"]
-    assert info.error is None
-    assert info.distribution == "flexq-format-ct-int"
-    assert package_plugin.plugin.flexq_quant_methods() == (
-        "compressed-tensors/pack-quantized",
-        "compressed-tensors/int-quantized",
-    )
-
-
 @pytest.mark.parametrize(
     "scheme",
     [

@@ -15,7 +15,7 @@ import pytest
 
 from flexq import TargetSlice, compose
 from flexq.formatkit.arrays import to_numpy
-from flexq.testing import source_to_paddle
+from flexq.testing import decode_box, source_to_paddle
 
 LAYOUTS = [
     dict(fmt="pack-quantized", bits=4, strategy="group", group=16, symmetric=False),
@@ -43,13 +43,9 @@ def test_paddle_sources_give_the_numpy_bits_for_local_and_global_plans(
         TargetSlice((40, 96), (20, 96), (20, 0), out),
         TargetSlice.whole((40, 96), out),
     ):
-        plan = ct.plan("fc.weight", target)
-        sources = ct.read_sources(plan)
-        on_device = {
-            k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()
-        }
-        from_numpy = ct.dequantize("fc.weight", sources, plan, out)
-        from_paddle = ct.dequantize("fc.weight", on_device, plan, out)
+        box = (target.global_offset, target.local_shape)
+        from_numpy = decode_box(ct, "fc.weight", *box, out)
+        from_paddle = decode_box(ct, "fc.weight", *box, out, paddle=True)
         assert isinstance(from_paddle, paddle.Tensor)
         assert str(from_paddle.dtype) == f"paddle.{out}"
         np.testing.assert_array_equal(to_numpy(from_paddle), from_numpy)

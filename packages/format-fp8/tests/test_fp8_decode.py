@@ -17,6 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 import flexq.formatkit.bands as core_ops
 from flexq.formatkit import NumpyOps
+from flexq.testing import same_bits
 from flexq_fp8.decode import decode_scaled
 
 
@@ -24,13 +25,6 @@ def expected(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:
     values = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         return np.asarray(values * scale, dtype=np.float32)
-
-
-def same_bits(got: np.ndarray, want: np.ndarray) -> None:
-    """Equal bits, except that any NaN equals any NaN (payloads are not specified)."""
-    nan = np.isnan(want)
-    np.testing.assert_array_equal(np.isnan(got), nan)
-    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 
 #: scale values of every class: tiny subnormal, normal, just under and at 2^8,

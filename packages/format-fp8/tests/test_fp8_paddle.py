@@ -17,7 +17,7 @@ import flexq
 from flexq import RawTensor, TargetSlice
 from flexq.formatkit.arrays import to_numpy
 from flexq.formatkit.rounding import OVERFLOW_ENV
-from flexq.testing import source_to_paddle
+from flexq.testing import decode_box, source_to_paddle
 
 
 def bits_with_one_nan(x: np.ndarray, out: str) -> np.ndarray:
@@ -94,13 +94,9 @@ def test_paddle_sources_give_the_numpy_bits_for_local_and_global_plans(
         TargetSlice(shape, local, offset, out),
         TargetSlice.whole(shape, out),
     ):
-        plan = ct.plan("w", target)
-        sources = ct.read_sources(plan)
-        on_device = {
-            k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()
-        }
-        from_numpy = ct.dequantize("w", sources, plan, out)
-        from_paddle = ct.dequantize("w", on_device, plan, out)
+        box = (target.global_offset, target.local_shape)
+        from_numpy = decode_box(ct, "w", *box, out)
+        from_paddle = decode_box(ct, "w", *box, out, paddle=True)
         assert isinstance(from_paddle, paddle.Tensor)
         assert str(from_paddle.dtype) == f"paddle.{out}"
         np.testing.assert_array_equal(

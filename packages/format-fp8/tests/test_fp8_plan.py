@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import flexq
 from flexq import RawTensor, TargetSlice
 from flexq.plan import block_cover
+from flexq.testing.strategies import box_in
 from flexq_fp8.decode import dequantize
 from flexq_fp8.layout import Fp8Layout
 
@@ -54,13 +55,9 @@ def examples(draw: st.DrawFn) -> Example:
         last = (draw(st.integers(1, 40)), draw(st.integers(1, 40)))
     shape = (*experts, out, inp)
     block = (1,) * len(experts) + last
-    offset, size = [], []
-    for n in shape:
-        o = draw(st.integers(0, n - 1))
-        offset.append(o)
-        size.append(draw(st.integers(1, n - o)))
+    offset, size = draw(box_in(shape))
     scale_dtype = draw(st.sampled_from(sorted(ITEMSIZE)))
-    return Example(shape, block, scale_dtype, tuple(offset), tuple(size), draw(st.integers(0, 9)))
+    return Example(shape, block, scale_dtype, offset, size, draw(st.integers(0, 9)))
 
 
 def write(

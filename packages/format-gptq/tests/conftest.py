@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import ml_dtypes
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 from flexq import RawTensor, save_checkpoint
+from flexq.testing import helpers, round_to, same_bits
 
 SCALE_NUMPY = {"F16": np.float16, "BF16": ml_dtypes.bfloat16, "F32": np.float32}
 
@@ -77,21 +79,6 @@ def reference_decode(
     for i in range(in_f):
         w[:, i] = (q[i] - z[groups[i]]).astype(np.float32) * s[groups[i]]
     return w
-
-
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """The oracle's one rounding, in the core's result convention (bfloat16 as uint16 bits)."""
-    if dtype == "bfloat16":
-        return x.astype(ml_dtypes.bfloat16).view(np.uint16)
-    return x.astype(dtype)
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> None:
-    """Assert two arrays have identical shape, dtype and bits."""
-    assert a.shape == b.shape
-    assert a.dtype == b.dtype
-    width = {2: np.uint16, 4: np.uint32}[a.dtype.itemsize]
-    np.testing.assert_array_equal(np.ascontiguousarray(a).view(width), b.view(width))
 
 
 def unit_codes(bits: int) -> int:
@@ -215,21 +202,18 @@ def written(
         yield Written(path, linears)
 
 
-class Oracle:
-    """The test helpers, handed to test modules as one fixture (they cannot import conftest)."""
-
-    GptqTensors = GptqTensors
-    random_gptq = staticmethod(random_gptq)
-    reference_decode = staticmethod(reference_decode)
-    reference_zeros = staticmethod(reference_zeros)
-    unpack_stream = staticmethod(unpack_stream)
-    round_to = staticmethod(round_to)
-    same_bits = staticmethod(same_bits)
-    gptq_config = staticmethod(gptq_config)
-    written = staticmethod(written)
-    unit_codes = staticmethod(unit_codes)
-
-
 @pytest.fixture(scope="session")
-def oracle() -> type[Oracle]:
-    return Oracle
+def oracle() -> SimpleNamespace:
+    """The test helpers, handed to test modules as one fixture (they cannot import conftest)."""
+    return helpers(
+        GptqTensors,
+        random_gptq,
+        reference_decode,
+        reference_zeros,
+        unpack_stream,
+        round_to,
+        same_bits,
+        gptq_config,
+        written,
+        unit_codes,
+    )

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 from flexq import RawTensor, save_checkpoint
+from flexq.testing import helpers, round_to, same_bits
 
 #: GEMM: logical column j of a group of eight sits in nibble slot ORDER.index(j).
 ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
@@ -52,21 +53,6 @@ def reference_decode(
         z = nibble(qzeros[:, grp // 8], grp % 8).astype(np.float32)
         w[:, i] = (q - z) * scales[:, grp].astype(np.float32)
     return w
-
-
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """The oracle's one rounding, in the core's result convention (bfloat16 as uint16 bits)."""
-    if dtype == "bfloat16":
-        return x.astype(ml_dtypes.bfloat16).view(np.uint16)
-    return x.astype(dtype)
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> None:
-    """Assert two arrays have identical shape, dtype and bits."""
-    assert a.shape == b.shape
-    assert a.dtype == b.dtype
-    width = {2: np.uint16, 4: np.uint32}[a.dtype.itemsize]
-    np.testing.assert_array_equal(np.ascontiguousarray(a).view(width), b.view(width))
 
 
 @dataclass
@@ -166,18 +152,9 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(20240605)
 
 
-class Oracle:
-    """The test helpers, handed to test modules as one fixture (they cannot import conftest)."""
-
-    random_awq = staticmethod(random_awq)
-    reference_decode = staticmethod(reference_decode)
-    round_to = staticmethod(round_to)
-    same_bits = staticmethod(same_bits)
-    awq_config = staticmethod(awq_config)
-    gemv_width = staticmethod(gemv_width)
-    nibble = staticmethod(nibble)
-
-
 @pytest.fixture(scope="session")
-def oracle() -> type[Oracle]:
-    return Oracle
+def oracle() -> SimpleNamespace:
+    """The test helpers, handed to test modules as one fixture (they cannot import conftest)."""
+    return helpers(
+        random_awq, reference_decode, round_to, same_bits, awq_config, gemv_width, nibble
+    )

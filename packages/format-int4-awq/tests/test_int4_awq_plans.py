@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexq import ComposedTransform, TargetSlice, compose
+from flexq.testing.strategies import box_in
 
 # (version, out, in, group_size); boxes of every alignment are drawn over these.
 CASES = [
@@ -65,10 +66,7 @@ def expected_bytes(version: str, g: int, o0: int, no: int, i0: int, ni: int) -> 
 def boxes(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
     case = draw(st.integers(0, len(CASES) - 1))
     _, out_f, in_f, _ = CASES[case]
-    o0 = draw(st.integers(0, out_f - 1))
-    no = draw(st.integers(1, out_f - o0))
-    i0 = draw(st.integers(0, in_f - 1))
-    ni = draw(st.integers(1, in_f - i0))
+    (o0, i0), (no, ni) = draw(box_in((out_f, in_f)))
     return case, o0, no, i0, ni
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,19 +59,12 @@ def random_mx_data() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     return random_mx
 
 
-def build_checkpoint(
-    directory: Path,
-    tensors: Mapping[str, flexq.RawTensor],
-    config: Mapping[str, Any] | None = None,
-    **kwargs: Any,
-) -> Path:
-    """Write ``tensors`` (plus a config.json when given) as a checkpoint in ``directory``."""
-    return flexq.save_checkpoint(directory, tensors, config=config, **kwargs)
-
-
 @pytest.fixture(scope="session")
 def build() -> Build:
-    return build_checkpoint
+    """Writes tensors (and a config.json when given: the third argument) as a checkpoint."""
+    return lambda directory, tensors, config=None, **kw: flexq.save_checkpoint(
+        directory, tensors, config=config, **kw
+    )
 
 
 GPT_OSS_CONFIG = {

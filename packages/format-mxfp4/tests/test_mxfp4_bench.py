@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from flexq.testing import load_script
 
 BENCH = Path(__file__).parents[1] / "bench" / "bench_mxfp4.py"
 
 
 def test_measure_reports_dequantize_and_memcpy_throughput() -> None:
-    spec = importlib.util.spec_from_file_location("bench_mxfp4", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    figures = module.measure(experts=1, rows=64, cols=64, rounds=1)
+    figures = load_script(BENCH).measure(experts=1, rows=64, cols=64, rounds=1)
     assert set(figures) == {"mxfp4_gbps", "mxfp4_bf16_gbps", "memcpy_gbps"}
     assert all(v > 0 for v in figures.values())

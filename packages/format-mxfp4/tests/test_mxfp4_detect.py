@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 
 import flexq
-import flexq_mxfp4.plugin
 from flexq import FormatError
 
 FORMATS = ["mxfp4"]
@@ -26,15 +24,6 @@ def u8(*shape: int) -> flexq.RawTensor:
 
 def experts() -> dict[str, flexq.RawTensor]:
     return {EXPERTS + "_blocks": u8(2, 4, 3, 16), EXPERTS + "_scales": u8(2, 4, 3)}
-
-
-def test_entry_point_resolves_to_the_plugin_object() -> None:
-    (ep,) = [e for e in entry_points(group="flexq") if e.name == "mxfp4"]
-    assert ep.value == "flexq_mxfp4.plugin:plugin"
-    assert ep.load() is flexq_mxfp4.plugin.plugin
-    info = {i.name: i for i in flexq.list_formats()}["mxfp4"]
-    assert info.distribution == "flexq-format-mxfp4"
-    assert info.description.startswith("OCP MXFP4")
 
 
 def test_hybrid_checkpoint_leaves_fp8_attention_to_the_fp8_format(

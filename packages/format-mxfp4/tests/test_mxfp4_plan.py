@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing import local_and_whole
+from flexq.testing.strategies import box_case
 
 FORMATS = ["mxfp4"]
 Build = Callable[..., Path]
@@ -146,20 +148,13 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     # gpt-oss experts are [..., in, out] = the stored [..., out, n] with its last two axes swapped
     blocked = -2 if layout == "gpt-oss" and lead else -1
     shape = (*lead[:-1], n, lead[-1]) if blocked == -2 else (*lead, n)
-    offset, local = [], []
-    for d in shape:
-        o = draw(st.integers(0, d - 1))
-        offset.append(o)
-        local.append(draw(st.integers(1, d - o)))
     return {
         "layout": layout,
         "lead": lead,
         "n": n,
         "blocked": blocked,
         "dtypes": draw(st.sampled_from([("U8", "U8"), ("F4", "F8_E8M0")])),
-        "offset": tuple(offset),
-        "local": tuple(local),
-        "seed": draw(st.integers(0, 2**32 - 1)),
+        **draw(box_case(shape)),
     }
 
 
@@ -179,17 +174,8 @@ def test_local_plan_equals_the_slice_of_the_global_result(
             case["dtypes"],
             case["seed"],
         )
-        shape = ct.entries[key].shape
-        whole = ct.load(key, "float32")
-        target = TargetSlice(shape, case["local"], case["offset"], "float32")
-        plan = ct.plan(key, target)
-        assert plan.mode == "local"
-        before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(plan)
-        read = ct.checkpoint.bytes_read - before
-        local = ct.dequantize(key, sources, plan, "float32")
-        box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
-        np.testing.assert_array_equal(bits(local), bits(whole[box]))
+        local, sliced, read, plan, sources = local_and_whole(ct, key, case["offset"], case["local"])
+        np.testing.assert_array_equal(bits(local), bits(sliced))
         # Per row: at most the covering blocks, i.e. ceil(size/32) + 1 blocks of 16 + 1 bytes.
         blocked = case["blocked"]
         rows = int(np.prod(case["local"])) // case["local"][blocked]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,19 +105,12 @@ def nv() -> Callable[..., dict[str, flexq.RawTensor]]:
     return nv_tensors
 
 
-def build_checkpoint(
-    directory: Path,
-    tensors: Mapping[str, flexq.RawTensor],
-    config: Mapping[str, Any] | None = None,
-    **kwargs: Any,
-) -> Path:
-    """Write ``tensors`` (plus a config.json when given) as a checkpoint in ``directory``."""
-    return flexq.save_checkpoint(directory, tensors, config=config, **kwargs)
-
-
 @pytest.fixture(scope="session")
 def build() -> Build:
-    return build_checkpoint
+    """Writes tensors (and a config.json when given: the third argument) as a checkpoint."""
+    return lambda directory, tensors, config=None, **kw: flexq.save_checkpoint(
+        directory, tensors, config=config, **kw
+    )
 
 
 CT_CONFIG = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import numpy as np
 import pytest
 
 import flexq
-import flexq_nvfp4.plugin
 from flexq import FormatError
 
 CT, MO = "compressed-tensors", "modelopt"
@@ -40,20 +38,6 @@ def f32(*shape: int) -> flexq.RawTensor:
 
 def owners(path: Path, formats: list[str] | None = None) -> dict[str, str]:
     return {k: e.owner for k, e in flexq.compose(path, formats).entries.items()}
-
-
-def test_entry_point_and_quant_methods() -> None:
-    (ep,) = [e for e in entry_points(group="flexq") if e.name == "nvfp4"]
-    fmt = ep.load()
-    assert fmt is flexq_nvfp4.plugin.plugin
-    assert fmt.flexq_quant_methods() == (
-        "compressed-tensors/nvfp4-pack-quantized",
-        "modelopt",
-        "auto-round",
-    )
-    info = {i.name: i for i in flexq.list_formats()}["nvfp4"]
-    assert info.distribution == "flexq-format-nvfp4"
-    assert info.description.startswith("NVFP4")
 
 
 @pytest.mark.parametrize("producer", [CT, MO])

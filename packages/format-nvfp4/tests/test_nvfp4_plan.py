@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
+from flexq.testing import local_and_whole
+from flexq.testing.strategies import box_case
 
 CT, MO, AR = "compressed-tensors", "modelopt", "auto-round"
 #: auto-round's own format shares compressed-tensors' names; its config picks its math.
@@ -105,18 +107,11 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     lead = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=2)))
     n = draw(st.integers(1, 48)) * 2
     shape = (*lead, n)
-    offset, local = [], []
-    for d in shape:
-        o = draw(st.integers(0, d - 1))
-        offset.append(o)
-        local.append(draw(st.integers(1, d - o)))
     return {
         "producer": draw(st.sampled_from([CT, MO, AR])),
         "lead": lead,
         "n": n,
-        "offset": tuple(offset),
-        "local": tuple(local),
-        "seed": draw(st.integers(0, 2**32 - 1)),
+        **draw(box_case(shape)),
     }
 
 
@@ -137,17 +132,8 @@ def test_local_plan_equals_the_slice_of_the_global_result(
             case["n"],
             case["seed"],
         )
-        shape = (*case["lead"], case["n"])
-        whole = ct.load(KEY, "float32")
-        target = TargetSlice(shape, case["local"], case["offset"], "float32")
-        plan = ct.plan(KEY, target)
-        assert plan.mode == "local"
-        before = ct.checkpoint.bytes_read
-        sources = ct.read_sources(plan)
-        read = ct.checkpoint.bytes_read - before
-        local = ct.dequantize(KEY, sources, plan, "float32")
-        box = tuple(slice(o, o + s) for o, s in zip(case["offset"], case["local"], strict=True))
-        assert_same(local, whole[box])
+        local, sliced, read, plan, sources = local_and_whole(ct, KEY, case["offset"], case["local"])
+        assert_same(local, sliced)
         # Per row at most the covering blocks (ceil(size/16) + 1 of 8 code bytes and one
         # scale byte), plus the 4-byte global scale once.
         rows = int(np.prod(case["local"][:-1]))

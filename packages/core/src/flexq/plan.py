@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
-    from flexq.formatkit.format import Sources
+    from flexq.numerics.sources import Sources
 
 #: A box of a tensor: (global_offset, local_shape).
 Box = tuple[tuple[int, ...], tuple[int, ...]]

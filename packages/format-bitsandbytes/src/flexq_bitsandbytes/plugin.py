@@ -36,4 +36,5 @@ plugin = Format(
         {"quantization_config": quantization_config("nf4")},
         MIN_LOGITS_COSINE,
     ),
+    api_version="1.0",
 )

@@ -37,4 +37,5 @@ plugin = Format(
     encode=Encoder(
         partial(quantize_all, scheme=DEMO_SCHEME), checkpoint_config(DEMO_SCHEME), MIN_LOGITS_COSINE
     ),
+    api_version="1.0",
 )

@@ -27,4 +27,5 @@ plugin = Format(
     plan=local_plan,
     decode=apply,
     encode=encode,
+    api_version="1.0",
 )

@@ -55,4 +55,5 @@ plugin = Format(
         {"quantization_config": quantization_config(DEMO_BITS, DEMO_GROUP_SIZE, desc_act=True)},
         MIN_LOGITS_COSINE,
     ),
+    api_version="1.0",
 )

@@ -28,4 +28,5 @@ plugin = Format(
     plan=local_plan,
     decode=dequantize,
     encode=encode,
+    api_version="1.0",
 )

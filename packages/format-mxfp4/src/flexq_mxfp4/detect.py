@@ -54,7 +54,9 @@ def analyze(ckpt: Checkpoint) -> Analysis[MxTensor]:
     layouts: dict[str, MxTensor] = {}
     recognized: set[str] = set()
     for key, info in ckpt.tensors.items():
-        if key.endswith(GPT_OSS_SCALES) and info.dtype in SCALE_DTYPES:
+        if (key.endswith(GPT_OSS_SCALES) and info.dtype in SCALE_DTYPES) or (
+            key.endswith(CT_SCALE) and info.dtype in SCALE_DTYPES and CT_FORMAT in config.ct_formats
+        ):
             recognized.add(key)
         found = _gpt_oss_pair(ckpt, key, info, dtype) or _ct_pair(ckpt, key, info, config, dtype)
         if found is None:

@@ -26,4 +26,5 @@ plugin = Format(
     plan=local_plan,
     decode=apply,
     encode=encode,
+    api_version="1.0",
 )

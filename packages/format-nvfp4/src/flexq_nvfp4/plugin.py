@@ -39,4 +39,5 @@ plugin = Format(
         {"quantization_config": CT_NVFP4_CONFIG},
         MIN_LOGITS_COSINE,
     ),
+    api_version="1.0",
 )

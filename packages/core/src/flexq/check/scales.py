@@ -19,8 +19,8 @@ import numpy as np
 
 from flexq.check.report import Problem, ScaleCounts
 from flexq.errors import FlexqError, ScaleWarning
-from flexq.formatkit.ops import ops_for
-from flexq.formatkit.scales import scale_to_float32
+from flexq.numerics.ops import ops_for
+from flexq.numerics.scales import scale_to_float32
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:

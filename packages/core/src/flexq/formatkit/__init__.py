@@ -29,15 +29,24 @@ from :mod:`flexq` and the rest from here:
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
   :class:`Format` object; ``decode`` reads one box's :class:`Sources`);
-  :class:`Encoder`: its ``encode`` from its quantizer.
+  :class:`Encoder`: its ``encode`` from its quantizer;
+- :data:`API_VERSION`: the kit's ``"major.minor"`` version; a format passes the one it
+  was built for as ``Format(..., api_version=...)``, and one built for another major
+  version is disabled with one warning.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flexq.formatkit.arrays import is_paddle, to_numpy
-from flexq.formatkit.bands import (
+from flexq.formatkit.blocks import nibble_blocks
+from flexq.formatkit.cache import per_checkpoint
+from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
+from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
+from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
+from flexq.formatkit.words import code_table, pack_words, unpack_into
+from flexq.numerics.arrays import is_paddle, to_numpy
+from flexq.numerics.bands import (
     RUNS_PER_TASK,
     for_bands,
     for_row_runs,
@@ -46,29 +55,24 @@ from flexq.formatkit.bands import (
     pair_items,
     row_runs,
 )
-from flexq.formatkit.blocks import nibble_blocks
-from flexq.formatkit.cache import per_checkpoint
-from flexq.formatkit.conformance import check_conformance, scale_like
-from flexq.formatkit.elements import (
+from flexq.numerics.elements import (
     E2M1_PAIRS,
     E2M1_VALUES,
     E4M3_TO_FLOAT32,
     E8M0_TO_FLOAT32,
     nibble_pairs,
 )
-from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
-from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
-from flexq.formatkit.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
-from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.formatkit.scales import (
+from flexq.numerics.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
+from flexq.numerics.scales import (
     FLOAT_SCALE_DTYPES,
     NONFINITE_SCALES_ENV,
     check_scales,
     scale_to_float32,
 )
-from flexq.formatkit.threads import run_parts, thread_count
-from flexq.formatkit.words import code_table, pack_words, unpack_into
+from flexq.numerics.threads import run_parts, thread_count
 from flexq.plan import block_cover, ceil_div
+from flexq.plugin.spec import API_VERSION
+from flexq.testing.plans import check_conformance, scale_like
 
 if TYPE_CHECKING:
     from flexq.formatkit.config import (
@@ -96,6 +100,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "API_VERSION",
     "E2M1_PAIRS",
     "E2M1_VALUES",
     "E4M3_TO_FLOAT32",

@@ -20,7 +20,7 @@ A format that can write checkpoints passes ``encode`` (see :class:`Format`); an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -30,6 +30,7 @@ import numpy as np
 from flexq.errors import FormatError
 from flexq.io.writer import save_checkpoint
 from flexq.markers import hookimpl
+from flexq.numerics.sources import Sources as Sources
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 
 if TYPE_CHECKING:
@@ -54,56 +55,6 @@ class Layout(Protocol):
 
 
 L = TypeVar("L", bound=Layout)
-
-
-class Sources(Mapping[str, Any]):
-    """What a format's ``decode`` reads for one box: source key -> the array (numpy or
-    Paddle) holding exactly the box ``plan`` names (the whole tensor for a global plan),
-    with the checkpoint they came from (for messages) and the plan.
-
-    Numpy arrays may be read-only views of the mapped file: read them, never write
-    into them. ``decode(layout, sources, out)`` returns the float32 box
-    ``sources.target``; ``out`` is None or a writable C-contiguous numpy float32 array
-    of that box, which a decoder may fill and return (ignoring it is always correct).
-    """
-
-    def __init__(self, checkpoint: Checkpoint, plan: ReadPlan, arrays: Mapping[str, Any]) -> None:
-        self.checkpoint, self.plan, self._arrays = checkpoint, plan, arrays
-
-    def __getitem__(self, key: str) -> Any:
-        return self._arrays[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._arrays)
-
-    def __len__(self) -> int:
-        return len(self._arrays)
-
-    @property
-    def target(self) -> TargetSlice:
-        """The box of the logical tensor to produce."""
-        return self.plan.target
-
-    def offset(self, key: str) -> tuple[int, ...]:
-        """Where source ``key``'s box starts in the stored tensor."""
-        return tuple(self.plan.source_slices[key][0])
-
-    def expect(
-        self, shapes: Mapping[str, Sequence[int]], *, logical_key: str, format_name: str
-    ) -> None:
-        """Check that each source in ``shapes`` arrived in the shape the decoder needs.
-
-        :raises FormatError: ``<file>: tensor 'k' arrived with shape (..), the plan for
-            'x' needs (..) (format 'f')``.
-        """
-        for key, want in shapes.items():
-            got = tuple(self[key].shape)
-            if got != tuple(want):
-                raise FormatError(
-                    f"{self.checkpoint.info(key).file}: tensor {key!r} arrived with shape "
-                    f"{got}, the plan for {logical_key!r} needs {tuple(want)} "
-                    f"(format {format_name!r})"
-                )
 
 
 @dataclass(frozen=True)
@@ -164,6 +115,10 @@ class Format(Generic[L]):
         from the planned :class:`Sources`; ``out`` is None or a float32 array of the box
         to fill.
     :param encode: optional: writes a checkpoint of the format (``flexq_encode``).
+    :param api_version: the :data:`flexq.formatkit.API_VERSION` the format was built for
+        (a literal such as ``"1.0"``, not the constant: it records what the code was
+        written against); flexq disables a format built for another major version.
+        None: built before the kit had a version (taken as major 1).
     """
 
     def __init__(
@@ -176,8 +131,10 @@ class Format(Generic[L]):
         plan: Callable[[L, TargetSlice], ReadPlan | None],
         decode: Callable[[L, Sources, Any], Any],
         encode: Encode | None = None,
+        api_version: str | None = None,
     ) -> None:
         self.FORMAT_NAME = name
+        self.FLEXQ_API_VERSION = api_version
         self.__doc__ = description
         self.methods = tuple(methods)
         self._analyze, self._plan, self._decode = analyze, plan, decode
@@ -218,9 +175,18 @@ class Format(Generic[L]):
     def flexq_read_plan(
         self, checkpoint: Checkpoint, logical_key: str, target: TargetSlice, force_global: bool
     ) -> ReadPlan | None:
-        if force_global:
-            return None  # the core plans whole sources
-        return self._plan(self.layout(checkpoint, logical_key), target)
+        layout = self.layout(checkpoint, logical_key)
+        if not force_global:
+            return self._plan(layout, target)
+        # The whole sources, with what the plan of the whole tensor declares (scales,
+        # checks), in one call: the core need not ask a second time.
+        whole = TargetSlice.whole(target.global_shape, target.dtype)
+        plan = self._plan(layout, whole)
+        boxes = {s: ((0,) * len(checkpoint.info(s).shape), checkpoint.info(s).shape)
+                 for s in layout.sources}  # fmt: skip
+        if plan is None:
+            return ReadPlan("global", boxes, whole)
+        return ReadPlan("global", boxes, whole, plan.scales, plan.checks, plan.check)
 
     @hookimpl
     def flexq_apply(

@@ -16,7 +16,7 @@ from math import gcd
 
 import numpy as np
 
-from flexq.formatkit.bands import lookup_into
+from flexq.numerics.bands import lookup_into
 
 #: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from flexq.errors import TargetError
-from flexq.formatkit import E4M3_TO_FLOAT32, ceil_div
+from flexq.numerics.elements import E4M3_TO_FLOAT32
+from flexq.plan import ceil_div
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flexq.errors import TargetError
-from flexq.formatkit import check_scales, ops_for, scale_to_float32
+from flexq.numerics.ops import ops_for
+from flexq.numerics.scales import check_scales, scale_to_float32
 from flexq.load.kept_forms import KeptForm, grid_box, reciprocal_global
 
 if TYPE_CHECKING:

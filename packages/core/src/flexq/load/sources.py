@@ -25,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from flexq.errors import FlexqError
-from flexq.formatkit.arrays import host_to_numpy
 from flexq.io.dtypes import DTYPES, dtype
 from flexq.io.pages import disk_read_bytes
 from flexq.load.quiet import quiet_paddle
+from flexq.numerics.arrays import host_to_numpy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

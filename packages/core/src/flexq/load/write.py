@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.formatkit.arrays import host_view
 from flexq.interrupts import uninterrupted
 from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.load.report import LoadReport
+from flexq.numerics.arrays import host_view
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from flexq.errors import PluginError, TargetError
-from flexq.formatkit import ceil_div
+from flexq.plan import ceil_div
 
 #: The kinds of kept weight: FP8 E4M3 with a per-tensor, per-channel or block scale
 #: grid, MXFP4 (E2M1 codes, E8M0 scales a 32-block), NVFP4 (E2M1 codes, E4M3 scales

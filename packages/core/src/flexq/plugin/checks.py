@@ -7,10 +7,12 @@ adds the format, its distribution and the hook), or gives the checked value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from flexq.io.dtypes import BY_PADDLE
 from flexq.plan import LogicalTensor
+from flexq.plugin.spec import API_ATTRIBUTE, API_VERSION
 
 
 def shown(value: object) -> str:
@@ -36,3 +38,26 @@ def logical_problem(meta: object) -> str | None:
     if not isinstance(meta.dtype, str) or meta.dtype not in BY_PADDLE:
         return f"has dtype {shown(meta.dtype)}, not a Paddle dtype name such as 'bfloat16'"
     return None
+
+
+_MAJOR_MINOR = re.compile(r"(\d+)\.(\d+)")
+
+
+def api_version_problem(plugin: object, current: str = API_VERSION) -> str | None:
+    """Why ``plugin``, by the kit API version it declares (its ``FLEXQ_API_VERSION``),
+    cannot run against this flexq's ``current`` one, or None when it can: the same major
+    version, or nothing declared (a plugin older than the number, taken as major 1)."""
+    declared = getattr(plugin, API_ATTRIBUTE, None)
+    if declared is None:
+        declared_major = "1"
+    elif isinstance(declared, str) and (match := _MAJOR_MINOR.fullmatch(declared)):
+        declared_major = match.group(1)
+    else:
+        return f"declares kit API version {shown(declared)}, not 'major.minor' like {current!r}"
+    if declared_major == current.split(".")[0]:
+        return None
+    shown_declared = declared if declared is not None else "1.x (none declared)"
+    return (
+        f"was built for flexq kit API {shown_declared}, and this flexq's kit API is "
+        f"{current}: the major versions differ"
+    )

@@ -36,7 +36,7 @@ import pluggy
 from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough, spec
-from flexq.plugin.checks import as_names, logical_problem, shown
+from flexq.plugin.checks import api_version_problem, as_names, logical_problem, shown
 from flexq.plugin.discovery import distribution_of, kept_entry_point
 
 if TYPE_CHECKING:
@@ -155,6 +155,13 @@ class FormatRegistry:
         self._infos[ep.name] = broken  # so messages name the distribution
         try:
             plugin = ep.load()
+            problem = api_version_problem(plugin)
+            if problem is not None:
+                return replace(
+                    broken,
+                    error=f"format {ep.name!r} from {dist} {problem}; it is disabled "
+                    f"(install a release of {dist} built for kit API {spec.API_VERSION})",
+                )
             self._add(pm, plugin, ep.name)
         except PluginError as exc:
             return replace(broken, error=str(exc))
@@ -194,6 +201,9 @@ class FormatRegistry:
         with self._lock:
             if name in self._infos or pm.get_plugin(name) is not None:
                 raise PluginError(f"a format named {name!r} is already registered")
+            problem = api_version_problem(plugin)
+            if problem is not None:
+                raise PluginError(f"format {name!r} {problem}; it is not registered")
             self._add(pm, plugin, name)
             version = str(getattr(plugin, "__version__", ""))
             info = self._with_methods(

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from flexq.formatkit.arrays import is_paddle
-from flexq.formatkit.rounding import bfloat16_bits_to_float32
 from flexq.io.dtypes import dtype
+from flexq.numerics.arrays import is_paddle
+from flexq.numerics.rounding import bfloat16_bits_to_float32
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 from flexq.plugin.spec import hookimpl
 

@@ -31,7 +31,20 @@ if TYPE_CHECKING:
     from flexq.io.writer import RawTensor
     from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 
-__all__ = ["NAME", "hookimpl", "hookspec"]
+__all__ = ["API_ATTRIBUTE", "API_VERSION", "NAME", "hookimpl", "hookspec"]
+
+#: The version of the contract between flexq and its format plugins (these hooks,
+#: their arguments and results, and :mod:`flexq.formatkit`), as ``"major.minor"``. The
+#: major number changes when a plugin written for the old contract can break (a hook's
+#: or the kit's decode signature changes); the minor when something is only added. A
+#: plugin declares the version it was built for (``Format(..., api_version="1.0")``,
+#: or a module-level ``FLEXQ_API_VERSION = "1.0"``); one built for another major
+#: version is disabled with one warning. A plugin that declares none predates the
+#: number and is taken as built for major 1.
+API_VERSION = "1.0"
+
+#: The attribute of a plugin object that holds the version it was built for.
+API_ATTRIBUTE = "FLEXQ_API_VERSION"
 
 # Every hook is called on one format at a time (the registry routes per-tensor
 # hooks to the tensor's owner), so each returns that format's single answer.

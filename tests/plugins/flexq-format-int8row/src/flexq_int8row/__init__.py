@@ -75,7 +75,7 @@ def local_plan(tensor: RowScaled, target: flexq.TargetSlice) -> flexq.ReadPlan:
 
 
 # decode: the math once, for numpy arrays and Paddle tensors alike, in float32
-def dequantize(tensor: RowScaled, sources: Sources, out: Any) -> Any:
+def decode(tensor: RowScaled, sources: Sources, out: Any) -> Any:
     q, s = (sources[k] for k in tensor.sources)
     ops = ops_for(q)
     return ops.float32(q, "I8") * ops.reshape(ops.float32(s, "F32"), (-1, 1))
@@ -106,6 +106,7 @@ plugin = Format(
     methods=(METHOD,),
     analyze=analyze,
     plan=local_plan,
-    decode=dequantize,
+    decode=decode,
     encode=encode,
+    api_version="1.0",  # the flexq.formatkit.API_VERSION this module was written for
 )

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from flexq.compose import ComposedTransform
+    from flexq.plan import ReadPlan
 
 
 def source_to_paddle(x: np.ndarray, st_dtype: str) -> Any:
@@ -55,3 +56,24 @@ def decode_box(
         }
     ct.check_plan(logical_key, plan, sources)  # the checks a load runs before any write
     return ct.dequantize(logical_key, sources, plan, output_dtype)
+
+
+def local_and_whole(
+    ct: ComposedTransform, logical_key: str, offset: Sequence[int], shape: Sequence[int]
+) -> tuple[Any, np.ndarray, int, ReadPlan, dict[str, Any]]:
+    """A property test's one step: the float32 box ``offset`` + ``shape`` decoded through
+    its local plan, the same box sliced from the whole tensor, the bytes the plan's reads
+    took, the plan and its sources (to feed them again, e.g. as Paddle tensors).
+
+    :raises AssertionError: when the owner's plan for the box is not local.
+    """
+    entry = ct.entry(logical_key)
+    whole = ct.load(logical_key, "float32")
+    plan = ct.plan(logical_key, TargetSlice(entry.shape, tuple(shape), tuple(offset), "float32"))
+    assert plan.mode == "local", plan
+    before = ct.checkpoint.bytes_read
+    sources = ct.read_sources(plan)
+    read = ct.checkpoint.bytes_read - before
+    local = ct.dequantize(logical_key, sources, plan, "float32")
+    box = tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))
+    return local, whole[box], read, plan, dict(sources)

@@ -1,0 +1,195 @@
+"""Cache-sized bands of work on the worker threads, for fast numpy decoders.
+
+A dequantizer that decodes a large box in one numpy pass after another makes
+each pass a trip to memory. These helpers cut the box into bands that stay in
+a core's L2 cache and hand runs of bands to the worker threads
+(:mod:`flexq.numerics.threads`), so every pass over a band finds it in cache.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from flexq.numerics.threads import run_parts
+
+#: Byte-code arrays smaller than this are looked up directly (the pair table
+#: costs ~1 ms to build once and threads cost more than they save).
+_PAIR_MIN_CODES = 1 << 16
+#: Codes per band: 256 Ki codes give 1 MiB of float32 results, so a band's
+#: scale multiply finds it still in the core's L2 cache (bands of 8 MiB made
+#: the multiply a second trip to memory and the lookup ~2x slower; measured
+#: with bench/ on a 2-core EPYC with 1 MiB L2 per core).
+_BAND_CODES = 1 << 18
+#: Bands per task handed to a worker thread (8 MiB of float32 results).
+RUNS_PER_TASK = 8
+_pair_tables: dict[bytes, np.ndarray] = {}
+
+#: One band: integer indices on leading dims, then a slice of the next dim.
+Band = tuple[int | slice, ...]
+
+
+def pairable(table: np.ndarray, codes: Any) -> bool:
+    """Whether ``table[codes]`` can go through the two-codes-at-once pair table."""
+    return (
+        isinstance(codes, np.ndarray)
+        and codes.dtype == np.uint8
+        and codes.ndim > 0
+        and table.shape == (256,)
+        and table.dtype.itemsize == 4
+        and codes.flags.c_contiguous
+        and codes.size >= _PAIR_MIN_CODES
+    )
+
+
+def _pair_table(table: np.ndarray) -> np.ndarray:
+    """``table`` over every pair of byte codes: 65536 entries of two values (as uint64)."""
+    key = table.dtype.str.encode() + table.tobytes()
+    pairs = _pair_tables.get(key)
+    if pairs is None:
+        both = np.arange(1 << 16, dtype=np.uint32)
+        first, second = (both & 0xFF, both >> 8) if np.little_endian else (both >> 8, both & 0xFF)
+        two = np.empty((1 << 16, 2), dtype=table.dtype)
+        two[:, 0] = table[first]
+        two[:, 1] = table[second]
+        pairs = two.view(np.uint64).reshape(1 << 16)
+        _pair_tables[key] = pairs
+    return pairs
+
+
+def _bands(shape: tuple[int, ...], limit: int) -> list[Band]:
+    """Split a C-contiguous array of ``shape`` into contiguous pieces of about ``limit``
+    elements, in order: runs of dim 0 when one index of dim 0 is small enough,
+    else the same split of each ``[i, ...]`` sub-array. Runs hold an even number
+    of elements whenever the array's trailing size allows it."""
+    inner = math.prod(shape[1:])
+    if len(shape) == 1 or inner <= limit:
+        step = max(1, limit // max(inner, 1))
+        step += step % 2 if inner % 2 else 0
+        return [(slice(a, min(a + step, shape[0])),) for a in range(0, shape[0], step)]
+    return [(i, *rest) for i in range(shape[0]) for rest in _bands(shape[1:], limit)]
+
+
+def _scale_band(scale: np.ndarray, band: Band) -> np.ndarray:
+    """The part of ``scale`` (each dim 1 or equal to the codes') that a codes band uses."""
+    index = tuple(
+        (0 if isinstance(ix, int) else slice(None)) if n == 1 else ix
+        for ix, n in zip(band, scale.shape, strict=False)
+    )
+    return scale[index]
+
+
+#: Work on one band: (codes band, output band, the matching part of each side array).
+BandWork = Callable[..., None]
+
+
+def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndarray) -> np.ndarray:
+    """Run ``work(codes_band, out_band, *side_parts)`` over cache-sized bands of
+    ``codes`` on the worker threads; returns ``out``.
+
+    For decoders with their own per-band math. ``codes`` and ``out`` are
+    C-contiguous numpy arrays of one shape (their dtypes may differ); each
+    ``side`` array (scales, zero points) broadcasts against them as in numpy
+    (trailing dims aligned, each dim 1 or equal, at most their rank), and
+    ``work`` gets the part of it that lines up with its band, with their rank. Bands
+    are about :data:`_BAND_CODES` elements, so a band's several passes find it
+    still in the core's L2 cache; worker threads take runs of up to
+    :data:`RUNS_PER_TASK` contiguous bands (runs keep the threads from trading the
+    GIL at every band; see :func:`flexq.numerics.threads.run_parts`). Work on bands must
+    be elementwise: bands are done in no particular order.
+    """
+    bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [()]
+    # Leading 1s give each side array the codes' rank, so bands index it alike.
+    side = tuple(x.reshape((1,) * (codes.ndim - x.ndim) + x.shape) for x in side)
+
+    def run(part: Sequence[Band]) -> None:
+        for band in part:
+            work(codes[band], out[band], *(_scale_band(x, band) for x in side))
+
+    run_parts(run, bands, RUNS_PER_TASK)
+    return out
+
+
+def row_runs(rows: int, row_elements: int) -> list[range]:
+    """Consecutive runs of ``rows`` rows of ``row_elements`` output elements each,
+    each about one cache-sized band (:data:`_BAND_CODES` elements, one row at
+    least), for decoders whose bands are whole rows; hand them to
+    :func:`flexq.numerics.threads.run_parts` with at most :data:`RUNS_PER_TASK` per task
+    (:func:`for_row_runs` does both)."""
+    step = max(1, _BAND_CODES // max(1, row_elements))
+    return [range(a, min(a + step, rows)) for a in range(0, rows, step)]
+
+
+def for_row_runs(work: Callable[[Sequence[range]], None], rows: int, row_elements: int) -> None:
+    """Call ``work`` on the :func:`row_runs` of ``rows`` output rows of ``row_elements``
+    elements, on the worker threads, at most :data:`RUNS_PER_TASK` runs per call
+    (for decoders whose bands are whole rows; runs are done in no particular order)."""
+    run_parts(work, row_runs(rows, row_elements), RUNS_PER_TASK)
+
+
+def lookup_into(table: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = table[codes]`` for uint8 ``codes`` and a 256-entry 4-byte table,
+    two codes per lookup through the pair table when ``codes`` allows it."""
+    if codes.size % 2 or not codes.flags.c_contiguous or not out.flags.c_contiguous:
+        out[...] = table[codes]
+        return
+    pairs = _pair_table(table)
+    flat = codes.reshape(-1).view(np.uint16)
+    np.take(pairs, flat, out=out.reshape(-1).view(np.uint64), mode="clip")
+
+
+def pair_items(pairs: np.ndarray) -> np.ndarray:
+    """A [256, 2] float32 pair table (:func:`flexq.formatkit.nibble_pairs`) as 256 items
+    of 8 bytes: one gather per code byte copies both of its values (numpy gathers one
+    8-byte item ~2x faster than two float32 from a [256, 2] table)."""
+    return np.ascontiguousarray(pairs, dtype=np.float32).view(np.uint64).reshape(-1)
+
+
+def lookup_scaled(
+    items: np.ndarray, codes: np.ndarray, out: np.ndarray, scale: np.ndarray
+) -> np.ndarray:
+    """Blocks of codes looked up and scaled, band by band on the worker threads; returns ``out``.
+
+    For block-scaled formats whose code bytes decode through a table of wide items
+    (:func:`pair_items`: two float32 per byte; or four per uint16 code pair):
+    ``out[..., j, :]`` gets ``items[codes[..., j, :]]`` and then each of its float32
+    values is multiplied by ``scale[..., j, 0]``, while the band is still in cache.
+
+    :param items: the lookup table (``take`` with ``mode="clip"``: a code never exceeds it).
+    :param codes: C-contiguous integer codes ``[..., blocks, m]``.
+    :param out: C-contiguous ``[..., blocks, m]`` of ``items``' dtype (a view of the float32
+        result), written in place.
+    :param scale: float32 ``[..., blocks, 1]``, one scale per block. Products beyond
+        float32's range are inf, by definition, without a warning.
+    """
+
+    def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
+        np.take(items, c, out=o, mode="clip")
+        values = o.view(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values *= s
+
+    return for_bands(work, codes, out, scale)
+
+
+def banded_lookup(
+    table: np.ndarray, codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray | None
+) -> np.ndarray:
+    """``table[codes]`` (times ``scale`` if given) for uint8 codes, band by band.
+
+    Each band is looked up two codes at a time through the pair table and then
+    scaled while it is still in cache. Exact: every value is a copy of a table
+    entry's bits times its float32 scale. Products beyond float32's range are inf.
+    """
+
+    def work(c: np.ndarray, o: np.ndarray, *s: np.ndarray) -> None:
+        lookup_into(table, c, o)
+        if s:
+            with np.errstate(over="ignore", invalid="ignore"):
+                o *= s[0]
+
+    result = np.empty(codes.shape, table.dtype) if out is None else out
+    return for_bands(work, codes, result, *(() if scale is None else (scale,)))

@@ -1,0 +1,29 @@
+"""Hypothesis strategies shared by format tests (imports hypothesis: tests only).
+
+For format authors' property tests: :func:`box_in` draws a box of a tensor (what one
+shard of a sharded load holds), so every format's "a local plan equals the slice of
+the whole" test draws its boxes the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+
+
+@st.composite
+def box_in(draw: st.DrawFn, shape: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A non-empty box ``(offset, local_shape)`` inside ``shape`` (every dim >= 1)."""
+    offset = tuple(draw(st.integers(0, d - 1)) for d in shape)
+    local = tuple(draw(st.integers(1, d - o)) for d, o in zip(shape, offset, strict=True))
+    return offset, local
+
+
+@st.composite
+def box_case(draw: st.DrawFn, shape: Sequence[int]) -> dict[str, Any]:
+    """The common keys of one property-test case: a box inside ``shape`` (``offset``,
+    ``local``) and a ``seed`` for the case's random data."""
+    offset, local = draw(box_in(shape))
+    return {"offset": offset, "local": local, "seed": draw(st.integers(0, 2**32 - 1))}

@@ -1,0 +1,139 @@
+"""The core's hand-kept tables of formats, tied to what the installed formats declare.
+
+A new format package adds lines to ``plugin/known.py`` (so a checkpoint of its method
+names the distribution to install when it is missing) and may need a name in
+``passthrough.QUANT_COMPANIONS`` (so its checkpoint is refused, not passed through,
+when it is missing). These tests fail when either table and the formats disagree.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import flexq
+from flexq.plugin.known import FIRST_PARTY, PUBLISHED
+from flexq.plugin.passthrough import looks_quantized
+from flexq.plugin.spec import API_ATTRIBUTE, API_VERSION
+
+
+def first_party_rows() -> list[flexq.plugin.manager.FormatInfo]:
+    return [
+        row
+        for row in flexq.list_formats()
+        if row.distribution in FIRST_PARTY and row.source == "entry point"
+    ]
+
+
+def test_the_published_methods_table_is_what_the_installed_formats_claim() -> None:
+    """known.PUBLISHED names, for every config method, exactly the first-party formats
+    whose ``methods`` claim it: no method missing, none stale, no distribution wrong."""
+    claimed: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for row in first_party_rows():
+        assert row.error is None, row.error
+        for method in row.methods:
+            claimed[method].add((row.name, row.distribution))
+    published = {method: set(pairs) for method, pairs in PUBLISHED.items()}
+    assert published == dict(claimed)
+
+
+def test_every_published_distribution_is_installed_in_the_workspace() -> None:
+    """A distribution the table names exists (its format loads from an entry point)."""
+    installed = {row.distribution for row in first_party_rows()}
+    named = {dist for pairs in PUBLISHED.values() for _, dist in pairs}
+    assert named == installed
+
+
+def published_encoders() -> list[str]:
+    """The first-party formats that write checkpoints (the guide's example is not one)."""
+    registry = flexq.plugin.manager.registry
+    return [row.name for row in first_party_rows() if registry.implements(row.name, "flexq_encode")]
+
+
+@pytest.mark.parametrize("format_ckpt", published_encoders(), indirect=True)
+def test_a_formats_checkpoint_looks_quantized_to_the_core_without_the_format(
+    format_ckpt: tuple[str, Path],
+) -> None:
+    """Every logical tensor a first-party format builds has a source the pass-through
+    guard (``looks_quantized``: QUANT_COMPANIONS, integer weights, quant states) refuses,
+    so with the format uninstalled its checkpoint is an error, never passed through."""
+    name, path = format_ckpt
+    registry = flexq.plugin.manager.registry
+    checkpoint = flexq.Checkpoint(path)
+    logical = registry.logical_metadata(name, checkpoint)
+    assert logical
+    unguarded = [
+        key
+        for key in logical
+        if not any(
+            looks_quantized(source, checkpoint.info(source))
+            for source in registry.source_keys(name, checkpoint, key)
+        )
+    ]
+    assert unguarded == []
+
+
+def test_every_first_party_format_declares_this_kit_api_version() -> None:
+    """flexq's own formats are built with this kit, and say so."""
+    manager = flexq.plugin.manager.registry.manager
+    declared = {
+        row.name: getattr(manager.get_plugin(row.name), API_ATTRIBUTE, None)
+        for row in first_party_rows()
+    }
+    assert declared == dict.fromkeys(declared, API_VERSION)
+
+
+def test_a_forced_global_plan_asks_the_formats_plan_once(tmp_path: Path) -> None:
+    """``force_global`` (the whole-source path) calls a Format's read-plan hook once and
+    its plan once, for the whole tensor, and still carries the scales that plan declares
+    (it was two hook calls: None for the forced one, then the whole tensor's plan)."""
+    from flexq.formatkit import Format
+
+    from .conftest import example_module
+
+    example = example_module()
+    asked: list[flexq.TargetSlice] = []
+
+    def counted_plan(layout: Any, target: flexq.TargetSlice) -> flexq.ReadPlan | None:
+        asked.append(target)
+        plan: flexq.ReadPlan | None = example.local_plan(layout, target)
+        return plan
+
+    counting: Format[Any] = Format(
+        "int8row", "int8row, its plans counted", methods=(example.METHOD,),
+        analyze=example.analyze, plan=counted_plan, decode=example.decode,
+    )  # fmt: skip
+    q = np.arange(-32, 32, dtype=np.int8).reshape(8, 8)
+    s = np.linspace(0.5, 4, 8, dtype=np.float32)
+    path = flexq.save_checkpoint(
+        tmp_path / "c",
+        {"lin.weight_q": flexq.RawTensor.of(q), "lin.weight_qscale": flexq.RawTensor.of(s)},
+    )
+    hook_calls: list[bool] = []
+
+    def before(hook_name: str, impls: Any, kwargs: Mapping[str, Any]) -> None:
+        if hook_name == "flexq_read_plan":
+            hook_calls.append(kwargs["force_global"])
+
+    name = flexq.register_format(counting)
+    undo = flexq.plugin.manager.registry.manager.add_hookcall_monitoring(before, lambda *args: None)
+    try:
+        ct = flexq.compose(path, [name])
+        box = flexq.TargetSlice((8, 8), (4, 8), (4, 0), "float32")
+        plan = ct.plan("lin.weight", box, force_global=True)
+    finally:
+        undo()
+        flexq.unregister_format(name)
+    assert hook_calls == [True]  # one hook call ...
+    assert asked == [flexq.TargetSlice.whole((8, 8), "float32")]  # ... one plan, of the whole
+    assert plan.mode == "global"
+    assert plan.scales == ("lin.weight_qscale",)
+    assert dict(plan.source_slices) == {
+        "lin.weight_q": ((0, 0), (8, 8)),
+        "lin.weight_qscale": ((0,), (8,)),
+    }
