@@ -20,10 +20,16 @@ def test_ctrl_c_inside_the_block_is_raised_after_it() -> None:
             steps.append("after the signal")
         steps.append("after the block")  # not reached: the interrupt comes first
 
-    with pytest.raises(KeyboardInterrupt):
-        block()
-    assert steps == ["after the signal"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own Ctrl-C handler, as an interactive run has it (a shell starts a
+    # background job with SIGINT ignored, and Python then installs none).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            block()
+        assert steps == ["after the signal"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_each_signal_reaches_the_handler_from_before_once(monkeypatch: pytest.MonkeyPatch) -> None:
