@@ -279,3 +279,54 @@ def e4m3_values(codes: np.ndarray) -> np.ndarray:
     e, m = (codes >> 3).astype(np.int64), (codes & 7).astype(np.float64)
     value = np.where(e == 0, m * 2.0**-9, (1 + m / 8) * np.exp2(e - 7.0))
     return value.astype(np.float32)
+
+
+def test_compressed_tensors_mxfp8_is_claimed_and_decoded_per_32(
+    tmp_path: Path, reference: Any, rng: np.random.Generator
+) -> None:
+    # llm-compressor's MXFP8A16 (compressed-tensors 0.19): format mxfp8-quantized,
+    # F8_E4M3 weight [out, in], U8 E8M0 weight_scale [out, in/32]. It was refused as
+    # a method no format claims (the regression of issue 25).
+    qc = {
+        "quant_method": "compressed-tensors",
+        "format": "mxfp8-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "format": "mxfp8-quantized",
+                "weights": {
+                    "num_bits": 8,
+                    "type": "float",
+                    "strategy": "group",
+                    "group_size": 32,
+                    "symmetric": True,
+                    "scale_dtype": "torch.uint8",
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    }
+    codes = rng.integers(0, 0x7F, size=(4, 96), dtype=np.uint8)
+    scale = RawTensor("U8", rng.integers(110, 140, size=(4, 3), dtype=np.uint8))
+    save(tmp_path, {"m.weight": RawTensor(F8, codes), "m.weight_scale": scale}, qc)
+    ct = flexq.compose(tmp_path)
+    assert ct.entries["m.weight"].owner == "fp8"
+    got = ct.load("m.weight", "float32")
+    want = reference(codes, scale, (1, 32))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_mxfp8_scale_grid_that_is_not_per_32_is_an_error(tmp_path: Path) -> None:
+    qc = {
+        "quant_method": "compressed-tensors",
+        "format": "mxfp8-quantized",
+        "config_groups": {
+            "g": {
+                "weights": {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 32}
+            }
+        },
+    }
+    scale = RawTensor("U8", np.full((16, 2), 127, dtype=np.uint8))
+    save(tmp_path, {"a.weight": f8(16, 128), "a.weight_scale": scale}, qc)
+    with pytest.raises(FormatError, match=r"a\.weight_scale.*1x32.*format fp8"):
+        flexq.compose(tmp_path, formats=["fp8"])

@@ -4,7 +4,7 @@ Reads the three producer dialects: ``quant_method: fp8`` (AutoFP8 / vLLM /
 DeepSeek / HF finegrained, with ``weight_block_size`` for block scales),
 ``fbgemm_fp8`` (per-channel) and ``compressed-tensors`` with
 ``format: float-quantized`` groups (tensor / channel / group / block
-strategies). Gives the block sizes a scale grid may have and the modules the
+strategies) or ``mxfp8-quantized`` groups (group 32, E8M0 scales). Gives the block sizes a scale grid may have and the modules the
 config excludes from quantization (:class:`flexq.formatkit.IgnoreList`).
 """
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 FORMAT_NAME = "fp8"
 #: ``quant_method`` values whose configs describe FP8 weights.
 METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors")
+#: compressed-tensors formats of FP8 E4M3 weights: ``float-quantized`` (float scales)
+#: and ``mxfp8-quantized`` (llm-compressor's MXFP8A16: E8M0 ``U8`` scales per 32).
+CT_FORMATS = ("float-quantized", "mxfp8-quantized")
 
 
 class Fp8QuantConfig(QuantConfig):
@@ -87,7 +90,7 @@ def _compressed_tensors(model: Fp8QuantConfig, where: str) -> tuple[BlockCandida
             continue
         weights = group.get("weights") or {}
         fmt = group.get("format") or model.format
-        if fmt != "float-quantized" or weights.get("type") != "float":
+        if fmt not in CT_FORMATS or weights.get("type") != "float":
             continue
         if weights.get("num_bits") != 8:
             continue

@@ -10,7 +10,7 @@ config), :mod:`flexq_fp8.plan` (local read plans), :mod:`flexq_fp8.decode`
 from __future__ import annotations
 
 from flexq.formatkit import Format
-from flexq_fp8.config import FORMAT_NAME
+from flexq_fp8.config import CT_FORMATS, FORMAT_NAME
 from flexq_fp8.decode import apply
 from flexq_fp8.detect import analyze
 from flexq_fp8.encode import encode
@@ -22,7 +22,13 @@ plugin = Format(
     FORMAT_NAME,
     "FP8 E4M3 weights: per-tensor, per-channel, block-wise and compressed-tensors scales.",
     # auto-round's own FP8 export (data_type fp) stores the same weights and scales.
-    methods=("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt", "auto-round"),
+    methods=(
+        "fp8",
+        "fbgemm_fp8",
+        *(f"compressed-tensors/{f}" for f in CT_FORMATS),
+        "modelopt",
+        "auto-round",
+    ),
     analyze=analyze,
     plan=local_plan,
     decode=apply,
