@@ -4,8 +4,9 @@ Reads the three producer dialects: ``quant_method: fp8`` (AutoFP8 / vLLM /
 DeepSeek / HF finegrained, with ``weight_block_size`` for block scales),
 ``fbgemm_fp8`` (per-channel) and ``compressed-tensors`` with
 ``format: float-quantized`` groups (tensor / channel / group / block
-strategies) or ``mxfp8-quantized`` groups (group 32, E8M0 scales). Gives the block sizes a scale grid may have and the modules the
-config excludes from quantization (:class:`flexq.formatkit.IgnoreList`).
+strategies) or ``mxfp8-quantized`` groups (group 32, E8M0 scales). Gives
+the block sizes a scale grid may have and the modules the config excludes
+from quantization (:class:`flexq.formatkit.IgnoreList`).
 """
 
 from __future__ import annotations
