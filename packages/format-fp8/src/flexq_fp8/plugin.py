@@ -1,4 +1,4 @@
-"""FP8 E4M3 weights: per-tensor, per-channel, block-wise (ModelOpt fp8_pb_wo too) and MXFP8 scales.
+"""FP8 E4M3 weights: per-tensor, per-channel, block-wise (ModelOpt fp8_pb_wo) and MXFP8 scales.
 
 The ``fp8`` format as one :class:`flexq.formatkit.Format` (the entry point
 ``flexq_fp8.plugin:plugin`` in the group ``flexq`` names it), over the modules
@@ -20,7 +20,7 @@ __all__ = ["plugin"]
 
 plugin = Format(
     FORMAT_NAME,
-    "FP8 E4M3 weights: per-tensor, per-channel, block-wise (ModelOpt fp8_pb_wo too) and MXFP8 scales.",
+    "FP8 E4M3 weights: per-tensor, per-channel, block-wise (ModelOpt fp8_pb_wo) and MXFP8 scales.",
     # auto-round's own FP8 export (data_type fp) stores the same weights and scales.
     methods=(
         "fp8",
