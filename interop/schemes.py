@@ -61,6 +61,7 @@ SCHEMES = (
     Scheme("autoround-nvfp4-llmc", ar.nvfp4_llm_compressor, "nvfp4", "nvfp4-pack-quantized", 0.15),
     Scheme("modelopt-fp8", mo.fp8_tensor, "fp8", "modelopt", 0.05),
     Scheme("modelopt-fp8-pb-wo", mo.fp8_block_weight_only, "fp8", "modelopt", 0.05),
+    Scheme("modelopt-nvfp4", mo.nvfp4, "nvfp4", "modelopt", 0.15),
     Scheme("bnb-nf4-double-quant", bnb.nf4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-fp4", bnb.fp4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-int8", bnb.int8, "bitsandbytes", "bitsandbytes", 0.02),

@@ -27,7 +27,6 @@ NO_CPU_PRODUCER: dict[tuple[str, str], str] = {
         "test_gpt_oss_mxfp4 checks transformers' own dequantizer on packed blocks"
     ),
     ("intel/auto-round", "gptq"): "auto-round before 0.5's spelling; 0.15.1 writes auto-round",
-    ("modelopt", "nvfp4"): "not yet a scheme here (ModelOpt NVFP4 export on CPU is untested)",
 }
 
 

@@ -15,7 +15,9 @@ Oracles are ModelOpt's own ``QTensor`` dequantizers, run in float32:
   ``FP8QTensor.dequantize`` with the ``[g0, 1, g1, 1]`` ``weight_scale`` (0-d for a
   weight of one block) reshaped to the grid and the preset's 128x128 ``block_sizes``
   (the block size is in neither config: the oracle knows it from the preset, flexq
-  infers it from the shapes).
+  infers it from the shapes);
+- ``NVFP4_DEFAULT_CFG`` (``quant_algo: NVFP4``): ``NVFP4QTensor.dequantize`` (its
+  non-kernel path: ``e2m1 * (scale * scale_2)``) with ``dtype=float32``.
 """
 
 from __future__ import annotations
@@ -86,5 +88,26 @@ def fp8_block_weight_only(base: Path, out: Path) -> Built:
         q = FP8QTensor(w.shape, torch.float32, w)
         scale = stored.to(torch.float32).reshape(grid)
         value = q.dequantize(dtype=torch.float32, scale=scale, block_sizes=blocks)
+        reference[f"{prefix}.weight"] = f32(value)
+    return Built(out, reference, passthrough_of(base, out, LINEARS))
+
+
+def nvfp4(base: Path, out: Path) -> Built:
+    """``NVFP4_DEFAULT_CFG``: E2M1 nibbles in ``weight`` U8, F8_E4M3 ``weight_scale`` per
+    16, F32 ``weight_scale_2``; the oracle is ``NVFP4QTensor.dequantize`` in float32."""
+    from modelopt.torch.quantization.qtensor.nvfp4_tensor import NVFP4QTensor
+
+    tensors = _export(base, out, "NVFP4_DEFAULT_CFG")
+    reference: dict[str, np.ndarray] = {}
+    for prefix in LINEARS:
+        packed = tensors[f"{prefix}.weight"]
+        shape = (packed.shape[0], packed.shape[1] * 2)
+        q = NVFP4QTensor(torch.Size(shape), torch.float32, packed)
+        value = q.dequantize(
+            dtype=torch.float32,
+            scale=tensors[f"{prefix}.weight_scale"],
+            double_scale=tensors[f"{prefix}.weight_scale_2"].to(torch.float32),
+            block_sizes={-1: 16},
+        )
         reference[f"{prefix}.weight"] = f32(value)
     return Built(out, reference, passthrough_of(base, out, LINEARS))
