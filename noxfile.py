@@ -171,6 +171,7 @@ PRODUCERS = [
     "compressed-tensors==0.19.0",
     "transformers==5.17.0",
     "auto-round==0.15.1",
+    "nvidia-modelopt==0.47.0",
 ]
 #: Their own pins would downgrade torch / transformers, and nothing they add is needed.
 PRODUCERS_NO_DEPS = ["autoawq==0.2.9", "bitsandbytes==0.50.2"]
@@ -178,7 +179,7 @@ PRODUCERS_NO_DEPS = ["autoawq==0.2.9", "bitsandbytes==0.50.2"]
 
 @nox.session
 def interop(session: nox.Session) -> None:
-    """Real producers (llm-compressor, AutoAWQ, auto-round, bitsandbytes) build tiny
+    """Real producers (llm-compressor, AutoAWQ, auto-round, bitsandbytes, ModelOpt) build tiny
     checkpoints on CPU; flexq must match their own dequantizers bit for bit (interop/)."""
     install_workspace(session, "test")
     pip = ("python", "-m", "pip", "install")

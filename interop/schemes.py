@@ -12,6 +12,7 @@ from .producers import autoawq_schemes as awq
 from .producers import autoround_schemes as ar
 from .producers import bitsandbytes_schemes as bnb
 from .producers import llmcompressor_schemes as lc
+from .producers import modelopt_schemes as mo
 from .producers.base import Built
 
 Builder = Callable[[Path, Path], Built]
@@ -41,6 +42,7 @@ SCHEMES = (
     Scheme("llmc-fp8-tensor", lc.fp8_tensor, "fp8", "float-quantized", 0.05),
     Scheme("llmc-fp8-channel", lc.fp8_channel, "fp8", "float-quantized", 0.05),
     Scheme("llmc-fp8-block", lc.fp8_block, "fp8", "float-quantized", 0.05),
+    Scheme("llmc-mxfp8", lc.mxfp8, "fp8", "mxfp8-quantized", 0.05),
     Scheme("llmc-mxfp4", lc.mxfp4, "mxfp4", "mxfp4-pack-quantized", 0.15),
     Scheme("llmc-w4a16-sym-g32", lc.w4a16_sym, "ct-int", "pack-quantized", 0.15),
     Scheme("llmc-w4a16-asym-g128", lc.w4a16_asym, "ct-int", "pack-quantized", 0.15),
@@ -57,6 +59,9 @@ SCHEMES = (
     Scheme("autoround-native", ar.native, "gptq", "auto-round", 0.15),
     Scheme("autoround-nvfp4", ar.nvfp4, "nvfp4", "auto-round", 0.15),
     Scheme("autoround-nvfp4-llmc", ar.nvfp4_llm_compressor, "nvfp4", "nvfp4-pack-quantized", 0.15),
+    Scheme("modelopt-fp8", mo.fp8_tensor, "fp8", "modelopt", 0.05),
+    Scheme("modelopt-fp8-pb-wo", mo.fp8_block_weight_only, "fp8", "modelopt", 0.05),
+    Scheme("modelopt-nvfp4", mo.nvfp4, "nvfp4", "modelopt", 0.15),
     Scheme("bnb-nf4-double-quant", bnb.nf4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-fp4", bnb.fp4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-int8", bnb.int8, "bitsandbytes", "bitsandbytes", 0.02),

@@ -75,6 +75,11 @@ def fp8_block(base: Path, out: Path) -> Built:
     return _preset(base, out, "FP8_BLOCK")
 
 
+def mxfp8(base: Path, out: Path) -> Built:
+    """``MXFP8A16``: ``mxfp8-quantized``, F8_E4M3 weight, E8M0 ``U8`` scale per 32."""
+    return _preset(base, out, "MXFP8A16")
+
+
 def mxfp4(base: Path, out: Path) -> Built:
     """``MXFP4A16``: ``mxfp4-pack-quantized``, E8M0 scale per 32."""
     return _preset(base, out, "MXFP4A16")

@@ -279,3 +279,111 @@ def e4m3_values(codes: np.ndarray) -> np.ndarray:
     e, m = (codes >> 3).astype(np.int64), (codes & 7).astype(np.float64)
     value = np.where(e == 0, m * 2.0**-9, (1 + m / 8) * np.exp2(e - 7.0))
     return value.astype(np.float32)
+
+
+def test_compressed_tensors_mxfp8_is_claimed_and_decoded_per_32(
+    tmp_path: Path, reference: Any, rng: np.random.Generator
+) -> None:
+    # llm-compressor's MXFP8A16 (compressed-tensors 0.19): format mxfp8-quantized,
+    # F8_E4M3 weight [out, in], U8 E8M0 weight_scale [out, in/32]. It was refused as
+    # a method no format claims (the regression of issue 25).
+    qc = {
+        "quant_method": "compressed-tensors",
+        "format": "mxfp8-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "format": "mxfp8-quantized",
+                "weights": {
+                    "num_bits": 8,
+                    "type": "float",
+                    "strategy": "group",
+                    "group_size": 32,
+                    "symmetric": True,
+                    "scale_dtype": "torch.uint8",
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    }
+    codes = rng.integers(0, 0x7F, size=(4, 96), dtype=np.uint8)
+    scale = RawTensor("U8", rng.integers(110, 140, size=(4, 3), dtype=np.uint8))
+    save(tmp_path, {"m.weight": RawTensor(F8, codes), "m.weight_scale": scale}, qc)
+    ct = flexq.compose(tmp_path)
+    assert ct.entries["m.weight"].owner == "fp8"
+    got = ct.load("m.weight", "float32")
+    want = reference(codes, scale, (1, 32))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_mxfp8_scale_grid_that_is_not_per_32_is_an_error(tmp_path: Path) -> None:
+    qc = {
+        "quant_method": "compressed-tensors",
+        "format": "mxfp8-quantized",
+        "config_groups": {
+            "g": {
+                "weights": {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 32}
+            }
+        },
+    }
+    scale = RawTensor("U8", np.full((16, 2), 127, dtype=np.uint8))
+    save(tmp_path, {"a.weight": f8(16, 128), "a.weight_scale": scale}, qc)
+    with pytest.raises(FormatError, match=r"a\.weight_scale.*1x32.*format fp8"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+MODELOPT_PB_WO = {"quant_method": "modelopt", "quant_algo": "fp8_pb_wo", "ignore": ["lm_head"]}
+
+
+def test_modelopt_fp8_pb_wo_infers_its_square_block_from_the_grids(
+    tmp_path: Path, reference: Any, rng: np.random.Generator
+) -> None:
+    # NVIDIA ModelOpt FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG: F32 weight_scale [g0, 1, g1, 1]
+    # (the blocked reshape's size-1 dims kept), 128x128 blocks padded at the edge,
+    # the block size in neither config. 256x320 -> [2, 1, 3, 1], 320x256 -> [3, 1, 2, 1].
+    tensors: dict[str, RawTensor] = {}
+    codes: dict[str, np.ndarray] = {}
+    for name, shape in {"up": (256, 320), "down": (320, 256)}.items():
+        codes[name] = rng.integers(0, 0x7F, size=shape, dtype=np.uint8)
+        grid = (-(-shape[0] // 128), -(-shape[1] // 128))
+        scale = rng.uniform(2.0**-10, 2.0**-4, size=(grid[0], 1, grid[1], 1)).astype(np.float32)
+        tensors[f"{name}.weight"] = RawTensor(F8, codes[name])
+        tensors[f"{name}.weight_scale"] = RawTensor.of(scale)
+    ct = flexq.compose(save(tmp_path, tensors, MODELOPT_PB_WO))
+    for name in ("up", "down"):
+        assert ct.entries[f"{name}.weight"].owner == "fp8"
+        got = ct.load(f"{name}.weight", "float32")
+        grid_scale = RawTensor.of(tensors[f"{name}.weight_scale"].data.reshape(-1))
+        want = reference(codes[name], grid_scale, (128, 128))
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_modelopt_fp8_pb_wo_with_an_undecidable_block_size_is_refused(tmp_path: Path) -> None:
+    # 64 rows in 2 blocks and 48 columns in 1: every square edge 48..63 fits, the
+    # preset's 128 does not, and each decodes differently.
+    scale = RawTensor.of(np.full((2, 1, 1, 1), 0.5, dtype=np.float32))
+    save(tmp_path, {"a.weight": f8(64, 48), "a.weight_scale": scale}, MODELOPT_PB_WO)
+    with pytest.raises(FormatError, match=r"a\.weight_scale.*fp8_pb_wo.*48\.\.63.*format fp8"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_modelopt_fp8_pb_wo_grids_no_single_edge_fits_are_refused(tmp_path: Path) -> None:
+    # 256 rows in 2 blocks needs an edge of 128..255; 256 rows in 4 blocks 64..85.
+    tensors = {
+        "a.weight": f8(256, 128),
+        "a.weight_scale": RawTensor.of(np.full((2, 1, 1, 1), 0.5, dtype=np.float32)),
+        "b.weight": f8(256, 128),
+        "b.weight_scale": RawTensor.of(np.full((4, 1, 1, 1), 0.5, dtype=np.float32)),
+    }
+    save(tmp_path, tensors, MODELOPT_PB_WO)
+    with pytest.raises(FormatError, match=r"b\.weight_scale.*fits no square block edge"):
+        flexq.compose(tmp_path, formats=["fp8"])
+
+
+def test_scale_with_more_dims_than_the_weight_that_is_not_blocked_is_an_error(
+    tmp_path: Path,
+) -> None:
+    scale = RawTensor.of(np.full((2, 2, 1, 1), 0.5, dtype=np.float32))
+    save(tmp_path, {"a.weight": f8(256, 256), "a.weight_scale": scale})
+    with pytest.raises(FormatError, match=r"has more dims than the weight"):
+        flexq.compose(tmp_path, formats=["fp8"])

@@ -135,3 +135,32 @@ def test_v1_three_bit_zeros_wrap_field_by_field(oracle: Any) -> None:
     with oracle.written({"fc": lin}, oracle.gptq_config(3, -1)) as ckpt:
         got = compose(ckpt.path, ["gptq"]).load("fc.weight", "float32")
     np.testing.assert_array_equal(got, np.full((32, 32), 5.0, np.float32))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    signs=st.lists(st.booleans(), min_size=8, max_size=8),
+    v1=st.booleans(),
+    dtype=st.sampled_from(["float32", "bfloat16", "float16"]),
+)
+def test_a_code_equal_to_its_zero_gives_the_zero_the_producer_gives(
+    oracle: Any, signs: list[bool], v1: bool, dtype: str
+) -> None:
+    # auto-round's symmetric scales can be negative; its own dequantizing module
+    # (auto_round_extension qlinear_torch_zp: scales * (weight - zeros)) then gives
+    # -0.0 where q == z, and +0.0 under a positive scale: IEEE s * (q - z), never a
+    # zero of a fixed sign (issue 25 measured flexq and that module equal, bit for
+    # bit, on auto-round 0.15.1's exports: interop/).
+    out_f, in_f, group = 8, 16, 8
+    qweight = np.full((in_f // 8, out_f), 0x88888888, np.uint32).view(np.int32)  # q = 8
+    zero_word = 0x77777777 if v1 else 0x88888888  # z = 8 (v1 stores z - 1)
+    qzeros = np.full((in_f // group, out_f // 8), zero_word, np.uint32).view(np.int32)
+    magnitude = np.linspace(0.5, 2.0, out_f, dtype=np.float16)
+    scales = np.stack([np.where(signs, -magnitude, magnitude)] * (in_f // group))
+    lin = oracle.GptqTensors(4, group, v1, qweight, qzeros, scales.astype(np.float16))
+    with oracle.written({"fc": lin}, oracle.gptq_config(4, group, v1=v1)) as ckpt:
+        got = compose(ckpt.path, ["gptq"]).load("fc.weight", dtype)
+    want = lin.reference()
+    assert not want.any()
+    assert np.array_equal(np.signbit(want), np.broadcast_to(np.array(signs)[:, None], want.shape))
+    oracle.same_bits(got, oracle.round_to(want, dtype))

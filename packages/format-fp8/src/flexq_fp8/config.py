@@ -4,8 +4,9 @@ Reads the three producer dialects: ``quant_method: fp8`` (AutoFP8 / vLLM /
 DeepSeek / HF finegrained, with ``weight_block_size`` for block scales),
 ``fbgemm_fp8`` (per-channel) and ``compressed-tensors`` with
 ``format: float-quantized`` groups (tensor / channel / group / block
-strategies). Gives the block sizes a scale grid may have and the modules the
-config excludes from quantization (:class:`flexq.formatkit.IgnoreList`).
+strategies) or ``mxfp8-quantized`` groups (group 32, E8M0 scales). Gives
+the block sizes a scale grid may have and the modules the config excludes
+from quantization (:class:`flexq.formatkit.IgnoreList`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
 FORMAT_NAME = "fp8"
 #: ``quant_method`` values whose configs describe FP8 weights.
 METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors")
+#: compressed-tensors formats of FP8 E4M3 weights: ``float-quantized`` (float scales)
+#: and ``mxfp8-quantized`` (llm-compressor's MXFP8A16: E8M0 ``U8`` scales per 32).
+CT_FORMATS = ("float-quantized", "mxfp8-quantized")
+#: ModelOpt ``quant_algo`` values (lower case) of square block scales whose size no
+#: config records: ``FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG``'s ``fp8_pb_wo``.
+MODELOPT_SQUARE_BLOCKS = frozenset({"fp8_pb_wo"})
 
 
 class Fp8QuantConfig(QuantConfig):
@@ -48,11 +55,14 @@ class Fp8Config:
     :ivar candidates: block sizes over [out, in] the config allows, in order of
         preference; None when the config does not say (infer from the grid).
     :ivar ignored: the modules the config leaves unquantized.
+    :ivar square_algo: the ModelOpt ``quant_algo`` (``fp8_pb_wo``) whose one square
+        block size the scale grids must give (:mod:`flexq_fp8.square`), else None.
     """
 
     method: str
     candidates: tuple[BlockCandidate, ...] | None
     ignored: IgnoreList
+    square_algo: str | None = None
 
 
 def read_config(ckpt: Checkpoint) -> Fp8Config:
@@ -66,6 +76,9 @@ def read_config(ckpt: Checkpoint) -> Fp8Config:
         qc, f"{ckpt.path / 'config.json'} (format {FORMAT_NAME}): quantization_config"
     )
     method = str(qc.get("quant_method", "")).lower()
+    algo = str(qc.get("quant_algo", "")).lower()
+    if method == "modelopt" and algo in MODELOPT_SQUARE_BLOCKS:
+        return Fp8Config(method, None, ignored, square_algo=algo)
     if method not in METHODS:
         return Fp8Config(method, None, ignored)
     model = parse_quant_config(Fp8QuantConfig, ckpt, FORMAT_NAME)
@@ -87,7 +100,7 @@ def _compressed_tensors(model: Fp8QuantConfig, where: str) -> tuple[BlockCandida
             continue
         weights = group.get("weights") or {}
         fmt = group.get("format") or model.format
-        if fmt != "float-quantized" or weights.get("type") != "float":
+        if fmt not in CT_FORMATS or weights.get("type") != "float":
             continue
         if weights.get("num_bits") != 8:
             continue

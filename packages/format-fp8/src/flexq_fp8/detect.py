@@ -16,15 +16,21 @@ Rules (each pinned by a test):
 - modules the config's ignore lists name (:class:`flexq.formatkit.IgnoreList`)
   are left alone; an F8 weight in one of them is an error;
 - ``input_scale``, ``k_scale``, ``v_scale`` are activation / cache scales:
-  passed through untouched.
+  passed through untouched;
+- ModelOpt ``fp8_pb_wo`` (square blocks of a size no config records) takes the one
+  edge all the checkpoint's scale grids allow (:mod:`flexq_fp8.square`).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
 from flexq_fp8.config import FORMAT_NAME, Fp8Config, read_config
-from flexq_fp8.layout import Fp8Layout, infer_block
+from flexq_fp8.layout import Fp8Layout, infer_block, scale_grid
+from flexq_fp8.square import square_edge
 
 WEIGHT_DTYPE = "F8_E4M3"
 #: Scale dtypes the dequantizer decodes (U8 scales are E8M0 exponents).
@@ -43,6 +49,8 @@ def analyze(ckpt: Checkpoint) -> Analysis[Fp8Layout]:
     :raises FormatError: on an F8 weight without a usable scale.
     """
     config = read_config(ckpt)
+    if config.square_algo is not None:
+        config = _with_square_block(ckpt, config, config.square_algo)
     dtype = natural_dtype(ckpt)
     layouts: dict[str, Fp8Layout] = {}
     for key, info in ckpt.tensors.items():
@@ -59,6 +67,23 @@ def analyze(ckpt: Checkpoint) -> Analysis[Fp8Layout]:
         k for k in ckpt.tensors if k not in used and _is_orphan_scale(ckpt, k, config, packed)
     }
     return Analysis(layouts, frozenset(used | orphans))
+
+
+def _with_square_block(ckpt: Checkpoint, config: Fp8Config, algo: str) -> Fp8Config:
+    """``config`` with the one square block edge every FP8 weight's scale grid allows."""
+    grids = []
+    for key, info in ckpt.tensors.items():
+        scale = ckpt.tensors.get(key + "_scale")
+        if info.dtype != WEIGHT_DTYPE or scale is None or len(info.shape) != 2:
+            continue
+        where = f"{scale.file}: tensor {scale.key!r}"
+        grid = scale_grid(info.shape, scale.shape, where)
+        if math.prod(grid) > 1:  # a single scale says nothing about the edge
+            grids.append(((info.shape[0], info.shape[1]), (grid[0], grid[1]), where))
+    if not grids:
+        return config
+    edge = square_edge(grids, algo)
+    return replace(config, candidates=((edge, edge),))
 
 
 def is_scale_name(key: str) -> bool:

@@ -113,14 +113,7 @@ def infer_block(
     whole = tuple(max(s, 1) for s in shape)
     if math.prod(scale_shape) == 1:
         return whole  # one scale for the whole tensor
-    if len(scale_shape) > len(shape):
-        raise FormatError(
-            f"{where}: scale of shape {scale_shape} has more dims than the weight {shape} "
-            f"(format fp8)"
-        )
-    # A scale with fewer dims drops trailing size-1 grid dims: (out,) per channel,
-    # (E,) per expert.
-    grid = scale_shape + (1,) * (len(shape) - len(scale_shape))
+    grid = scale_grid(shape, scale_shape, where)
     lead = tuple(
         _lead_block(s, g, where, d)
         for d, (s, g) in enumerate(zip(shape[:-2], grid[:-2], strict=True))
@@ -137,6 +130,26 @@ def infer_block(
         f"{where}: scale grid {scale_shape} does not fit weight {shape} with the block "
         f"sizes config.json allows ({allowed}) (format fp8)"
     )
+
+
+def scale_grid(shape: tuple[int, ...], scale_shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+    """The block grid a stored scale holds, one entry per weight dim.
+
+    A scale with fewer dims drops trailing size-1 grid dims: ``(out,)`` per channel,
+    ``(E,)`` per expert. ModelOpt's block export keeps the blocked reshape's size-1
+    dims: ``[g0, 1, g1, 1]`` for a grid ``[g0, g1]`` (``fp8_pb_wo``).
+
+    :raises FormatError: for any other scale with more dims than the weight.
+    """
+    n = len(shape)
+    if len(scale_shape) == 2 * n and all(s == 1 for s in scale_shape[1::2]):
+        return scale_shape[0::2]
+    if len(scale_shape) > n:
+        raise FormatError(
+            f"{where}: scale of shape {scale_shape} has more dims than the weight {shape} "
+            f"(format fp8)"
+        )
+    return scale_shape + (1,) * (n - len(scale_shape))
 
 
 def _show(c: BlockCandidate) -> str:

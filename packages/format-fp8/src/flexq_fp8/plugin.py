@@ -1,4 +1,4 @@
-"""FP8 E4M3 weights: per-tensor, per-channel, block-wise and compressed-tensors scales.
+"""FP8 E4M3 weights: per-tensor, per-channel, block-wise (ModelOpt fp8_pb_wo) and MXFP8 scales.
 
 The ``fp8`` format as one :class:`flexq.formatkit.Format` (the entry point
 ``flexq_fp8.plugin:plugin`` in the group ``flexq`` names it), over the modules
@@ -10,7 +10,7 @@ config), :mod:`flexq_fp8.plan` (local read plans), :mod:`flexq_fp8.decode`
 from __future__ import annotations
 
 from flexq.formatkit import Format
-from flexq_fp8.config import FORMAT_NAME
+from flexq_fp8.config import CT_FORMATS, FORMAT_NAME
 from flexq_fp8.decode import apply
 from flexq_fp8.detect import analyze
 from flexq_fp8.encode import encode
@@ -20,9 +20,15 @@ __all__ = ["plugin"]
 
 plugin = Format(
     FORMAT_NAME,
-    "FP8 E4M3 weights: per-tensor, per-channel, block-wise and compressed-tensors scales.",
+    "FP8 E4M3 weights: per-tensor, per-channel, block-wise (ModelOpt fp8_pb_wo) and MXFP8 scales.",
     # auto-round's own FP8 export (data_type fp) stores the same weights and scales.
-    methods=("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt", "auto-round"),
+    methods=(
+        "fp8",
+        "fbgemm_fp8",
+        *(f"compressed-tensors/{f}" for f in CT_FORMATS),
+        "modelopt",
+        "auto-round",
+    ),
     analyze=analyze,
     plan=local_plan,
     decode=apply,

@@ -27,6 +27,7 @@ PUBLISHED: dict[str, tuple[tuple[str, str], ...]] = {
     "fp8": (_FP8,),
     "fbgemm_fp8": (_FP8,),
     "compressed-tensors/float-quantized": (_FP8,),
+    "compressed-tensors/mxfp8-quantized": (_FP8,),
     "mxfp4": (_MXFP4,),
     "compressed-tensors/mxfp4-pack-quantized": (_MXFP4,),
     "awq": (_AWQ,),
