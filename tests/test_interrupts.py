@@ -187,6 +187,7 @@ def check_convert(ended: Ended, parent: Path, sig: signal.Signals, ref: dict[str
     return "done"
 
 
+@pytest.mark.storm
 def test_a_sigint_storm_during_convert_leaves_no_dst_or_a_complete_one(
     storm_ckpt: Path, reference: tuple[float, dict[str, bytes]], tmp_path: Path
 ) -> None:
@@ -237,6 +238,7 @@ def test_sigterm_at_each_phase_of_convert_ends_in_one_documented_outcome(
         assert outcome == "done"
 
 
+@pytest.mark.storm
 def test_a_sigint_storm_during_an_atomic_api_load_leaves_old_or_new_targets(
     storm_ckpt: Path,
 ) -> None:
