@@ -21,10 +21,10 @@ import numpy as np
 from flexq.check.report import DeepRow, Problem
 from flexq.check.scales import CORRUPT
 from flexq.errors import FlexqError
-from flexq.numerics.rounding import bfloat16_bits_to_float32
 from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.io.dtypes import dtype as storage_dtype
 from flexq.load.aoa import rows_per_cut
+from flexq.numerics.rounding import bfloat16_bits_to_float32
 from flexq.testing import decode_box
 
 if TYPE_CHECKING:

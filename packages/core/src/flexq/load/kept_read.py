@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flexq.errors import TargetError
+from flexq.load.kept_forms import KeptForm, grid_box, reciprocal_global
 from flexq.numerics.ops import ops_for
 from flexq.numerics.scales import check_scales, scale_to_float32
-from flexq.load.kept_forms import KeptForm, grid_box, reciprocal_global
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
