@@ -135,6 +135,7 @@ PRODUCERS = [
     "compressed-tensors==0.19.0",
     "transformers==5.17.0",
     "auto-round==0.15.1",
+    "amd-quark==0.13",
 ]
 #: Their own pins would downgrade torch / transformers, and nothing they add is needed.
 PRODUCERS_NO_DEPS = ["autoawq==0.2.9", "bitsandbytes==0.50.2"]
