@@ -75,7 +75,7 @@ def pack4(codes: np.ndarray, order: list[int]) -> np.ndarray:
 
 
 def _e4m3(codes: np.ndarray) -> np.ndarray:
-    return codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    return np.asarray(codes.view(ml_dtypes.float8_e4m3fn), dtype=np.float32)
 
 
 class Linear:
@@ -104,9 +104,11 @@ class Linear:
                 if kind == "int4-group"
                 else rng.integers(0, 16, (out_f, in_f // g)).astype(np.int8)
             )
-            self.scale = (rng.random((out_f, in_f // g)) * 0.1 + 1e-3).astype(
-                ml_dtypes.bfloat16
-            ).astype(np.float32)
+            self.scale = (
+                (rng.random((out_f, in_f // g)) * 0.1 + 1e-3)
+                .astype(ml_dtypes.bfloat16)
+                .astype(np.float32)
+            )
 
     def raw(self, prefix: str = "fc") -> dict[str, RawTensor]:
         """The tensors Quark's exporter writes for this linear."""
@@ -135,9 +137,9 @@ class Linear:
         if self.kind == "fp8-channel":
             return _e4m3(self.codes) * self.scale[:, None]
         if self.kind == "mxfp4":
-            values = self.codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+            values = np.asarray(self.codes.view(ml_dtypes.float4_e2m1fn), dtype=np.float32)
             s = np.ldexp(np.float32(1), self.exps.astype(np.int32) - 127).astype(np.float32)
-            return values * np.repeat(s, 32, axis=1)
+            return np.asarray(values * np.repeat(s, 32, axis=1), dtype=np.float32)
         w = np.empty((self.out_f, self.in_f), np.float32)
         for i in range(self.in_f):
             grp = i // self.group

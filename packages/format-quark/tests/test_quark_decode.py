@@ -43,11 +43,17 @@ def test_int4_codes_are_signed_nibbles(oracle: Any, write_checkpoint: Any) -> No
     lin = oracle.Linear(np.random.default_rng(0), "int4-group", 8, 16)
     lin.codes[0] = np.arange(-8, 8)
     lin.scale[:] = 1.0
-    ct = compose(write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS["int4-group"])), ["quark"])
-    np.testing.assert_array_equal(ct.load("fc.weight", "float32")[0], np.arange(-8, 8, dtype=np.float32))
+    ct = compose(
+        write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS["int4-group"])), ["quark"]
+    )
+    np.testing.assert_array_equal(
+        ct.load("fc.weight", "float32")[0], np.arange(-8, 8, dtype=np.float32)
+    )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     kind=st.sampled_from(KINDS),
     rows=st.integers(1, 3).map(lambda n: 8 * n),
@@ -115,7 +121,9 @@ def test_activation_scales_bias_and_excluded_layers_pass_through(
         "fc.bias": RawTensor.of(np.ones(16, np.float32)),
         "lm_head.weight": RawTensor.of(head),
     }
-    ct = compose(write_checkpoint(tensors, oracle.quark_config(oracle.SPECS["fp8-tensor"])), ["quark"])
+    ct = compose(
+        write_checkpoint(tensors, oracle.quark_config(oracle.SPECS["fp8-tensor"])), ["quark"]
+    )
     assert set(ct.entries) == {"fc.weight", "fc.input_scale", "fc.bias", "lm_head.weight"}
     for key in ("fc.input_scale", "fc.bias", "lm_head.weight"):
         assert ct.entries[key].is_passthrough

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import QuantConfig, parse_quant_config
@@ -78,10 +78,10 @@ class QuarkQuantConfig(QuantConfig):
 
     quant_method: str
     global_quant_config: LayerConfig
-    layer_quant_config: dict[str, LayerConfig] = {}
-    layer_type_quant_config: dict[str, LayerConfig] = {}
-    exclude: list[str] = []
-    export: Export = Export()
+    layer_quant_config: dict[str, LayerConfig] = Field(default_factory=dict)
+    layer_type_quant_config: dict[str, LayerConfig] = Field(default_factory=dict)
+    exclude: list[str] = Field(default_factory=list)
+    export: Export = Field(default_factory=Export)
 
 
 @dataclass(frozen=True)

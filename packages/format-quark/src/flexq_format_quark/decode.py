@@ -50,7 +50,9 @@ def dequantize(linear: QuarkLinear, sources: Sources, out: Any = None) -> Any:
     weight, scale = sources[linear.weight], sources[linear.scale]
     ops = ops_for(weight)
     if linear.kind in ("fp8-tensor", "fp8-channel"):
-        sources.expect({linear.weight: (no, ni)}, logical_key=linear.weight, format_name=FORMAT_NAME)
+        sources.expect(
+            {linear.weight: (no, ni)}, logical_key=linear.weight, format_name=FORMAT_NAME
+        )
         rows = 1 if linear.kind == "fp8-tensor" else no
         s = ops.reshape(scale_to_float32(ops, scale, linear.scale_dtype), (rows, 1))
         return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
@@ -69,7 +71,9 @@ def _mxfp4(ops: ArrayOps, linear: QuarkLinear, codes: Any, scale: Any, i0: int, 
     if n == 0:
         return values
     if n == blocks * b:
-        shaped = ops.mul_into(ops.reshape(values, (rows, blocks, b)), ops.reshape(s, (rows, blocks, 1)))
+        shaped = ops.mul_into(
+            ops.reshape(values, (rows, blocks, b)), ops.reshape(s, (rows, blocks, 1))
+        )
         values = ops.reshape(shaped, (rows, n))
     else:
         values = ops.mul_into(values, ops.repeat(s, b, axis=1)[:, :n])

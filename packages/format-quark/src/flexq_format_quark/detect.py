@@ -20,9 +20,10 @@ quantized linear; its scheme is the weight spec Quark's config gives module ``X`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
-from flexq.io.header import TensorInfo
 from flexq_format_quark.config import FORMAT_NAME, QuarkConfig, TensorSpec, read_config
 from flexq_format_quark.layout import (
     MX_BLOCK,
@@ -34,6 +35,9 @@ from flexq_format_quark.layout import (
     Kind,
     QuarkLinear,
 )
+
+if TYPE_CHECKING:
+    from flexq.io.header import TensorInfo
 
 #: Companions this format claims (by last name component).
 COMPANIONS = ("weight_scale", "weight_zero_point")
@@ -140,7 +144,8 @@ def _linear(ckpt: Checkpoint, config: QuarkConfig, prefix: str, info: TensorInfo
         out_f, in_f = rows, cols
     g = in_f
     if kind in ("int4-group", "uint4-group", "mxfp4"):
-        g = MX_BLOCK if kind == "mxfp4" else int(spec.group_size or 0)
+        # _kind refused two-stage (list) specs, and int4/uint4 need a group_size.
+        g = MX_BLOCK if kind == "mxfp4" else int(getattr(spec, "group_size", 0) or 0)
         if in_f == 0 or in_f % g:
             raise _fail(
                 info,

@@ -20,7 +20,7 @@ __all__ = ["plugin"]
 
 plugin = Format(
     FORMAT_NAME,
-    "AMD Quark exports (FP8 per tensor/channel, int4/uint4 per group, MXFP4) -> X.weight [out, in].",
+    "AMD Quark exports (FP8 per tensor/channel, int4/uint4 per group, MXFP4) -> X.weight.",
     methods=("quark",),
     analyze=analyze,
     plan=local_plan,
