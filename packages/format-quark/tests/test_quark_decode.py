@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import flexq
 from flexq import RawTensor, compose
 from flexq.testing import decode_box
 
@@ -129,3 +130,16 @@ def test_activation_scales_bias_and_excluded_layers_pass_through(
         assert ct.entries[key].is_passthrough
     np.testing.assert_array_equal(ct.load("lm_head.weight", "float32"), head)
     assert float(ct.load("fc.input_scale", "float32")) == 0.5
+
+
+@pytest.mark.parametrize("kind", ["fp8-tensor", "fp8-channel"])
+def test_quark_fp8_weights_are_owned_by_quark_with_every_format_installed(
+    oracle: Any, write_checkpoint: Any, rng: np.random.Generator, kind: str
+) -> None:
+    # flexq-format-fp8 claims F8_E4M3 weights of any other config; a Quark config's
+    # schemes and excludes are this format's to apply (fp8's DECODED_ELSEWHERE).
+    lin = oracle.Linear(rng, kind, 16, 32)
+    ct = compose(write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS[kind])))
+    assert ct.entries["fc.weight"].owner == "quark"
+    assert "fp8" in {f.name for f in flexq.list_formats()}
+    oracle.same_bits(ct.load("fc.weight", "float32"), lin.reference())

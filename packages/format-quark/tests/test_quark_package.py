@@ -49,10 +49,11 @@ def test_read_plans_declare_every_scale_and_zero_point(
     check_conformance(ct, ["quark"])  # raises PluginError on an undeclared scale-like read
 
 
+@pytest.mark.parametrize("kind", ["fp8-tensor", "int4-group", "mxfp4"])
 def test_without_the_format_a_quark_checkpoint_is_refused_naming_the_package(
-    oracle: Any, write_checkpoint: Any, rng: np.random.Generator
+    oracle: Any, write_checkpoint: Any, rng: np.random.Generator, kind: str
 ) -> None:
-    lin = oracle.Linear(rng, "int4-group", 16, 64)
-    path = write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS["int4-group"]))
+    lin = oracle.Linear(rng, kind, 16, 64)
+    path = write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS[kind]))
     with pytest.raises(flexq.FlexqError, match=r"quark.*flexq-format-quark"):
         compose(path, ["fp8"])

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 FORMAT_NAME = "fp8"
 #: ``quant_method`` values whose configs describe FP8 weights.
 METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors")
+#: ``quant_method`` values whose F8 weights another format decodes under its own config
+#: rules (AMD Quark's schemes and excludes: flexq-format-quark); this format leaves them.
+DECODED_ELSEWHERE = ("quark",)
 
 
 class Fp8QuantConfig(QuantConfig):

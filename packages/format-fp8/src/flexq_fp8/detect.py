@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
-from flexq_fp8.config import FORMAT_NAME, Fp8Config, read_config
+from flexq_fp8.config import DECODED_ELSEWHERE, FORMAT_NAME, Fp8Config, read_config
 from flexq_fp8.layout import Fp8Layout, infer_block
 
 WEIGHT_DTYPE = "F8_E4M3"
@@ -43,6 +43,8 @@ def analyze(ckpt: Checkpoint) -> Analysis[Fp8Layout]:
     :raises FormatError: on an F8 weight without a usable scale.
     """
     config = read_config(ckpt)
+    if config.method in DECODED_ELSEWHERE:
+        return Analysis({})
     dtype = natural_dtype(ckpt)
     layouts: dict[str, Fp8Layout] = {}
     for key, info in ckpt.tensors.items():
