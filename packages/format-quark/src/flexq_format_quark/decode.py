@@ -25,6 +25,7 @@ from flexq.formatkit import (
     E4M3_TO_FLOAT32,
     ArrayOps,
     block_cover,
+    grouped_affine,
     is_paddle,
     ops_for,
     scale_to_float32,
@@ -100,14 +101,7 @@ def _grouped(
     with np.errstate(invalid="ignore", over="ignore"):
         if no == 0 or ni == 0:
             return q
-        if start == 0 and ni == ng * g:
-            q3 = ops.reshape(q, (no, ng, g))
-            q3 -= ops.reshape(z, (no, ng, 1))
-            q3 *= ops.reshape(s, (no, ng, 1))
-            return ops.reshape(q3, (no, ni))
-        q -= ops.repeat(z, g, 1)[:, start : start + ni]
-        q *= ops.repeat(s, g, 1)[:, start : start + ni]
-        return q
+        return grouped_affine(ops, q, z, s, g, start)
 
 
 def _flip_signs(words: Any) -> Any:
