@@ -143,3 +143,25 @@ def test_quark_fp8_weights_are_owned_by_quark_with_every_format_installed(
     assert ct.entries["fc.weight"].owner == "quark"
     assert "fp8" in {f.name for f in flexq.list_formats()}
     oracle.same_bits(ct.load("fc.weight", "float32"), lin.reference())
+
+
+@pytest.mark.parametrize(
+    ("kind", "want_bytes"),
+    [
+        # weight 8x32 F8 + 8 BF16 per-channel scales
+        ("fp8-channel", 8 * 32 + 8 * 2),
+        # weight rows 64..95 of one word column (4 B each), zeros 2 groups x 1 word, scales 2 x 8 BF16
+        ("uint4-group", 32 * 4 + 2 * 4 + 2 * 8 * 2),
+        # 8 rows x 16 bytes of codes, 8 rows x 1 E8M0 scale
+        ("mxfp4", 8 * 16 + 8),
+    ],
+)
+def test_a_box_reads_only_its_planned_bytes(
+    oracle: Any, write_checkpoint: Any, rng: np.random.Generator, kind: str, want_bytes: int
+) -> None:
+    lin = oracle.Linear(rng, kind, 32, 128)
+    ct = compose(write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS[kind])), ["quark"])
+    before = ct.checkpoint.bytes_read
+    got = decode_box(ct, "fc.weight", (16, 64), (8, 32))
+    assert ct.checkpoint.bytes_read - before == want_bytes
+    oracle.same_bits(np.asarray(got), lin.reference()[16:24, 64:96])
