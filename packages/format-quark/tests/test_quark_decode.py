@@ -52,8 +52,12 @@ def test_int4_codes_are_signed_nibbles(oracle: Any, write_checkpoint: Any) -> No
     )
 
 
+#: (kind, rows, groups) -> the composed checkpoint and its linear, shared by the examples.
+_BUILT: dict[tuple[str, int, int], tuple[Any, Any]] = {}
+
+
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     kind=st.sampled_from(KINDS),
@@ -65,8 +69,11 @@ def test_a_local_box_equals_the_slice_of_the_whole_on_numpy_and_paddle(
     oracle: Any, write_checkpoint: Any, kind: str, rows: int, groups: int, data: st.DataObject
 ) -> None:
     cols = 32 * groups
-    lin = oracle.Linear(np.random.default_rng(rows * 7 + groups), kind, rows, cols)
-    ct = compose(write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS[kind])), ["quark"])
+    if (kind, rows, groups) not in _BUILT:  # one checkpoint per geometry, not per example
+        lin = oracle.Linear(np.random.default_rng(rows * 7 + groups), kind, rows, cols)
+        config = oracle.quark_config(oracle.SPECS[kind])
+        _BUILT[kind, rows, groups] = compose(write_checkpoint(lin.raw(), config), ["quark"]), lin
+    ct, lin = _BUILT[kind, rows, groups]
     o0 = data.draw(st.integers(0, rows - 1))
     i0 = data.draw(st.integers(0, cols - 1))
     no = data.draw(st.integers(1, rows - o0))
