@@ -180,6 +180,7 @@ PRODUCERS = [
     "transformers==5.17.0",
     "auto-round==0.15.1",
     "nvidia-modelopt==0.47.0",
+    "amd-quark==0.13",
 ]
 #: Their own pins would downgrade torch / transformers, and nothing they add is needed.
 PRODUCERS_NO_DEPS = ["autoawq==0.2.9", "bitsandbytes==0.50.2"]

@@ -13,6 +13,7 @@ from .producers import autoround_schemes as ar
 from .producers import bitsandbytes_schemes as bnb
 from .producers import llmcompressor_schemes as lc
 from .producers import modelopt_schemes as mo
+from .producers import quark_schemes as quark
 from .producers.base import Built
 
 Builder = Callable[[Path, Path], Built]
@@ -65,6 +66,11 @@ SCHEMES = (
     Scheme("bnb-nf4-double-quant", bnb.nf4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-fp4", bnb.fp4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-int8", bnb.int8, "bitsandbytes", "bitsandbytes", 0.02),
+    Scheme("quark-fp8-tensor", quark.fp8_tensor, "quark", "quark", 0.05),
+    Scheme("quark-fp8-channel", quark.fp8_channel, "quark", "quark", 0.05),
+    Scheme("quark-int4-g128", quark.int4_g128, "quark", "quark", 0.2),
+    Scheme("quark-uint4-g128", quark.uint4_g128, "quark", "quark", 0.15),
+    Scheme("quark-mxfp4", quark.mxfp4, "quark", "quark", 0.15),
 )
 BY_NAME = {s.name: s for s in SCHEMES}
 

@@ -32,6 +32,9 @@ CT_FORMATS = ("float-quantized", "mxfp8-quantized")
 #: ModelOpt ``quant_algo`` values (lower case) of square block scales whose size no
 #: config records: ``FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG``'s ``fp8_pb_wo``.
 MODELOPT_SQUARE_BLOCKS = frozenset({"fp8_pb_wo"})
+#: ``quant_method`` values whose F8 weights another format decodes under its own config
+#: rules (AMD Quark's schemes and excludes: flexq-format-quark); this format leaves them.
+DECODED_ELSEWHERE = ("quark",)
 
 
 class Fp8QuantConfig(QuantConfig):

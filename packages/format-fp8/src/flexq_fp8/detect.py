@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
-from flexq_fp8.config import FORMAT_NAME, Fp8Config, read_config
+from flexq_fp8.config import DECODED_ELSEWHERE, FORMAT_NAME, Fp8Config, read_config
 from flexq_fp8.layout import Fp8Layout, infer_block, scale_grid
 from flexq_fp8.square import square_edge
 
@@ -49,6 +49,8 @@ def analyze(ckpt: Checkpoint) -> Analysis[Fp8Layout]:
     :raises FormatError: on an F8 weight without a usable scale.
     """
     config = read_config(ckpt)
+    if config.method in DECODED_ELSEWHERE:
+        return Analysis({})
     if config.square_algo is not None:
         config = _with_square_block(ckpt, config, config.square_algo)
     dtype = natural_dtype(ckpt)

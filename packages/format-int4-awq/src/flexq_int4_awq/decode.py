@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.formatkit import (
-    ArrayOps,
     block_cover,
     for_row_runs,
+    grouped_affine,
     ops_for,
 )
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
@@ -81,7 +81,7 @@ def dequantize(linear: AwqLinear, sources: Sources, out: Any = None) -> Any:
         ):
             return _banded(qw, np.asarray(z), np.asarray(s), g, gemm, slots, out)
         q = ops.unpack(qw, BITS, slots, transposed=gemm)[o : o + no, i : i + ni]
-        return _grouped_affine(ops, q, z, s, g, start)
+        return grouped_affine(ops, q, z, s, g, start)
 
 
 #: A byte's two 4-bit codes (low nibble first) as float32, one 8-byte item each.
@@ -142,23 +142,3 @@ def _banded(
 
     for_row_runs(work, src.shape[0], step * ni)
     return result
-
-
-def _grouped_affine(ops: ArrayOps, q: Any, z: Any, s: Any, g: int, start: int) -> Any:
-    """(q - z) * s with z, s [no, ng] given per group of ``g`` columns of q [no, ni].
-
-    ``start`` is q's first column inside the first group.
-    """
-    no, ni = q.shape
-    ng = z.shape[1]
-    # q is a fresh array from ops.unpack, so it is updated in place (numpy
-    # skips two full-size temporaries; Paddle rebinds, same values).
-    if start == 0 and ni == ng * g:
-        # Whole groups: broadcast over a group axis instead of repeating z and s.
-        q3 = ops.reshape(q, (no, ng, g))
-        q3 -= ops.reshape(z, (no, ng, 1))
-        q3 *= ops.reshape(s, (no, ng, 1))
-        return ops.reshape(q3, (no, ni))
-    q -= ops.repeat(z, g, 1)[:, start : start + ni]
-    q *= ops.repeat(s, g, 1)[:, start : start + ni]
-    return q

@@ -21,6 +21,8 @@ from :mod:`flexq` and the rest from here:
 - packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
   LSB-first into little-endian words, unpacked by one table lookup per byte) and
   :func:`pack_words` (any width, for encoders);
+- integer groups: :func:`grouped_affine` (``(q - z) * s`` with a zero point and a
+  scale per group of columns: AWQ, Quark int4/uint4);
 - planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
   with one scale per block along the last axis);
 - :class:`QLinearKeys`, :func:`qweight_analysis`: the keys and the analysis of linears
@@ -127,6 +129,7 @@ __all__ = [
     "code_table",
     "for_bands",
     "for_row_runs",
+    "grouped_affine",
     "is_paddle",
     "lookup_into",
     "lookup_scaled",

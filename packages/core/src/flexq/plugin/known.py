@@ -19,6 +19,7 @@ _GPTQ = ("gptq", "flexq-format-gptq")
 _CT_INT = ("ct-int", "flexq-format-ct-int")
 _NVFP4 = ("nvfp4", "flexq-format-nvfp4")
 _BNB = ("bitsandbytes", "flexq-format-bitsandbytes")
+_QUARK = ("quark", "flexq-format-quark")
 
 #: config method -> the (format name, distribution) pairs that decode it; several
 #: for a method whose producer writes several element formats (auto-round: integer
@@ -39,6 +40,7 @@ PUBLISHED: dict[str, tuple[tuple[str, str], ...]] = {
     "compressed-tensors/nvfp4-pack-quantized": (_NVFP4,),
     "modelopt": (_FP8, _NVFP4),
     "bitsandbytes": (_BNB,),
+    "quark": (_QUARK,),
 }
 
 #: The distributions this workspace ships: when another distribution offers a format

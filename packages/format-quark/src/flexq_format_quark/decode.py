@@ -1,0 +1,113 @@
+"""The Quark dequantization, written once for numpy arrays and Paddle tensors.
+
+:func:`dequantize` is the format's decode. Every scheme is Quark's own
+definition computed in float32 with the kit's exact element tables and ops
+(the core then rounds once to the output dtype):
+
+- FP8: ``E4M3(q) * s`` (``dequantize_fp8_per_tensor_with_scale`` /
+  ``..._per_channel_...``);
+- int4/uint4 per group: ``(q - z) * s`` (``dequantize_int_per_group_affine``).
+  int4 codes and zeros are two's complement nibbles: flipping each nibble's top
+  bit maps a signed code c to c + 8, and the offsets cancel in ``q - z``, so
+  both are unpacked as unsigned codes after the flip (exact small integers);
+- MXFP4: ``E2M1(q) * 2^(e - 127)``. (Quark computes an E8M0 255 as 2^128 = inf;
+  flexq follows the OCP definition, NaN, and warns about the non-finite scale.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexq.formatkit import (
+    E2M1_PAIRS,
+    E4M3_TO_FLOAT32,
+    ArrayOps,
+    block_cover,
+    grouped_affine,
+    is_paddle,
+    ops_for,
+    scale_to_float32,
+)
+from flexq_format_quark.config import FORMAT_NAME
+from flexq_format_quark.layout import PACK
+
+if TYPE_CHECKING:
+    from flexq.formatkit import Sources
+    from flexq_format_quark.layout import QuarkLinear
+
+#: XOR mask flipping the top bit of each nibble of an int32 word (0x88888888).
+_NIBBLE_SIGNS = -0x77777778
+
+
+def dequantize(linear: QuarkLinear, sources: Sources, out: Any = None) -> Any:
+    """The float32 box ``sources.target`` of ``linear``'s logical weight.
+
+    :raises FormatError: when a source box is not the one the plan named.
+    """
+    target = sources.target
+    (o0, i0), (no, ni) = target.global_offset, target.local_shape
+    weight, scale = sources[linear.weight], sources[linear.scale]
+    ops = ops_for(weight)
+    if linear.kind in ("fp8-tensor", "fp8-channel"):
+        sources.expect(
+            {linear.weight: (no, ni)}, logical_key=linear.weight, format_name=FORMAT_NAME
+        )
+        rows = 1 if linear.kind == "fp8-tensor" else no
+        s = ops.reshape(scale_to_float32(ops, scale, linear.scale_dtype), (rows, 1))
+        return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
+    if linear.kind == "mxfp4":
+        return _mxfp4(ops, linear, weight, scale, i0, ni)
+    return _grouped(ops, linear, sources, o0, i0, no, ni)
+
+
+def _mxfp4(ops: ArrayOps, linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int) -> Any:
+    """E2M1 pairs times their block's E8M0 scale, trimmed to columns i0..i0+ni."""
+    values = ops.lut_pairs(E2M1_PAIRS, codes)
+    rows, n = int(values.shape[0]), int(values.shape[1])
+    blocks = int(scale.shape[1])
+    b = linear.group_size
+    s = scale_to_float32(ops, scale, linear.scale_dtype)
+    if n == 0:
+        return values
+    if n == blocks * b:
+        shaped = ops.mul_into(
+            ops.reshape(values, (rows, blocks, b)), ops.reshape(s, (rows, blocks, 1))
+        )
+        values = ops.reshape(shaped, (rows, n))
+    else:
+        values = ops.mul_into(values, ops.repeat(s, b, axis=1)[:, :n])
+    start = i0 % b
+    return values[:, start : start + ni]
+
+
+def _grouped(
+    ops: ArrayOps, linear: QuarkLinear, sources: Sources, o0: int, i0: int, no: int, ni: int
+) -> Any:
+    """``(q - z) * s`` for a box of an int4/uint4 per-group weight stored [in, out/8]."""
+    words, zeros, scale = sources[linear.weight], sources[linear.zero], sources[linear.scale]
+    if linear.kind == "int4-group":
+        words, zeros = _flip_signs(words), _flip_signs(zeros)
+    g = linear.group_size
+    g0, ng = block_cover(i0, ni, g, linear.in_features)
+    col = o0 - PACK * sources.offset(linear.weight)[1]
+    # Storage is [in, out]: unpack transposed so codes arrive as [out, in].
+    q = ops.unpack(words, 4, linear.slots, transposed=True)[col : col + no, :ni]
+    z = ops.unpack(zeros, 4, linear.slots, transposed=True)[col : col + no, :ng]
+    s = ops.transpose(ops.float32(scale, linear.scale_dtype))
+    start = i0 - g0 * g
+    # inf * 0 is NaN by definition; a non-finite scale is reported by the core's check.
+    with np.errstate(invalid="ignore", over="ignore"):
+        if no == 0 or ni == 0:
+            return q
+        return grouped_affine(ops, q, z, s, g, start)
+
+
+def _flip_signs(words: Any) -> Any:
+    """int32 words with the top bit of every nibble flipped (two's complement -> +8)."""
+    if is_paddle(words):
+        import paddle
+
+        return paddle.bitwise_xor(words, paddle.full_like(words, _NIBBLE_SIGNS))
+    return np.bitwise_xor(words, np.int32(_NIBBLE_SIGNS))
