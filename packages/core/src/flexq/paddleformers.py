@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from flexq.errors import FlexqError
 from flexq.io.checkpoint import Checkpoint
+from flexq.plugin.manager import open_checkpoint
 from flexq.load.api import load_state_dict
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def from_pretrained(
     import paddle
     from paddleformers.transformers.model_utils import dtype_guard, no_init_weights
 
-    checkpoint = Checkpoint(path)
+    checkpoint = open_checkpoint(path)
     cls = _concrete_class(model_class, checkpoint)
     config, model_kwargs = _config(cls, checkpoint, config, kw)
     dtype = _dtype(config, dtype)

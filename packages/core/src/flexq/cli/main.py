@@ -231,7 +231,7 @@ def _convert(args: argparse.Namespace) -> int:
     """
     _check_registry(args.formats)
     _import_paddle()
-    src = Checkpoint(args.src)  # composed twice (warnings first), read once
+    src = registry.open_checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
     progress = _Progress()
