@@ -1,0 +1,96 @@
+"""One GGUF tensor as a logical tensor: its layout, the read plan of a box, its decode.
+
+For the format's plugin. A box of a logical tensor reads the whole blocks covering
+its last-dimension range and, for a tensor whose rows llama.cpp permuted, the whole
+heads covering its row range (the permutation moves rows only within a head); the
+decode dequantizes those bytes in float32, undoes the permutation and cuts the box.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flexq.formatkit import Sources
+from flexq.plan import ReadPlan, TargetSlice, block_cover
+from flexq_format_gguf.decode import decode_rows
+from flexq_format_gguf.ggml import GGMLType
+
+#: Natural dtype of each float type (gguf-py dequantizes every other type to float32).
+NATURAL = {"F16": "float16", "BF16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class GGUFLayout:
+    """A logical tensor stored as one GGUF tensor.
+
+    :ivar shape: the HF (numpy) shape.
+    :ivar heads: the heads llama.cpp permuted its rows in, or None.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    sources: tuple[str]
+    type: GGMLType
+    heads: int | None = None
+
+    @property
+    def source(self) -> str:
+        return self.sources[0]
+
+
+def local_plan(layout: GGUFLayout, target: TargetSlice) -> ReadPlan:
+    """The source box covering ``target``: whole blocks on the last dimension, whole
+    heads on the first when the rows are permuted."""
+    offset, shape = list(target.global_offset), list(target.local_shape)
+    if layout.heads is not None:
+        if len(layout.shape) == 1:  # a permuted bias: rows and blocks share the dim
+            offset, shape = [0], [layout.shape[0]]
+        else:
+            rows = layout.shape[0] // layout.heads
+            first, count = block_cover(offset[0], shape[0], rows, layout.shape[0])
+            offset[0], shape[0] = first * rows, count * rows
+    t = layout.type
+    first, count = block_cover(offset[-1], shape[-1], t.block, layout.shape[-1])
+    per = 1 if t.plain else t.nbytes  # stored items per block
+    offset[-1], shape[-1] = first * per, count * per
+    return ReadPlan("local", {layout.source: (tuple(offset), tuple(shape))}, target)
+
+
+def decode_box(layout: GGUFLayout, sources: Sources, out: Any) -> np.ndarray:
+    """The float32 box ``sources.target`` of ``layout``, from its planned bytes."""
+    raw = np.asarray(sources[layout.source])
+    start = list(sources.offset(layout.source))
+    t = layout.type
+    values = _float32(t, raw)
+    if not t.plain:
+        start[-1] = start[-1] // t.nbytes * t.block
+    if layout.heads is not None:
+        values = unpermute(values, layout.heads * values.shape[0] // layout.shape[0])
+    target = sources.target
+    box = tuple(
+        slice(o - s, o - s + n)
+        for o, s, n in zip(target.global_offset, start, target.local_shape, strict=True)
+    )
+    if out is None:
+        return np.ascontiguousarray(values[box])
+    out[...] = values[box]
+    return out  # type: ignore[no-any-return]
+
+
+def _float32(t: GGMLType, raw: np.ndarray) -> np.ndarray:
+    if t.name == "BF16":  # uint16 bits: the upper half of a float32
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    if t.plain:
+        return raw.astype(np.float32)  # exact for F16 and F32 (what a GGUF float holds)
+    return decode_rows(t.name, raw)
+
+
+def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's ``LlamaModel.permute`` over ``heads`` heads of ``rows`` (the
+    first dimension): each head's rows back from (half, pair) to (pair, half) order,
+    as transformers' ``reverse_permute_weights`` does."""
+    shape = rows.shape
+    return rows.reshape(heads, shape[0] // heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
