@@ -51,10 +51,13 @@ def gguf_dequantize(raw: np.ndarray, type_name: str) -> np.ndarray:
 Tensors = Mapping[str, tuple[np.ndarray, str]]
 
 
-def write_gguf(path: Path, arch: str, config: Mapping[str, Any], tensors: Tensors) -> Path:
+def write_gguf(
+    path: Path, arch: str, config: Mapping[str, Any], tensors: Tensors, split: int = 0
+) -> Path:
     """A GGUF file at ``path`` holding ``tensors`` (name -> (stored bytes or values, ggml
-    type name)) with ``arch``'s metadata from ``config`` (HF keys)."""
-    w = gguf.GGUFWriter(str(path), arch)
+    type name)) with ``arch``'s metadata from ``config`` (HF keys); with ``split``, a
+    split set of at most that many tensors per file (``path`` is then its stem)."""
+    w = gguf.GGUFWriter(str(path), arch, split_max_tensors=split)
     w.add_block_count(config["num_hidden_layers"])
     w.add_embedding_length(config["hidden_size"])
     w.add_feed_forward_length(config["intermediate_size"])
@@ -124,10 +127,42 @@ Build = Callable[..., Path]
 
 @pytest.fixture
 def build(tmp_path: Path) -> Build:
-    """``build(arch, weight_type, name="model.gguf", seed=0)`` -> a tiny GGUF model file."""
+    """``build(arch, weight_type, name="model.gguf", seed=0, split=0)`` -> a tiny GGUF model."""
 
-    def make(arch: str, weight_type: str, name: str = "model.gguf", seed: int = 0) -> Path:
+    def make(
+        arch: str, weight_type: str, name: str = "model.gguf", seed: int = 0, split: int = 0
+    ) -> Path:
         rng = np.random.default_rng(seed)
-        return write_gguf(tmp_path / name, arch, TINY, tiny_model(rng, arch, weight_type))
+        config = {**TINY, "head_dim": 64} if arch == "qwen3" else TINY
+        tensors = tiny_model(rng, arch, weight_type, config)
+        return write_gguf(tmp_path / name, arch, config, tensors, split)
 
     return make
+
+
+def reverse_permute(w: np.ndarray, n_head: int, n_kv: int | None = None) -> np.ndarray:
+    """transformers' ``TensorProcessor`` reverse of llama.cpp's Q/K permutation
+    (modeling_gguf_pytorch_utils.py ``_reverse_permute_weights``), the oracle."""
+    if n_kv is not None and n_head != n_kv:
+        n_head = n_kv
+    dim = w.shape[0] // n_head // 2
+    return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
+
+
+def reference_state_dict(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a GGUF file as gguf-py reads and dequantizes it, by GGUF name,
+    llama's Q/K rows put back as transformers does."""
+    reader = gguf.GGUFReader(path)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    heads = int(reader.fields[f"{arch}.attention.head_count"].parts[-1][0])
+    kv = int(reader.fields[f"{arch}.attention.head_count_kv"].parts[-1][0])
+    out = {}
+    for t in reader.tensors:
+        w = gguf_dequantize(np.asarray(t.data), t.tensor_type.name)
+        w = w.reshape(tuple(reversed([int(d) for d in t.shape])))
+        if arch == "llama" and ".attn_q." in t.name:
+            w = reverse_permute(w, heads, heads)
+        if arch == "llama" and ".attn_k." in t.name:
+            w = reverse_permute(w, heads, kv)
+        out[t.name] = w
+    return out
