@@ -24,7 +24,9 @@ BLOCK_TYPES = tuple(HALVES)
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
-def random_blocks(rng: np.random.Generator, type_name: str, lead: tuple[int, ...], n: int) -> np.ndarray:
+def random_blocks(
+    rng: np.random.Generator, type_name: str, lead: tuple[int, ...], n: int
+) -> np.ndarray:
     """Random stored bytes ``[*lead, n / block * nbytes]`` of block type ``type_name``
     with finite scales around 2^-7 (float types: random values of that type's bytes)."""
     if type_name in FLOAT_TYPES:

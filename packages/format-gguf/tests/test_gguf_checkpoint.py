@@ -23,7 +23,8 @@ HF_OF.update({f"blk.0.{k}.bias": f"model.layers.0.{v}.bias" for k, v in BLOCK.it
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> None:
-    assert a.dtype == b.dtype == np.float32 and a.shape == b.shape
+    assert a.dtype == b.dtype == np.float32
+    assert a.shape == b.shape
     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
@@ -52,7 +53,8 @@ def test_llama_q_and_k_rows_are_unpermuted_per_head(build: Build) -> None:
         np.testing.assert_array_equal(q[h * hd + hd // 2 + i], stored[h * hd + 2 * i + 1])
     # v is never permuted
     np.testing.assert_array_equal(
-        ct.load("model.layers.0.self_attn.v_proj.weight", "float32"), ct.checkpoint.read("blk.0.attn_v.weight")
+        ct.load("model.layers.0.self_attn.v_proj.weight", "float32"),
+        ct.checkpoint.read("blk.0.attn_v.weight"),
     )
 
 
@@ -61,8 +63,16 @@ def test_config_json_is_built_from_the_metadata(build: Build) -> None:
         config = ckpt.config
     assert config["architectures"] == ["Qwen3ForCausalLM"]
     assert config["model_type"] == "qwen3"
-    assert (config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]) == (256, 512, 1)
-    assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (4, 2, 64)
+    assert (config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]) == (
+        256,
+        512,
+        1,
+    )
+    assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (
+        4,
+        2,
+        64,
+    )
     assert config["vocab_size"] == 32
     assert config["tie_word_embeddings"] is False
 
@@ -104,10 +114,14 @@ def test_a_split_set_loads_as_one_model_from_its_first_file_or_its_directory(
         flexq.compose(split_dir)
 
 
-def test_a_directory_with_two_gguf_models_is_refused_naming_them(build: Build, tmp_path: Path) -> None:
+def test_a_directory_with_two_gguf_models_is_refused_naming_them(
+    build: Build, tmp_path: Path
+) -> None:
     build("llama", "Q8_0", name="a.gguf")
     build("llama", "Q4_0", name="b.gguf")
-    with pytest.raises(flexq.CheckpointError, match=r"holds 2 GGUF models \(a.gguf, b.gguf\); pass the file"):
+    with pytest.raises(
+        flexq.CheckpointError, match=r"holds 2 GGUF models \(a.gguf, b.gguf\); pass the file"
+    ):
         flexq.compose(tmp_path)
 
 
@@ -115,7 +129,9 @@ def test_a_truncated_file_is_an_error_naming_it(build: Build, tmp_path: Path) ->
     path = build("llama", "Q8_0")
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(path.read_bytes()[:-100])
-    with pytest.raises(flexq.CheckpointError, match=rf"{cut}: tensor .* lie past the end .* truncated"):
+    with pytest.raises(
+        flexq.CheckpointError, match=rf"{cut}: tensor .* lie past the end .* truncated"
+    ):
         flexq.compose(cut)
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGML" + path.read_bytes()[4:])
@@ -135,14 +151,21 @@ def test_an_unsupported_ggml_type_is_named(build: Build, tmp_path: Path) -> None
     data[at : at + 4] = (16).to_bytes(4, "little")  # IQ2_XXS
     odd = tmp_path / "odd.gguf"
     odd.write_bytes(bytes(data))
-    with pytest.raises(flexq.CheckpointError, match="'blk.0.attn_v.weight': ggml type IQ2_XXS is not decoded"):
+    with pytest.raises(
+        flexq.CheckpointError, match="'blk.0.attn_v.weight': ggml type IQ2_XXS is not decoded"
+    ):
         flexq.compose(odd)
 
 
 def test_an_unmapped_architecture_is_refused(tmp_path: Path) -> None:
     from .conftest import TINY, write_gguf
 
-    path = write_gguf(tmp_path / "g.gguf", "gpt2", TINY, {"token_embd.weight": (np.ones((4, 32), np.float32), "F32")})
+    path = write_gguf(
+        tmp_path / "g.gguf",
+        "gpt2",
+        TINY,
+        {"token_embd.weight": (np.ones((4, 32), np.float32), "F32")},
+    )
     with pytest.raises(flexq.FormatError, match="GGUF architecture 'gpt2' is not mapped"):
         flexq.compose(path)
 
@@ -162,12 +185,15 @@ def test_load_state_dict_fills_paddle_targets_by_hf_name(build: Build) -> None:
     same_bits(targets[keys[1]].numpy(), ref["blk.0.ffn_down.weight"])
 
 
-def test_convert_writes_a_plain_checkpoint_with_the_built_config(build: Build, tmp_path: Path) -> None:
+def test_convert_writes_a_plain_checkpoint_with_the_built_config(
+    build: Build, tmp_path: Path
+) -> None:
     path = build("llama", "Q3_K")
     out = tmp_path / "out"
     assert main(["convert", str(path), str(out), "--dtype", "float32"]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["architectures"] == ["LlamaForCausalLM"] and config["num_key_value_heads"] == 2
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["num_key_value_heads"] == 2
     ref = reference_state_dict(path)
     ct = flexq.compose(out)
     for name, want in ref.items():
@@ -175,10 +201,31 @@ def test_convert_writes_a_plain_checkpoint_with_the_built_config(build: Build, t
     assert not any(p.name != "model.gguf" for p in path.parent.iterdir() if p.is_file())
 
 
-def test_inspect_of_a_broken_gguf_is_one_line(build: Build, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_of_a_broken_gguf_is_one_line(
+    build: Build, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cut = tmp_path / "cut.gguf"
     shutil.copyfile(build("llama", "Q8_0"), cut)
     cut.write_bytes(cut.read_bytes()[:40])
     assert main(["inspect", str(cut)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("flexq: error:") and str(cut) in err[0]
+    assert len(err) == 1
+    assert err[0].startswith("flexq: error:")
+    assert str(cut) in err[0]
+
+
+def test_inspect_shows_the_ggml_type_of_each_tensor_and_the_metadata(
+    build: Build, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = build("llama", "Q5_0")
+    assert main(["inspect", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    types = {c["key"]: c["dtype"] for t in doc["tensors"] for c in t["components"]}
+    assert types["blk.0.ffn_up.weight"] == "Q5_0"
+    assert types["token_embd.weight"] == "F16"
+    assert types["output_norm.weight"] == "F32"
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "GGUF v3, 1 file(s), 12 tensors" in out
+    assert "general.architecture = llama" in out
+    assert "llama.attention.head_count_kv = 2" in out

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import flexq
 from flexq.plan import TargetSlice
 from flexq_format_gguf.decode import DECODERS, decode_rows
 from flexq_format_gguf.ggml import BY_NAME, TYPES
@@ -21,7 +20,8 @@ from .conftest import BLOCK_TYPES, FLOAT_TYPES, TINY, gguf_dequantize, random_bl
 
 def same_bits(ours: np.ndarray, ref: np.ndarray) -> None:
     """Equal float32 bits, NaN in the same places (NaN payloads aside)."""
-    assert ours.dtype == np.float32 and ours.shape == ref.shape
+    assert ours.dtype == np.float32
+    assert ours.shape == ref.shape
     nan = np.isnan(ref)
     np.testing.assert_array_equal(np.isnan(ours), nan)
     np.testing.assert_array_equal(ours.view(np.uint32)[~nan], ref.view(np.uint32)[~nan])
@@ -39,10 +39,14 @@ def test_every_block_type_has_a_decoder_and_ggmls_sizes() -> None:
 @pytest.mark.parametrize("type_name", BLOCK_TYPES)
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
-def test_decoder_is_bit_exact_with_gguf_py_on_any_bytes(type_name: str, data: st.DataObject) -> None:
+def test_decoder_is_bit_exact_with_gguf_py_on_any_bytes(
+    type_name: str, data: st.DataObject
+) -> None:
     t = BY_NAME[type_name]
     n = data.draw(st.integers(1, 6), label="blocks")
-    raw = np.frombuffer(data.draw(st.binary(min_size=n * t.nbytes, max_size=n * t.nbytes)), np.uint8)
+    raw = np.frombuffer(
+        data.draw(st.binary(min_size=n * t.nbytes, max_size=n * t.nbytes)), np.uint8
+    )
     raw = raw.reshape(1, -1)
     with np.errstate(all="ignore"):
         same_bits(decode_rows(type_name, raw), gguf_dequantize(raw, type_name))
@@ -52,22 +56,25 @@ def test_decoder_is_bit_exact_with_gguf_py_on_any_bytes(type_name: str, data: st
 def boxed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
     """One GGUF file with a [6, 512] tensor of every type and gguf-py's dequantized values."""
     rng = np.random.default_rng(7)
-    tensors = {f"t.{name}": (random_blocks(rng, name, (6,), 512), name) for name in (*BLOCK_TYPES, *FLOAT_TYPES)}
+    tensors = {
+        f"t.{name}": (random_blocks(rng, name, (6,), 512), name)
+        for name in (*BLOCK_TYPES, *FLOAT_TYPES)
+    }
     path = write_gguf(tmp_path_factory.mktemp("boxes") / "boxes.gguf", "llama", TINY, tensors)
     reader = gguf.GGUFReader(path)
     ref = {t.name: gguf_dequantize(np.asarray(t.data), t.tensor_type.name) for t in reader.tensors}
     return path, ref
 
 
-@pytest.mark.parametrize("type_name", (*BLOCK_TYPES, *FLOAT_TYPES))
+@pytest.mark.parametrize("type_name", [*BLOCK_TYPES, *FLOAT_TYPES])
 @settings(max_examples=20, deadline=None)
 @given(data=st.data())
 def test_a_box_reads_only_its_blocks_and_equals_gguf_py(
     boxed: tuple[Path, dict[str, np.ndarray]], type_name: str, data: st.DataObject
 ) -> None:
+    from flexq.formatkit import Sources
     from flexq_format_gguf.checkpoint import GGUFCheckpoint
     from flexq_format_gguf.layout import GGUFLayout, decode_box, local_plan
-    from flexq.formatkit import Sources
 
     path, ref = boxed
     key = f"t.{type_name}"

@@ -42,13 +42,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flexq.errors import FlexqError
-from flexq.io.checkpoint import Checkpoint
-from flexq.plugin.manager import open_checkpoint
 from flexq.load.api import load_state_dict
+from flexq.plugin.manager import open_checkpoint
 
 if TYPE_CHECKING:
     import os
 
+    from flexq.io.checkpoint import Checkpoint
     from flexq.load.report import LoadReport
 
 #: config.json sections that describe the checkpoint's quantization (flexq's to decode).

@@ -67,7 +67,9 @@ def _model_files(first: Path) -> list[Path]:
             f"({m['stem']}-00001-of-{m['count']}{SUFFIX})"
         )
     count = int(m["count"])
-    files = [first.with_name(f"{m['stem']}-{i:05d}-of-{m['count']}{SUFFIX}") for i in range(1, count + 1)]
+    files = [
+        first.with_name(f"{m['stem']}-{i:05d}-of-{m['count']}{SUFFIX}") for i in range(1, count + 1)
+    ]
     missing = [f.name for f in files if not f.is_file()]
     if missing:
         raise CheckpointError(f"{first}: split set of {count} files lacks {', '.join(missing)}")
@@ -77,7 +79,7 @@ def _model_files(first: Path) -> list[Path]:
 class GGUFDataFile(DataFile):
     """One GGUF file, open from its header parse on: the core's reads and checks over it."""
 
-    def __init__(self, name: str, path: Path) -> None:  # noqa: D107 -- as DataFile's
+    def __init__(self, name: str, path: Path) -> None:
         # DataFile's own __init__ parses a safetensors header: the rest of it is reused.
         self.name, self.path = name, path
         self._lock = threading.Lock()
@@ -102,7 +104,7 @@ class GGUFCheckpoint(Checkpoint):
         (:func:`flexq_format_gguf.names.hf_config`), {} for an unknown architecture.
     """
 
-    def __init__(self, files: list[Path]) -> None:  # noqa: D107
+    def __init__(self, files: list[Path]) -> None:
         from flexq_format_gguf.names import hf_config  # names depend on the inventory
 
         # Checkpoint.__init__ reads a safetensors directory; these are its attributes.
@@ -126,6 +128,21 @@ class GGUFCheckpoint(Checkpoint):
         self._pages = PageSet()
         self._local = threading.local()
 
+    def stored_dtype(self, key: str) -> str:
+        """The ggml type of tensor ``key`` (``Q4_K``, ``F16``)."""
+        return self.gguf[key].type.name if key in self.gguf else super().stored_dtype(key)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The metadata ``flexq inspect`` shows: version, files, and every key-value but
+        the tokenizer's long lists (their lengths instead)."""
+        header = self._data_header(self.path.name)
+        lines = [f"GGUF v{header.version}, {len(self._data)} file(s), {len(self.gguf)} tensors"]
+        for key, value in self.metadata.items():
+            shown = f"[{len(value)} items]" if isinstance(value, list) and len(value) > 8 else value
+            lines.append(f"  {key} = {shown}")
+        return tuple(lines)
+
     def _data_header(self, name: str) -> GGUFHeader:
         df = self._data[name]
         assert isinstance(df, GGUFDataFile)
@@ -136,8 +153,14 @@ class GGUFCheckpoint(Checkpoint):
             if name in self.gguf:
                 raise CheckpointError(f"{self.path}: tensor {name!r} is in two files of the set")
             self.gguf[name] = t
-            shape = t.shape if t.type.plain else (*t.shape[:-1], t.shape[-1] // t.type.block * t.type.nbytes)
-            self.tensors[name] = TensorInfo(name, t.type.plain or "U8", shape, file, t.start, t.nbytes)
+            shape = (
+                t.shape
+                if t.type.plain
+                else (*t.shape[:-1], t.shape[-1] // t.type.block * t.type.nbytes)
+            )
+            self.tensors[name] = TensorInfo(
+                name, t.type.plain or "U8", shape, file, t.start, t.nbytes
+            )
 
 
 def _check_split(files: list[Path], headers: list[GGUFHeader]) -> None:

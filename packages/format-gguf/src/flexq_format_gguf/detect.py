@@ -5,12 +5,16 @@ For the format's plugin; reads metadata and tensor infos only.
 
 from __future__ import annotations
 
-from flexq import Checkpoint
+from typing import TYPE_CHECKING
+
 from flexq.errors import FormatError
 from flexq.formatkit import Analysis, per_checkpoint
 from flexq_format_gguf.checkpoint import GGUFCheckpoint
 from flexq_format_gguf.layout import NATURAL, GGUFLayout
 from flexq_format_gguf.names import architecture, hf_name
+
+if TYPE_CHECKING:
+    from flexq import Checkpoint
 
 
 @per_checkpoint

@@ -9,14 +9,16 @@ decode dequantizes those bytes in float32, undoes the permutation and cuts the b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.formatkit import Sources
 from flexq.plan import ReadPlan, TargetSlice, block_cover
 from flexq_format_gguf.decode import decode_rows
-from flexq_format_gguf.ggml import GGMLType
+
+if TYPE_CHECKING:
+    from flexq.formatkit import Sources
+    from flexq_format_gguf.ggml import GGMLType
 
 #: Natural dtype of each float type (gguf-py dequantizes every other type to float32).
 NATURAL = {"F16": "float16", "BF16": "bfloat16"}

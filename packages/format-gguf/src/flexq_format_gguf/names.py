@@ -95,13 +95,16 @@ def hf_name(name: str, arch: str, metadata: dict[str, Any], where: object) -> HF
     if m is None or m["part"] not in BLOCK:
         raise FormatError(
             f"{where}: GGUF tensor {name!r} has no Hugging Face name for architecture "
-            f"{arch!r} (flexq-format-gguf maps {', '.join(GLOBAL)} and blk.N.{{{', '.join(BLOCK)}}})"
+            f"{arch!r} (flexq-format-gguf maps {', '.join(GLOBAL)} "
+            f"and blk.N.{{{', '.join(BLOCK)}}})"
         )
     hf = f"model.layers.{m['n']}.{BLOCK[m['part']]}.{m['kind']}"
     heads = None
     if arch in PERMUTED and m["part"] in ("attn_q", "attn_k"):
         key = "head_count" if m["part"] == "attn_q" else "head_count_kv"
-        heads = int(metadata.get(f"{arch}.attention.{key}") or metadata[f"{arch}.attention.head_count"])
+        heads = int(
+            metadata.get(f"{arch}.attention.{key}") or metadata[f"{arch}.attention.head_count"]
+        )
     return HFName(hf, heads)
 
 
@@ -118,7 +121,9 @@ def hf_config(metadata: dict[str, Any], tensors: dict[str, GGUFTensor]) -> dict[
     if "vocab_size" not in config:
         tokens = metadata.get("tokenizer.ggml.tokens")
         embed = tensors.get("token_embd.weight")
-        config["vocab_size"] = len(tokens) if tokens is not None else embed.shape[0] if embed else None
+        config["vocab_size"] = (
+            len(tokens) if tokens is not None else embed.shape[0] if embed else None
+        )
     config.setdefault("num_key_value_heads", config.get("num_attention_heads"))
     config["tie_word_embeddings"] = "output.weight" not in tensors
     for which in ("bos", "eos", "padding"):

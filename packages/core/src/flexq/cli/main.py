@@ -35,7 +35,6 @@ from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.interrupts import uninterrupted
-from flexq.io.checkpoint import Checkpoint
 from flexq.load.quiet import quiet_paddle
 from flexq.plugin.manager import list_formats, registry
 
@@ -161,6 +160,8 @@ def _inspect(args: argparse.Namespace) -> int:
                 table.add_row(*map(escape, cells), end_section=i == len(t.components) - 1)
         out.print(table)
         out.print(f"total bytes: {document.total_bytes:,}")
+        for note in ct.checkpoint.notes:
+            out.print(note, markup=False)
         for p in ct.problems:
             out.print(f"problem: {p}", style="red", markup=False)
     if ct.problems:
