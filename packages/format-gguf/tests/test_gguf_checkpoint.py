@@ -229,3 +229,25 @@ def test_inspect_shows_the_ggml_type_of_each_tensor_and_the_metadata(
     assert "GGUF v3, 1 file(s), 12 tensors" in out
     assert "general.architecture = llama" in out
     assert "llama.attention.head_count_kv = 2" in out
+
+
+def test_verify_reports_a_gguf_models_coverage_and_decodes_it_deep(build: Build) -> None:
+    report = flexq.verify(build("qwen3", "Q6_K"), deep=True)
+    assert report.problems == []
+    assert [(s.format, s.tensors) for s in report.summary] == [("gguf", 14)]
+    assert len(report.deep) == 14
+    assert all(row.nonfinite == 0 for row in report.deep)
+
+
+def test_verify_of_an_unmapped_tensor_is_a_coverage_problem(tmp_path: Path) -> None:
+    from .conftest import TINY, write_gguf
+
+    path = write_gguf(
+        tmp_path / "m.gguf",
+        "llama",
+        TINY,
+        {"blk.0.mystery.weight": (np.ones((2, 32), np.float32), "F32")},
+    )
+    report = flexq.verify(path)
+    assert [p.kind for p in report.problems] == ["coverage"]
+    assert "'blk.0.mystery.weight' has no Hugging Face name" in report.problems[0].message

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from flexq.check.files import survey
+from flexq.check.files import Survey, survey
 from flexq.check.hashes import check_blobs, check_manifest, write_manifest
 from flexq.check.report import DeepRow, FormatSummary, Memory, Problem, VerifyReport
 from flexq.check.scales import CORRUPT, check_scales
@@ -65,27 +65,29 @@ def verify(
         unknown format (the CLI's exit 2); everything else is a problem in the report.
     """
     asked = registry.active(formats)  # an unknown format is a usage error
-    files = locate(path)
-    found = survey(files)
+    # A container format's file (GGUF): its header checks are its opening; no shards.
+    container = registry.open_container(path)
+    files = locate(path) if container is None else None
+    found = survey(files) if files is not None else Survey()
     problems = list(found.problems)
     hashed = 0
-    if sha256:
+    if files is not None and sha256:
         n, bad = check_blobs(files, progress)
         hashed += n
         problems += bad
-    if manifest is not None:
+    if files is not None and manifest is not None:
         n, bad = check_manifest(files, Path(manifest), progress)
         hashed += n
         problems += bad
-    if write_manifest_to is not None:
+    if files is not None and write_manifest_to is not None:
         hashed += write_manifest(files, Path(write_manifest_to), progress)
-    with Checkpoint(files.path, skip=found.skip) as ckpt:
+    with container or Checkpoint(files.path if files else path, skip=found.skip) as ckpt:
         try:
             ct = compose(ckpt, formats, strict=False, allow_unclaimed=allow_unclaimed)
         except FlexqError as exc:
             problems.append(Problem(kind="coverage", message=str(exc), fix=_fix(str(exc))))
             return VerifyReport(
-                path=str(files.path), formats=list(asked), shards=found.shards, summary=[],
+                path=str(ckpt.path), formats=list(asked), shards=found.shards, summary=[],
                 memory=Memory(bfloat16=0, float32=0, keep_quantized=0), scales=[], splits=[],
                 deep=[], hashed_bytes=hashed, bytes_read=ckpt.bytes_read, problems=problems,
             )  # fmt: skip
@@ -108,7 +110,7 @@ def verify(
         samples, bad_samples = _deep(ct) if deep else ([], [])
         problems += bad_samples
         return VerifyReport(
-            path=str(files.path),
+            path=str(ckpt.path),
             formats=ct.formats,
             shards=found.shards,
             summary=_summary(ct),

@@ -467,9 +467,9 @@ class FormatRegistry:
             )
         return result
 
-    def open_checkpoint(self, path: str | os.PathLike[str]) -> Checkpoint:
+    def open_container(self, path: str | os.PathLike[str]) -> Checkpoint | None:
         """``path`` opened by the first format whose container it is
-        (``flexq_open_checkpoint``), else as a safetensors checkpoint."""
+        (``flexq_open_checkpoint``); None when it is no format's container."""
         from flexq.io.checkpoint import Checkpoint
 
         hook = "flexq_open_checkpoint"
@@ -482,7 +482,14 @@ class FormatRegistry:
             if not isinstance(found, Checkpoint):
                 raise self._wrong_result(name, hook, f"{shown(found)}, not a Checkpoint")
             return found
-        return Checkpoint(path)
+        return None
+
+    def open_checkpoint(self, path: str | os.PathLike[str]) -> Checkpoint:
+        """``path`` opened by the format whose container it is, else as a safetensors
+        checkpoint."""
+        from flexq.io.checkpoint import Checkpoint
+
+        return self.open_container(path) or Checkpoint(path)
 
     def encoders(self) -> list[str]:
         """Working formats that can write checkpoints (``flexq_encode``)."""
