@@ -251,3 +251,18 @@ def test_verify_of_an_unmapped_tensor_is_a_coverage_problem(tmp_path: Path) -> N
     report = flexq.verify(path)
     assert [p.kind for p in report.problems] == ["coverage"]
     assert "'blk.0.mystery.weight' has no Hugging Face name" in report.problems[0].message
+
+
+def test_without_the_gguf_format_a_gguf_file_names_the_package(build: Build) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = build("llama", "Q8_0")
+    env = {**os.environ, "FLEXQ_DISABLED_FORMATS": "gguf"}
+    cli = [sys.executable, "-m", "flexq.cli", "inspect", str(path)]
+    done = subprocess.run(cli, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"flexq: error: {path}: is a GGUF file: install flexq-format-gguf to read it"
+    )
