@@ -266,3 +266,22 @@ def test_without_the_gguf_format_a_gguf_file_names_the_package(build: Build) -> 
     assert done.stderr.strip() == (
         f"flexq: error: {path}: is a GGUF file: install flexq-format-gguf to read it"
     )
+
+
+@pytest.mark.parametrize("weight_type", ["Q4_K", "F16"])
+def test_decoding_in_bands_of_whole_heads_gives_the_same_bits(
+    build: Build, weight_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flexq_format_gguf.layout
+
+    path = build("llama", weight_type)
+    ref = reference_state_dict(path)
+    monkeypatch.setattr(flexq_format_gguf.layout, "BAND_BYTES", 3 * 256 * 4)  # 3 rows a band
+    ct = flexq.compose(path)
+    for key, name in [("model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight"),
+                      ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight")]:  # fmt: skip
+        same_bits(ct.load(key, "float32"), ref[name])
+        target = TargetSlice(ref[name].shape, (50, 40), (37, 100), "float32")
+        plan = ct.plan(key, target)
+        box = np.asarray(ct.dequantize(key, ct.read_sources(plan), plan, "float32"))
+        same_bits(box, ref[name][37:87, 100:140])

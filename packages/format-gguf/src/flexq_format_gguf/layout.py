@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from flexq.formatkit import Sources
     from flexq_format_gguf.ggml import GGMLType
 
+#: float32 bytes one decode band produces (the decode's temporaries are a few of these).
+BAND_BYTES = 4 << 20
 #: Natural dtype of each float type (gguf-py dequantizes every other type to float32).
 NATURAL = {"F16": "float16", "BF16": "bfloat16"}
 
@@ -62,24 +64,40 @@ def local_plan(layout: GGUFLayout, target: TargetSlice) -> ReadPlan:
 
 
 def decode_box(layout: GGUFLayout, sources: Sources, out: Any) -> np.ndarray:
-    """The float32 box ``sources.target`` of ``layout``, from its planned bytes."""
+    """The float32 box ``sources.target`` of ``layout``, from its planned bytes.
+
+    A 2-D box is decoded in bands of rows (whole heads when permuted) of about
+    :data:`BAND_BYTES` of float32 each, written straight into ``out`` (or a new
+    array): the decode's temporaries stay a band's, not a multiple of the tensor.
+    """
     raw = np.asarray(sources[layout.source])
     start = list(sources.offset(layout.source))
     t = layout.type
-    values = _float32(t, raw)
     if not t.plain:
         start[-1] = start[-1] // t.nbytes * t.block
-    if layout.heads is not None:
-        values = unpermute(values, layout.heads * values.shape[0] // layout.shape[0])
     target = sources.target
-    box = tuple(
+    box = [
         slice(o - s, o - s + n)
         for o, s, n in zip(target.global_offset, start, target.local_shape, strict=True)
-    )
-    if out is None:
-        return np.ascontiguousarray(values[box])
-    out[...] = values[box]
-    return out  # type: ignore[no-any-return]
+    ]
+    result = np.empty(target.local_shape, np.float32) if out is None else out
+    if raw.ndim != 2:
+        values = _float32(t, raw)
+        if layout.heads is not None:
+            values = unpermute(values, layout.heads)
+        result[...] = values[tuple(box)]
+        return result  # type: ignore[no-any-return]
+    head = layout.shape[0] // layout.heads if layout.heads is not None else 1
+    width = raw.shape[1] // (1 if t.plain else t.nbytes) * t.block
+    band = max(1, BAND_BYTES // (4 * width * head)) * head
+    rows, cols = box
+    for lo in range(rows.start // band * band, rows.stop, band):
+        chunk = _float32(t, raw[lo : lo + band])
+        if layout.heads is not None:
+            chunk = unpermute(chunk, chunk.shape[0] // head)
+        a, b = max(lo, rows.start), min(lo + band, rows.stop)
+        result[a - rows.start : b - rows.start] = chunk[a - lo : b - lo, cols]
+    return result  # type: ignore[no-any-return]
 
 
 def _float32(t: GGMLType, raw: np.ndarray) -> np.ndarray:
