@@ -168,3 +168,36 @@ def reference_state_dict(path: Path) -> dict[str, np.ndarray]:
             w = reverse_permute(w, heads, kv)
         out[t.name] = w
     return out
+
+
+@pytest.fixture(scope="session")
+def reference() -> Callable[[Path], dict[str, np.ndarray]]:
+    """:func:`reference_state_dict` (tests take helpers as fixtures: mypy cannot import a
+    conftest under a directory whose name has a hyphen)."""
+    return reference_state_dict
+
+
+@pytest.fixture(scope="session")
+def dequantize_ref() -> Callable[[np.ndarray, str], np.ndarray]:
+    """:func:`gguf_dequantize`, the oracle."""
+    return gguf_dequantize
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[[str, str, Tensors], Path]:
+    """``write(file_name, arch, tensors)`` -> a GGUF file with TINY's metadata."""
+    return lambda name, arch, tensors: write_gguf(tmp_path / name, arch, TINY, tensors)
+
+
+@pytest.fixture(scope="session")
+def boxed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
+    """One GGUF file with a [6, 512] tensor of every type and gguf-py's dequantized values."""
+    rng = np.random.default_rng(7)
+    tensors = {
+        f"t.{name}": (random_blocks(rng, name, (6,), 512), name)
+        for name in (*BLOCK_TYPES, *FLOAT_TYPES)
+    }
+    path = write_gguf(tmp_path_factory.mktemp("boxes") / "boxes.gguf", "llama", TINY, tensors)
+    reader = gguf.GGUFReader(path)
+    ref = {t.name: gguf_dequantize(np.asarray(t.data), t.tensor_type.name) for t in reader.tensors}
+    return path, ref

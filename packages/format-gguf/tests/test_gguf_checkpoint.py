@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,12 @@ import flexq
 from flexq.cli.main import main
 from flexq.plan import TargetSlice
 from flexq_format_gguf.checkpoint import GGUFCheckpoint
+from flexq_format_gguf.decode import DECODERS
 from flexq_format_gguf.names import BLOCK, GLOBAL
 
-from .conftest import BLOCK_TYPES, Build, reference_state_dict
+Build = Callable[..., Path]
+Reference = Callable[[Path], dict[str, np.ndarray]]
+Write = Callable[[str, str, dict[str, tuple[np.ndarray, str]]], Path]
 
 HF_OF = {**GLOBAL, **{f"blk.0.{k}.weight": f"model.layers.0.{v}.weight" for k, v in BLOCK.items()}}
 HF_OF.update({f"blk.0.{k}.bias": f"model.layers.0.{v}.bias" for k, v in BLOCK.items()})
@@ -30,10 +34,10 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_every_tensor_loads_by_its_hf_name_as_gguf_py_and_transformers_give_it(
-    build: Build, arch: str
+    reference: Reference, build: Build, arch: str
 ) -> None:
     path = build(arch, "Q4_K")
-    ref = reference_state_dict(path)
+    ref = reference(path)
     ct = flexq.compose(path)
     assert set(ct.logical_metadata()) == {HF_OF[name] for name in ref}
     for name, want in ref.items():
@@ -77,12 +81,12 @@ def test_config_json_is_built_from_the_metadata(build: Build) -> None:
     assert config["tie_word_embeddings"] is False
 
 
-@pytest.mark.parametrize("weight_type", BLOCK_TYPES)
+@pytest.mark.parametrize("weight_type", list(DECODERS))
 def test_a_row_band_of_a_permuted_tensor_reads_only_its_heads_blocks(
-    build: Build, weight_type: str
+    reference: Reference, build: Build, weight_type: str
 ) -> None:
     path = build("llama", weight_type)
-    ref = reference_state_dict(path)["blk.0.attn_q.weight"]
+    ref = reference(path)["blk.0.attn_q.weight"]
     ct = flexq.compose(path)
     key = "model.layers.0.self_attn.q_proj.weight"
     target = TargetSlice((256, 256), (60, 256), (50, 0), "float32")  # rows 50..110: heads 0, 1
@@ -94,9 +98,9 @@ def test_a_row_band_of_a_permuted_tensor_reads_only_its_heads_blocks(
 
 
 def test_a_split_set_loads_as_one_model_from_its_first_file_or_its_directory(
-    build: Build, tmp_path: Path
+    reference: Reference, build: Build, tmp_path: Path
 ) -> None:
-    whole = reference_state_dict(build("llama", "Q6_K", name="whole.gguf"))
+    whole = reference(build("llama", "Q6_K", name="whole.gguf"))
     split_dir = tmp_path / "split"
     split_dir.mkdir()
     build("llama", "Q6_K", name="split/m.gguf", split=4)
@@ -143,6 +147,7 @@ def test_an_unsupported_ggml_type_is_named(build: Build, tmp_path: Path) -> None
     path = build("llama", "Q8_0")
     data = bytearray(path.read_bytes())
     with GGUFCheckpoint([path]) as ckpt:
+        assert isinstance(ckpt, GGUFCheckpoint)
         entry = ckpt.gguf["blk.0.attn_v.weight"]
     # The type id of attn_v's info: the uint32 before its offset (the last 12 bytes of its info).
     name = b"blk.0.attn_v.weight"
@@ -157,24 +162,23 @@ def test_an_unsupported_ggml_type_is_named(build: Build, tmp_path: Path) -> None
         flexq.compose(odd)
 
 
-def test_an_unmapped_architecture_is_refused(tmp_path: Path) -> None:
-    from .conftest import TINY, write_gguf
-
-    path = write_gguf(
-        tmp_path / "g.gguf",
+def test_an_unmapped_architecture_is_refused(write: Write) -> None:
+    path = write(
+        "g.gguf",
         "gpt2",
-        TINY,
         {"token_embd.weight": (np.ones((4, 32), np.float32), "F32")},
     )
     with pytest.raises(flexq.FormatError, match="GGUF architecture 'gpt2' is not mapped"):
         flexq.compose(path)
 
 
-def test_load_state_dict_fills_paddle_targets_by_hf_name(build: Build) -> None:
+def test_load_state_dict_fills_paddle_targets_by_hf_name(
+    reference: Reference, build: Build
+) -> None:
     import paddle
 
     path = build("qwen2", "Q5_K")
-    ref = reference_state_dict(path)
+    ref = reference(path)
     keys = ["model.layers.0.self_attn.q_proj.bias", "model.layers.0.mlp.down_proj.weight"]
     targets = {
         "model.layers.0.self_attn.q_proj.bias": paddle.zeros([256], "float32"),
@@ -186,7 +190,7 @@ def test_load_state_dict_fills_paddle_targets_by_hf_name(build: Build) -> None:
 
 
 def test_convert_writes_a_plain_checkpoint_with_the_built_config(
-    build: Build, tmp_path: Path
+    reference: Reference, build: Build, tmp_path: Path
 ) -> None:
     path = build("llama", "Q3_K")
     out = tmp_path / "out"
@@ -194,7 +198,7 @@ def test_convert_writes_a_plain_checkpoint_with_the_built_config(
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["num_key_value_heads"] == 2
-    ref = reference_state_dict(path)
+    ref = reference(path)
     ct = flexq.compose(out)
     for name, want in ref.items():
         same_bits(ct.load(HF_OF[name], "float32"), want)
@@ -239,13 +243,10 @@ def test_verify_reports_a_gguf_models_coverage_and_decodes_it_deep(build: Build)
     assert all(row.nonfinite == 0 for row in report.deep)
 
 
-def test_verify_of_an_unmapped_tensor_is_a_coverage_problem(tmp_path: Path) -> None:
-    from .conftest import TINY, write_gguf
-
-    path = write_gguf(
-        tmp_path / "m.gguf",
+def test_verify_of_an_unmapped_tensor_is_a_coverage_problem(write: Write) -> None:
+    path = write(
+        "m.gguf",
         "llama",
-        TINY,
         {"blk.0.mystery.weight": (np.ones((2, 32), np.float32), "F32")},
     )
     report = flexq.verify(path)
@@ -270,12 +271,12 @@ def test_without_the_gguf_format_a_gguf_file_names_the_package(build: Build) -> 
 
 @pytest.mark.parametrize("weight_type", ["Q4_K", "F16"])
 def test_decoding_in_bands_of_whole_heads_gives_the_same_bits(
-    build: Build, weight_type: str, monkeypatch: pytest.MonkeyPatch
+    reference: Reference, build: Build, weight_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import flexq_format_gguf.layout
 
     path = build("llama", weight_type)
-    ref = reference_state_dict(path)
+    ref = reference(path)
     monkeypatch.setattr(flexq_format_gguf.layout, "BAND_BYTES", 3 * 256 * 4)  # 3 rows a band
     ct = flexq.compose(path)
     for key, name in [("model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -15,7 +16,9 @@ from flexq.plan import TargetSlice
 from flexq_format_gguf.decode import DECODERS, decode_rows
 from flexq_format_gguf.ggml import BY_NAME, TYPES
 
-from .conftest import BLOCK_TYPES, FLOAT_TYPES, TINY, gguf_dequantize, random_blocks, write_gguf
+BLOCK_TYPES = list(DECODERS)
+FLOAT_TYPES = ["F32", "F16", "BF16"]
+Dequantize = Callable[[np.ndarray, str], np.ndarray]
 
 
 def same_bits(ours: np.ndarray, ref: np.ndarray) -> None:
@@ -40,7 +43,7 @@ def test_every_block_type_has_a_decoder_and_ggmls_sizes() -> None:
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_decoder_is_bit_exact_with_gguf_py_on_any_bytes(
-    type_name: str, data: st.DataObject
+    dequantize_ref: Dequantize, type_name: str, data: st.DataObject
 ) -> None:
     t = BY_NAME[type_name]
     n = data.draw(st.integers(1, 6), label="blocks")
@@ -49,21 +52,7 @@ def test_decoder_is_bit_exact_with_gguf_py_on_any_bytes(
     )
     raw = raw.reshape(1, -1)
     with np.errstate(all="ignore"):
-        same_bits(decode_rows(type_name, raw), gguf_dequantize(raw, type_name))
-
-
-@pytest.fixture(scope="module")
-def boxed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
-    """One GGUF file with a [6, 512] tensor of every type and gguf-py's dequantized values."""
-    rng = np.random.default_rng(7)
-    tensors = {
-        f"t.{name}": (random_blocks(rng, name, (6,), 512), name)
-        for name in (*BLOCK_TYPES, *FLOAT_TYPES)
-    }
-    path = write_gguf(tmp_path_factory.mktemp("boxes") / "boxes.gguf", "llama", TINY, tensors)
-    reader = gguf.GGUFReader(path)
-    ref = {t.name: gguf_dequantize(np.asarray(t.data), t.tensor_type.name) for t in reader.tensors}
-    return path, ref
+        same_bits(decode_rows(type_name, raw), dequantize_ref(raw, type_name))
 
 
 @pytest.mark.parametrize("type_name", [*BLOCK_TYPES, *FLOAT_TYPES])
@@ -82,7 +71,9 @@ def test_a_box_reads_only_its_blocks_and_equals_gguf_py(
     r1 = data.draw(st.integers(r0 + 1, 6))
     c0 = data.draw(st.integers(0, 511))
     c1 = data.draw(st.integers(c0 + 1, 512))
-    with GGUFCheckpoint([path]) as ckpt:
+    with GGUFCheckpoint([path]) as opened:
+        assert isinstance(opened, GGUFCheckpoint)
+        ckpt = opened
         t = ckpt.gguf[key]
         layout = GGUFLayout(t.shape, "float32", (key,), t.type)
         target = TargetSlice((6, 512), (r1 - r0, c1 - c0), (r0, c0), "float32")

@@ -46,7 +46,8 @@ def _plane_bits(packed: np.ndarray, shifts: np.ndarray, mask: int) -> np.ndarray
     32-byte group, k = 0.. (``[n, m * len(shifts)]``), as ggml's K-quants lay them."""
     n = packed.shape[0]
     q = packed.reshape(n, -1, 1, 32) >> shifts.reshape(1, 1, -1, 1)
-    return (q & mask).reshape(n, -1)
+    out: np.ndarray = (q & mask).reshape(n, -1)
+    return out
 
 
 def _high_bit_32(blocks: np.ndarray, at: int) -> np.ndarray:
@@ -57,7 +58,8 @@ def _high_bit_32(blocks: np.ndarray, at: int) -> np.ndarray:
 
 def q8_0(blocks: np.ndarray) -> np.ndarray:
     """Q8_0: f16 d, 32 int8; x = q * d."""
-    return blocks[:, 2:].view(np.int8).astype(_F32) * _half(blocks, 0)
+    out: np.ndarray = blocks[:, 2:].view(np.int8).astype(_F32) * _half(blocks, 0)
+    return out
 
 
 def q4_0(blocks: np.ndarray) -> np.ndarray:
@@ -69,19 +71,22 @@ def q4_0(blocks: np.ndarray) -> np.ndarray:
 def q4_1(blocks: np.ndarray) -> np.ndarray:
     """Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q * d + m."""
     q = _low_high(blocks[:, 4:], 16).astype(_F32)
-    return _half(blocks, 0) * q + _half(blocks, 2)
+    out: np.ndarray = _half(blocks, 0) * q + _half(blocks, 2)
+    return out
 
 
 def q5_0(blocks: np.ndarray) -> np.ndarray:
     """Q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = (q - 16) * d."""
     q = _low_high(blocks[:, 6:], 16) | (_high_bit_32(blocks, 2) << 4)
-    return _half(blocks, 0) * (q.astype(np.int8) - np.int8(16)).astype(_F32)
+    out: np.ndarray = _half(blocks, 0) * (q.astype(np.int8) - np.int8(16)).astype(_F32)
+    return out
 
 
 def q5_1(blocks: np.ndarray) -> np.ndarray:
     """Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = q * d + m."""
     q = _low_high(blocks[:, 8:], 16) | (_high_bit_32(blocks, 4) << 4)
-    return _half(blocks, 0) * q.astype(_F32) + _half(blocks, 2)
+    out: np.ndarray = _half(blocks, 0) * q.astype(_F32) + _half(blocks, 2)
+    return out
 
 
 def q2_k(blocks: np.ndarray) -> np.ndarray:
@@ -92,7 +97,8 @@ def q2_k(blocks: np.ndarray) -> np.ndarray:
     dl = (d * (scales & 0x0F).astype(_F32)).reshape(n, 16, 1)
     ml = (dmin * (scales >> 4).astype(_F32)).reshape(n, 16, 1)
     q = _plane_bits(blocks[:, 16:80], _CRUMBS, 3).reshape(n, 16, 16).astype(_F32)
-    return (dl * q - ml).reshape(n, QK_K)
+    out: np.ndarray = (dl * q - ml).reshape(n, QK_K)
+    return out
 
 
 def q3_k(blocks: np.ndarray) -> np.ndarray:
@@ -106,7 +112,8 @@ def q3_k(blocks: np.ndarray) -> np.ndarray:
     # A clear mask bit subtracts 4 (ggml stores the complement).
     qh = (_plane_bits(blocks[:, :32], _BITS, 1).reshape(n, 16, 16) ^ 1) << 2
     q = (ql.astype(np.int8) - qh.astype(np.int8)).astype(_F32)
-    return (dl * q).reshape(n, QK_K)
+    out: np.ndarray = (dl * q).reshape(n, QK_K)
+    return out
 
 
 def _k_scale_min(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +132,8 @@ def q4_k(blocks: np.ndarray) -> np.ndarray:
     d = (_half(blocks, 0) * sc).reshape(n, 8, 1)
     dm = (_half(blocks, 2) * mn).reshape(n, 8, 1)
     q = _low_high(blocks[:, 16:], 32).reshape(n, 8, 32).astype(_F32)
-    return (d * q - dm).reshape(n, QK_K)
+    out: np.ndarray = (d * q - dm).reshape(n, QK_K)
+    return out
 
 
 def q5_k(blocks: np.ndarray) -> np.ndarray:
@@ -137,7 +145,8 @@ def q5_k(blocks: np.ndarray) -> np.ndarray:
     ql = _low_high(blocks[:, 48:], 32).reshape(n, 8, 32)
     qh = _plane_bits(blocks[:, 16:48], _BITS, 1).reshape(n, 8, 32)
     q = (ql | (qh << 4)).astype(_F32)
-    return (d * q - dm).reshape(n, QK_K)
+    out: np.ndarray = (d * q - dm).reshape(n, QK_K)
+    return out
 
 
 def q6_k(blocks: np.ndarray) -> np.ndarray:
@@ -147,12 +156,14 @@ def q6_k(blocks: np.ndarray) -> np.ndarray:
     qh = _plane_bits(blocks[:, 128:192], _CRUMBS, 3).reshape(n, -1, 32)
     q = ((ql | (qh << 4)).astype(np.int8) - np.int8(32)).reshape(n, 16, 16).astype(_F32)
     d = (_half(blocks, 208) * blocks[:, 192:208].view(np.int8).astype(_F32)).reshape(n, 16, 1)
-    return (d * q).reshape(n, QK_K)
+    out: np.ndarray = (d * q).reshape(n, QK_K)
+    return out
 
 
 def iq4_nl(blocks: np.ndarray) -> np.ndarray:
     """IQ4_NL: f16 d, 16 bytes of nibbles indexing the code book; x = d * book[q]."""
-    return _half(blocks, 0) * IQ4_VALUES[_low_high(blocks[:, 2:], 16)]
+    out: np.ndarray = _half(blocks, 0) * IQ4_VALUES[_low_high(blocks[:, 2:], 16)]
+    return out
 
 
 def iq4_xs(blocks: np.ndarray) -> np.ndarray:
@@ -164,7 +175,8 @@ def iq4_xs(blocks: np.ndarray) -> np.ndarray:
     scales = ((low | (high << 4)).astype(np.int16) - 32).astype(_F32)
     dl = (_half(blocks, 0) * scales).reshape(n, 8, 1)
     q = IQ4_VALUES[_low_high(blocks[:, 8:], 16)].reshape(n, 8, 32)
-    return (dl * q).reshape(n, QK_K)
+    out: np.ndarray = (dl * q).reshape(n, QK_K)
+    return out
 
 
 DECODERS: dict[str, Decoder] = {

@@ -86,7 +86,7 @@ def decode_box(layout: GGUFLayout, sources: Sources, out: Any) -> np.ndarray:
         if layout.heads is not None:
             values = unpermute(values, layout.heads)
         result[...] = values[tuple(box)]
-        return result  # type: ignore[no-any-return]
+        return result
     head = layout.shape[0] // layout.heads if layout.heads is not None else 1
     width = raw.shape[1] // (1 if t.plain else t.nbytes) * t.block
     band = max(1, BAND_BYTES // (4 * width * head)) * head
@@ -97,7 +97,7 @@ def decode_box(layout: GGUFLayout, sources: Sources, out: Any) -> np.ndarray:
             chunk = unpermute(chunk, chunk.shape[0] // head)
         a, b = max(lo, rows.start), min(lo + band, rows.stop)
         result[a - rows.start : b - rows.start] = chunk[a - lo : b - lo, cols]
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def _float32(t: GGMLType, raw: np.ndarray) -> np.ndarray:
