@@ -48,6 +48,8 @@ _CONVERT = """
 import sys
 sys.argv = ["convert_hf_to_gguf.py", *sys.argv[1:]]
 import convert_hf_to_gguf as c
+from conversion.llama import LlamaModel
+from conversion.qwen import Qwen2Model, Qwen3Model
 
 def set_vocab(self):
     n = self.hparams["vocab_size"]
@@ -56,7 +58,7 @@ def set_vocab(self):
     self.gguf_writer.add_token_list([f"t{i}" for i in range(n)])
     self.gguf_writer.add_token_types([1] * n)
 
-for cls in (c.LlamaModel, c.Qwen2Model, c.Qwen3Model):
+for cls in (LlamaModel, Qwen2Model, Qwen3Model):
     cls.set_vocab = set_vocab
 c.main()
 """
@@ -67,7 +69,8 @@ def vendored_llama_cpp(directory: Path) -> Path:
     which ``nox -s interop`` downloads), extracted into ``directory``."""
     sdist = Path(os.environ["FLEXQ_LLAMA_CPP_SDIST"])
     with tarfile.open(sdist) as tar:
-        wanted = ("/vendor/llama.cpp/convert_hf_to_gguf.py", "/vendor/llama.cpp/gguf-py/")
+        wanted = ("/vendor/llama.cpp/convert_hf_to_gguf.py", "/vendor/llama.cpp/gguf-py/",
+                  "/vendor/llama.cpp/conversion/")  # fmt: skip
         members = [m for m in tar.getmembers() if any(w in m.name for w in wanted)]
         tar.extractall(directory, members=members, filter="data")
     return next(directory.glob("*/vendor/llama.cpp"))
