@@ -39,6 +39,9 @@ declares replicated, as each rank's own heads (:func:`_own_heads`).
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flexq.errors import FlexqError
@@ -161,13 +164,24 @@ def _concrete_class(model_class: Any, checkpoint: Checkpoint) -> Any:
     pick = getattr(model_class, "_get_model_class_from_config", None)
     if pick is None:
         return model_class
+    if checkpoint.path.is_file() and checkpoint.config:
+        # A container file (GGUF): the picker reads the config it built, from a scratch
+        # directory (never beside the file).
+        with tempfile.TemporaryDirectory() as scratch:
+            built = Path(scratch) / "config.json"
+            built.write_text(json.dumps(checkpoint.config))
+            return _pick(pick, model_class, checkpoint, Path(scratch), built)
     config_file = checkpoint.path / "config.json"
     if not config_file.is_file():
         raise FlexqError(
             f"{checkpoint.path}: no config.json to pick a {model_class.__name__} class"
         )
+    return _pick(pick, model_class, checkpoint, checkpoint.path, config_file)
+
+
+def _pick(pick: Any, model_class: Any, checkpoint: Checkpoint, where: Path, config: Path) -> Any:
     try:
-        return pick(str(checkpoint.path), str(config_file))
+        return pick(str(where), str(config))
     except ImportError as exc:
         raise FlexqError(
             f"{checkpoint.path}: {model_class.__name__} picks a class whose module needs "
