@@ -182,6 +182,8 @@ PRODUCERS = [
     "nvidia-modelopt==0.47.0",
     "amd-quark==0.13",
 ]
+#: GGUF's producer (llama.cpp, vendored); sdist only: pip builds it with cmake + ninja.
+LLAMA_CPP = "llama-cpp-python==0.3.36"
 #: Their own pins would downgrade torch / transformers, and nothing they add is needed.
 PRODUCERS_NO_DEPS = ["autoawq==0.2.9", "bitsandbytes==0.50.2"]
 
@@ -196,7 +198,15 @@ def interop(session: nox.Session) -> None:
     session.run(*pip, "torch==2.13.0")
     session.run(*pip, "torch==2.13.0", *PRODUCERS)
     session.run(*pip, "--no-deps", *PRODUCERS_NO_DEPS)
+    # llama.cpp for the GGUF files: built from the sdist (CPU; pip caches the wheel), and
+    # the sdist itself, whose vendored convert_hf_to_gguf.py and gguf-py convert models.
+    session.run(*pip, LLAMA_CPP, env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
+    sdists = Path(session.cache_dir) / "sdists"
+    session.run("python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                "-d", str(sdists), LLAMA_CPP)  # fmt: skip
+    sdist = next(sdists.glob("llama_cpp_python-*.tar.gz"))
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    offline["FLEXQ_LLAMA_CPP_SDIST"] = str(sdist)
     session.run(
         "python",
         "-m",

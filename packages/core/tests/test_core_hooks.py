@@ -131,3 +131,50 @@ def test_pluggy_tracing_prints_every_hook_call_of_an_inspect_run(
     assert calls.count("flexq_source_keys") == 1  # 'a'; a plain tensor is its own source
     assert set(calls) <= {*HOOKS, "finish"}
     capsys.readouterr()
+
+
+class Container:
+    """A container format registered only by its tests: a ``*.toy`` file names the
+    safetensors checkpoint written beside it, which it opens with its own config."""
+
+    FORMAT_NAME = "container"
+
+    def __init__(self, answer: object = None) -> None:
+        self.answer = answer
+
+    @flexq.hookimpl
+    def flexq_open_checkpoint(self, path: str) -> flexq.Checkpoint | None:
+        if not path.endswith(".toy"):
+            return None
+        if self.answer is not None:
+            return self.answer  # type: ignore[return-value]
+        ckpt = flexq.Checkpoint(path.removesuffix(".toy"))
+        ckpt.config = {"architectures": ["FromContainer"]}
+        return ckpt
+
+
+def test_hook_open_checkpoint_opens_a_container_before_safetensors(scaled_ckpt: Path) -> None:
+    name = flexq.register_format(Container())
+    try:
+        toy = f"{scaled_ckpt}.toy"
+        with registry.open_checkpoint(toy) as ckpt:
+            assert ckpt.config == {"architectures": ["FromContainer"]}
+            assert sorted(ckpt.tensors) == ["a.q", "a.s", "norm"]
+        # Not its container: the safetensors checkpoint as ever.
+        with registry.open_checkpoint(scaled_ckpt) as ckpt:
+            assert ckpt.config == {"architectures": ["Toy"]}
+        assert flexq.compose(toy).load("norm", "float32").tolist() == [1.0, -2.0]
+    finally:
+        flexq.unregister_format(name)
+
+
+def test_open_checkpoint_returning_no_checkpoint_disables_the_format(scaled_ckpt: Path) -> None:
+    import pytest
+
+    name = flexq.register_format(Container(answer="not a checkpoint"))
+    try:
+        with pytest.raises(flexq.PluginError, match="flexq_open_checkpoint returned"):
+            registry.open_checkpoint(f"{scaled_ckpt}.toy")
+        assert registry.disabled(name)
+    finally:
+        flexq.unregister_format(name)

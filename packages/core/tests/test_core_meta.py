@@ -20,10 +20,13 @@ def signature_text(name: str) -> str:
     return f"def {name}({params}) -> {sig.return_annotation}"
 
 
-def test_the_hooks_are_the_four_protocol_hooks_plus_methods_recognized_keys_and_encode() -> None:
+def test_the_hooks_are_the_four_protocol_hooks_plus_methods_recognized_keys_encode_and_open() -> (
+    None
+):
     assert set(HOOKS) == {
         "flexq_quant_methods",
         "flexq_encode",
+        "flexq_open_checkpoint",
         "flexq_logical_metadata",
         "flexq_recognized_keys",
         "flexq_source_keys",

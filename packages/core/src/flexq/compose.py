@@ -162,7 +162,7 @@ def compose(
         or quantization no installed format claims.
     """
     asked = _registry.active(formats)
-    ckpt = path if isinstance(path, Checkpoint) else Checkpoint(path)
+    ckpt = path if isinstance(path, Checkpoint) else _registry.open_checkpoint(path)
     entries: dict[str, LogicalEntry] = {}
     used: dict[str, str] = {}  # physical key -> logical key using it
     recognized: dict[str, str] = {}  # physical key -> format recognizing it

@@ -40,18 +40,22 @@ declares replicated, as each rank's own heads (:func:`_own_heads`).
 from __future__ import annotations
 
 from dataclasses import replace
+import json
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flexq.compose import compose
 from flexq.errors import FlexqError
-from flexq.io.checkpoint import Checkpoint
 from flexq.load.api import load_state_dict
 from flexq.nn import swap
 from flexq.nn.rules import for_kept
+from flexq.plugin.manager import open_checkpoint
 
 if TYPE_CHECKING:
     import os
 
+    from flexq.io.checkpoint import Checkpoint
     from flexq.load.report import LoadReport
 
 #: config.json sections that describe the checkpoint's quantization (flexq's to decode).
@@ -89,7 +93,7 @@ def from_pretrained(
     import paddle
     from paddleformers.transformers.model_utils import dtype_guard, no_init_weights
 
-    checkpoint = Checkpoint(path)
+    checkpoint = open_checkpoint(path)
     cls = _concrete_class(model_class, checkpoint)
     config, model_kwargs = _config(cls, checkpoint, config, kw)
     dtype = _dtype(config, dtype)
@@ -200,13 +204,24 @@ def _concrete_class(model_class: Any, checkpoint: Checkpoint) -> Any:
     pick = getattr(model_class, "_get_model_class_from_config", None)
     if pick is None:
         return model_class
+    if checkpoint.path.is_file() and checkpoint.config:
+        # A container file (GGUF): the picker reads the config it built, from a scratch
+        # directory (never beside the file).
+        with tempfile.TemporaryDirectory() as scratch:
+            built = Path(scratch) / "config.json"
+            built.write_text(json.dumps(checkpoint.config))
+            return _pick(pick, model_class, checkpoint, Path(scratch), built)
     config_file = checkpoint.path / "config.json"
     if not config_file.is_file():
         raise FlexqError(
             f"{checkpoint.path}: no config.json to pick a {model_class.__name__} class"
         )
+    return _pick(pick, model_class, checkpoint, checkpoint.path, config_file)
+
+
+def _pick(pick: Any, model_class: Any, checkpoint: Checkpoint, where: Path, config: Path) -> Any:
     try:
-        return pick(str(checkpoint.path), str(config_file))
+        return pick(str(where), str(config))
     except ImportError as exc:
         raise FlexqError(
             f"{checkpoint.path}: {model_class.__name__} picks a class whose module needs "

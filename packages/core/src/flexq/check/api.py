@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from flexq.check.deep import check_deep
-from flexq.check.files import survey
+from flexq.check.files import Survey, survey
 from flexq.check.hashes import check_blobs, check_manifest, write_manifest
 from flexq.check.model import model_class, split_rules
 from flexq.check.report import DeepRow, FormatSummary, Memory, Problem, VerifyReport
@@ -86,27 +86,29 @@ def verify(
             f"tolerance {tolerance!r}: give a tolerance of 0 or more, with a twin to "
             f"compare with (--against DIR)"
         )
-    files = locate(path)
-    found = survey(files)
+    # A container format's file (GGUF): its header checks are its opening; no shards.
+    container = registry.open_container(path)
+    files = locate(path) if container is None else None
+    found = survey(files) if files is not None else Survey()
     problems = list(found.problems)
     hashed = 0
-    if sha256:
+    if files is not None and sha256:
         n, bad = check_blobs(files, progress)
         hashed += n
         problems += bad
-    if manifest is not None:
+    if files is not None and manifest is not None:
         n, bad = check_manifest(files, Path(manifest), progress)
         hashed += n
         problems += bad
-    if write_manifest_to is not None:
+    if files is not None and write_manifest_to is not None:
         hashed += write_manifest(files, Path(write_manifest_to), progress)
-    with Checkpoint(files.path, skip=found.skip) as ckpt:
+    with container or Checkpoint(files.path if files else path, skip=found.skip) as ckpt:
         try:
             ct = compose(ckpt, formats, strict=False, allow_unclaimed=allow_unclaimed)
         except FlexqError as exc:
             problems.append(Problem(kind="coverage", message=str(exc), fix=_fix(str(exc))))
             return VerifyReport(
-                path=str(files.path), formats=list(asked), shards=found.shards, summary=[],
+                path=str(ckpt.path), formats=list(asked), shards=found.shards, summary=[],
                 memory=Memory(bfloat16=0, float32=0, keep_quantized=0), scales=[], splits=[],
                 deep_mode=None, deep=[], against=None, tolerance=None, hashed_bytes=hashed,
                 bytes_read=ckpt.bytes_read, problems=problems,
@@ -131,7 +133,7 @@ def verify(
         samples, bad_samples = _deep(ct, mode, against, tolerance)
         problems += bad_samples
         return VerifyReport(
-            path=str(files.path),
+            path=str(ckpt.path),
             formats=ct.formats,
             shards=found.shards,
             summary=_summary(ct),

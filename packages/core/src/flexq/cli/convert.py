@@ -32,7 +32,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import CheckpointError, FlexqError
@@ -41,6 +41,7 @@ from flexq.io.checkpoint import CONFIG_NAME, Checkpoint
 from flexq.io.dtypes import paddle_dtype
 from flexq.io.hub import PREFERRED_INDEX, locate
 from flexq.io.writer import RawTensor, save_file
+from flexq.plugin.manager import open_checkpoint
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -146,11 +147,12 @@ def convert(
     """
     if dtype is not None and dtype not in FLOATS:
         raise FlexqError(f"--dtype must be one of {sorted(FLOATS)}, not {dtype!r}")
-    ckpt = src if isinstance(src, Checkpoint) else Checkpoint(src)
+    ckpt = src if isinstance(src, Checkpoint) else open_checkpoint(src)
     source, target = ckpt.path.resolve(), Path(dst).resolve()
     check_target(source, target, dst, force)  # before anything else can fail
     ct = compose(ckpt, formats, allow_unclaimed=allow_unclaimed)
-    companions, skipped = _companions(ckpt.path)
+    # A container file (GGUF) has no companions beside it that are its own.
+    companions, skipped = _companions(ckpt.path) if ckpt.path.is_dir() else ({}, ())
     _remove_stale(target)
     tmp = target.parent / f".{target.name}{_TMP_MARK}{os.getpid()}"
     old: Path | None = None
@@ -163,6 +165,10 @@ def convert(
         for name, path in companions.items():
             with _writing(dst, name):
                 _copy_companion(name, path, tmp, dtype)
+        if CONFIG_NAME not in companions and ckpt.config:
+            # The config a container format built from its metadata (GGUF).
+            with _writing(dst, CONFIG_NAME):
+                _write_config(dict(ckpt.config), tmp, dtype)
         with uninterrupted():  # renamed in whole or not at all, even on Ctrl-C
             old = _replace(tmp, target)
             if progress is not None:
@@ -385,14 +391,18 @@ def _companions(directory: Path) -> tuple[dict[str, Path], tuple[str, ...]]:
 def _copy_companion(name: str, path: Path, out: Path, dtype: str | None) -> None:
     """Copy one companion into ``out``: config.json without its quantization section."""
     if name == CONFIG_NAME:
-        config = json.loads(path.read_text())
-        for k in _QUANT_KEYS:
-            config.pop(k, None)
-        if dtype is not None and "torch_dtype" in config:
-            config["torch_dtype"] = dtype
-        (out / name).write_text(json.dumps(config, indent=2))
+        _write_config(json.loads(path.read_text()), out, dtype)
     else:
         shutil.copyfile(path, out / name)
+
+
+def _write_config(config: dict[str, Any], out: Path, dtype: str | None) -> None:
+    """Write ``config`` as ``out``/config.json without its quantization section."""
+    for k in _QUANT_KEYS:
+        config.pop(k, None)
+    if dtype is not None and "torch_dtype" in config:
+        config["torch_dtype"] = dtype
+    (out / CONFIG_NAME).write_text(json.dumps(config, indent=2))
 
 
 def _remove_stale(target: Path) -> None:

@@ -146,7 +146,7 @@ def inspect_document(ct: ComposedTransform) -> InspectDocument:
             components=[
                 Component(
                     key=s,
-                    dtype=ckpt.info(s).dtype,
+                    dtype=ckpt.stored_dtype(s),
                     shape=list(ckpt.info(s).shape),
                     file=ckpt.info(s).file,
                 )

@@ -34,7 +34,6 @@ from flexq.cli.verify import add_arguments as verify_arguments
 from flexq.compose import ComposedTransform, compose
 from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.interrupts import uninterrupted
-from flexq.io.checkpoint import Checkpoint
 from flexq.load.quiet import quiet_paddle
 from flexq.plugin.manager import list_formats, registry
 
@@ -147,6 +146,8 @@ def _inspect(args: argparse.Namespace) -> int:
         out = console()
         out.print(inspect_table(document, out.width))
         out.print(inspect_summary(document))
+        for note in ct.checkpoint.notes:
+            out.print(note, markup=False)
         for p in ct.problems:
             out.print(f"problem: {p}", style="red", markup=False)
     if ct.problems:
@@ -175,7 +176,7 @@ def _convert(args: argparse.Namespace) -> int:
     """
     _check_registry(args.formats)
     _import_paddle()
-    src = Checkpoint(args.src)  # composed twice (warnings first), read once
+    src = registry.open_checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
         _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
     # DST in place: an interrupt now could only make the report lie about it (_settle).

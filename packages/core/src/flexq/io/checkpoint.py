@@ -105,6 +105,16 @@ class Checkpoint:
         except KeyError:
             raise CheckpointError(f"{self.path}: no tensor named {key!r}") from None
 
+    def stored_dtype(self, key: str) -> str:
+        """The stored type of tensor ``key`` as ``flexq inspect`` shows it: the header's
+        dtype; a container format's checkpoint names its own (GGUF's ``Q4_K``)."""
+        return self.info(key).dtype
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Lines about the container ``flexq inspect`` prints (GGUF: its metadata); none here."""
+        return ()
+
     def box_bytes(self, key: str, shape: Sequence[int]) -> int:
         """Bytes a box of ``shape`` elements of tensor ``key`` occupies on disk."""
         return byte_length(self.info(key).dtype, tuple(shape)) or 0

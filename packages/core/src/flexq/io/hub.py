@@ -187,6 +187,8 @@ def not_a_directory(path: Path) -> str:
     """Why ``path`` is no checkpoint directory, and what to pass instead."""
     if not path.exists():
         return f"{path}: no such directory (the checkpoint path does not exist)"
+    if path.suffix == ".gguf":
+        return f"{path}: is a GGUF file: install flexq-format-gguf to read it"
     if path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json"):
         return (
             f"{path}: is a file; pass the checkpoint directory that holds it ({path.parent or '.'})"

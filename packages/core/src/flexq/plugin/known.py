@@ -47,6 +47,7 @@ PUBLISHED: dict[str, tuple[tuple[str, str], ...]] = {
 #: of the same name, the registry keeps these (a name clash never disables flexq's own).
 FIRST_PARTY: frozenset[str] = frozenset(
     {"flexq", *(dist for pairs in PUBLISHED.values() for _, dist in pairs)}
+    | {"flexq-format-gguf"}  # a container format: no config method names it
 )
 
 

@@ -477,6 +477,30 @@ class FormatRegistry:
             )
         return result
 
+    def open_container(self, path: str | os.PathLike[str]) -> Checkpoint | None:
+        """``path`` opened by the first format whose container it is
+        (``flexq_open_checkpoint``); None when it is no format's container."""
+        from flexq.io.checkpoint import Checkpoint
+
+        hook = "flexq_open_checkpoint"
+        for name in self.active():
+            if not self.implements(name, hook):
+                continue
+            found = self._call(name, hook, path=os.fspath(path))
+            if found is None:
+                continue
+            if not isinstance(found, Checkpoint):
+                raise self._wrong_result(name, hook, f"{shown(found)}, not a Checkpoint")
+            return found
+        return None
+
+    def open_checkpoint(self, path: str | os.PathLike[str]) -> Checkpoint:
+        """``path`` opened by the format whose container it is, else as a safetensors
+        checkpoint."""
+        from flexq.io.checkpoint import Checkpoint
+
+        return self.open_container(path) or Checkpoint(path)
+
     def encoders(self) -> list[str]:
         """Working formats that can write checkpoints (``flexq_encode``)."""
         return [n for n in self.active() if self.implements(n, "flexq_encode")]
@@ -512,6 +536,12 @@ def register_format(plugin: object, name: str | None = None) -> str:
 def unregister_format(name: str) -> None:
     """Remove a registered format by name."""
     registry.unregister(name)
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """The checkpoint at ``path``: a container an installed format opens (GGUF), else
+    a safetensors checkpoint (:class:`flexq.io.checkpoint.Checkpoint`)."""
+    return registry.open_checkpoint(path)
 
 
 def list_formats() -> list[FormatInfo]:

@@ -51,6 +51,23 @@ API_ATTRIBUTE = "FLEXQ_API_VERSION"
 
 
 @hookspec(firstresult=True)
+def flexq_open_checkpoint(path: str) -> Checkpoint | None:
+    """Open ``path`` when it is this format's own container (not a safetensors directory).
+
+    For formats whose files are a different container (GGUF): return a
+    :class:`~flexq.io.checkpoint.Checkpoint` subclass whose ``tensors`` present the
+    container's tensors as header entries the core reads by box (byte ranges in
+    the files), and whose ``config`` is the model's config.json as the format
+    builds it. The core asks every format before it opens ``path`` as
+    safetensors; the first one that opens it wins.
+
+    :param path: the path (or repo id) the caller passed, as a string.
+    :return: the opened checkpoint; None when ``path`` is not this format's container.
+    :raises CheckpointError: when ``path`` is this format's container but malformed.
+    """
+
+
+@hookspec(firstresult=True)
 def flexq_quant_methods() -> Collection[str] | None:
     """The ``quantization_config`` methods this format decodes.
 

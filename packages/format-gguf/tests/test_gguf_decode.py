@@ -1,0 +1,87 @@
+"""The decoders against gguf-py's ``gguf.quants.dequantize``, bit for bit, on random blocks
+(NaN and infinite scales included) and on random boxes read from a GGUF file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexq.plan import TargetSlice
+from flexq_format_gguf.decode import DECODERS, decode_rows
+from flexq_format_gguf.ggml import BY_NAME, TYPES
+
+BLOCK_TYPES = list(DECODERS)
+FLOAT_TYPES = ["F32", "F16", "BF16"]
+Dequantize = Callable[[np.ndarray, str], np.ndarray]
+
+
+def same_bits(ours: np.ndarray, ref: np.ndarray) -> None:
+    """Equal float32 bits, NaN in the same places (NaN payloads aside)."""
+    assert ours.dtype == np.float32
+    assert ours.shape == ref.shape
+    nan = np.isnan(ref)
+    np.testing.assert_array_equal(np.isnan(ours), nan)
+    np.testing.assert_array_equal(ours.view(np.uint32)[~nan], ref.view(np.uint32)[~nan])
+
+
+def test_every_block_type_has_a_decoder_and_ggmls_sizes() -> None:
+    for name, decoder in DECODERS.items():
+        t = BY_NAME[name]
+        assert (t.block, t.nbytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
+        assert decoder.__name__ == name.lower()
+    for t in TYPES.values():
+        assert t.id == gguf.GGMLQuantizationType[t.name].value
+
+
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_decoder_is_bit_exact_with_gguf_py_on_any_bytes(
+    dequantize_ref: Dequantize, type_name: str, data: st.DataObject
+) -> None:
+    t = BY_NAME[type_name]
+    n = data.draw(st.integers(1, 6), label="blocks")
+    raw = np.frombuffer(
+        data.draw(st.binary(min_size=n * t.nbytes, max_size=n * t.nbytes)), np.uint8
+    )
+    raw = raw.reshape(1, -1)
+    with np.errstate(all="ignore"):
+        same_bits(decode_rows(type_name, raw), dequantize_ref(raw, type_name))
+
+
+@pytest.mark.parametrize("type_name", [*BLOCK_TYPES, *FLOAT_TYPES])
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_a_box_reads_only_its_blocks_and_equals_gguf_py(
+    boxed: tuple[Path, dict[str, np.ndarray]], type_name: str, data: st.DataObject
+) -> None:
+    from flexq.formatkit import Sources
+    from flexq_format_gguf.checkpoint import GGUFCheckpoint
+    from flexq_format_gguf.layout import GGUFLayout, decode_box, local_plan
+
+    path, ref = boxed
+    key = f"t.{type_name}"
+    r0 = data.draw(st.integers(0, 5))
+    r1 = data.draw(st.integers(r0 + 1, 6))
+    c0 = data.draw(st.integers(0, 511))
+    c1 = data.draw(st.integers(c0 + 1, 512))
+    with GGUFCheckpoint([path]) as opened:
+        assert isinstance(opened, GGUFCheckpoint)
+        ckpt = opened
+        t = ckpt.gguf[key]
+        layout = GGUFLayout(t.shape, "float32", (key,), t.type)
+        target = TargetSlice((6, 512), (r1 - r0, c1 - c0), (r0, c0), "float32")
+        plan = local_plan(layout, target)
+        offset, shape = plan.source_slices[key]
+        arrays = {key: ckpt.read(key, offset, shape)}
+        with np.errstate(all="ignore"):
+            got = decode_box(layout, Sources(ckpt, plan, arrays), None)
+        blocks = -(-c1 // t.type.block) - c0 // t.type.block
+        assert ckpt.bytes_read == (r1 - r0) * blocks * t.type.nbytes  # only the covering blocks
+    same_bits(got, ref[key][r0:r1, c0:c1])

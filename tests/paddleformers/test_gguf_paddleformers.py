@@ -1,0 +1,129 @@
+"""GGUF files into PaddleFormers: ``flexq.paddleformers.from_pretrained(cls, "model.gguf")``
+builds the model from the config flexq-format-gguf derives from the metadata, and its
+logits equal those of PaddleFormers' own ``from_pretrained`` of ``flexq convert``'s output.
+
+The GGUF files are written with gguf-py's writer (Q8_0 linears, F32 norms, F16
+embeddings; llama's Q/K rows permuted as llama.cpp's convert_hf_to_gguf.py does);
+llama.cpp-built files are checked in ``nox -s interop``.
+Run by ``nox -s paddleformers``; skipped where paddleformers is not installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("paddleformers")
+pytest.importorskip("gguf")
+
+import gguf
+import paddle
+
+import flexq.paddleformers
+from flexq.cli.main import main
+
+H, F, HEADS, KV, VOCAB = 64, 128, 4, 2, 96
+
+
+def permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's ``LlamaModel.permute`` (convert_hf_to_gguf.py)."""
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def write_model(path: Path, arch: str) -> Path:
+    """A two-layer ``arch`` model as a GGUF file (random weights)."""
+    rng = np.random.default_rng(3)
+    hd = H // HEADS
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(2)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(F)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV)
+    w.add_context_length(64)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(VOCAB)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+
+    def add(name: str, shape: tuple[int, ...], q8: bool = True, heads: int = 0) -> None:
+        x = (rng.standard_normal(shape) / 8).astype(np.float32)
+        if heads and arch == "llama":
+            x = permute(x, heads)
+        if q8:
+            w.add_tensor(
+                name,
+                gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0),
+                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+            )
+        else:
+            w.add_tensor(name, (1 + x).astype(np.float32))
+
+    add("token_embd.weight", (VOCAB, H), q8=False)
+    add("output_norm.weight", (H,), q8=False)
+    add("output.weight", (VOCAB, H))
+    for i in range(2):
+        b = f"blk.{i}"
+        add(f"{b}.attn_norm.weight", (H,), q8=False)
+        add(f"{b}.ffn_norm.weight", (H,), q8=False)
+        add(f"{b}.attn_q.weight", (HEADS * hd, H), heads=HEADS)
+        add(f"{b}.attn_k.weight", (KV * hd, H), heads=KV)
+        add(f"{b}.attn_v.weight", (KV * hd, H))
+        add(f"{b}.attn_output.weight", (H, HEADS * hd))
+        add(f"{b}.ffn_gate.weight", (F, H))
+        add(f"{b}.ffn_up.weight", (F, H))
+        add(f"{b}.ffn_down.weight", (H, F))
+        if arch == "qwen2":
+            for part, n in (("attn_q", HEADS * hd), ("attn_k", KV * hd), ("attn_v", KV * hd)):
+                add(f"{b}.{part}.bias", (n,), q8=False)
+        if arch == "qwen3":
+            add(f"{b}.attn_q_norm.weight", (hd,), q8=False)
+            add(f"{b}.attn_k_norm.weight", (hd,), q8=False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+#: Llama only: PaddleFormers 1.2.0's Qwen2/Qwen3 classes (the *Deprecated ones too)
+#: import paddlefleet here, which this session does not install.
+CLASS = {"llama": "LlamaForCausalLM"}
+
+
+@pytest.mark.parametrize("arch", list(CLASS))
+def test_from_pretrained_of_a_gguf_file_gives_the_logits_of_its_converted_checkpoint(
+    tmp_path: Path, arch: str
+) -> None:
+    import paddleformers.transformers as pft
+
+    cls = getattr(pft, CLASS[arch])
+    path = write_model(tmp_path / f"{arch}.gguf", arch)
+    out = tmp_path / "converted"
+    assert main(["convert", str(path), str(out), "--dtype", "float32"]) == 0
+    ours = flexq.paddleformers.from_pretrained(cls, path, dtype="float32")
+    ref = cls.from_pretrained(str(out), dtype="float32")
+    ids = paddle.to_tensor(np.arange(12).reshape(1, 12) % VOCAB)
+    for model in (ours, ref):
+        model.config.fuse_rms_norm = False  # the fused kernel is GPU-only
+        model.eval()
+    with paddle.no_grad():
+        got, want = ours(input_ids=ids)[0].numpy(), ref(input_ids=ids)[0].numpy()
+    assert np.isfinite(want).all()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_auto_class_picks_the_gguf_models_class_from_its_built_config(tmp_path: Path) -> None:
+    from paddleformers.transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    path = write_model(tmp_path / "llama.gguf", "llama")
+    model = flexq.paddleformers.from_pretrained(AutoModelForCausalLM, path, dtype="float32")
+    assert type(model) is LlamaForCausalLM
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama.gguf"]  # nothing written beside it
