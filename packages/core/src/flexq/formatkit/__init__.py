@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from flexq.formatkit.blocks import nibble_blocks
 from flexq.formatkit.cache import per_checkpoint
 from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
+from flexq.formatkit.groups import grouped_affine
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
 from flexq.formatkit.words import code_table, pack_words, unpack_into

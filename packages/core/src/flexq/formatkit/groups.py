@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flexq.formatkit.ops import ArrayOps
+    from flexq.numerics.ops import ArrayOps
 
 
 def grouped_affine(ops: ArrayOps, q: Any, z: Any, s: Any, g: int, start: int) -> Any:
