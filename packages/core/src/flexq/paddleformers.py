@@ -39,9 +39,9 @@ declares replicated, as each rank's own heads (:func:`_own_heads`).
 
 from __future__ import annotations
 
-from dataclasses import replace
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
