@@ -8,5 +8,12 @@ from flexq.testing import FormatConformance
 
 class TestConformance(FormatConformance):
     format_name = "fp8"
-    methods = ("fp8", "fbgemm_fp8", "compressed-tensors/float-quantized", "modelopt", "auto-round")
+    methods = (
+        "fp8",
+        "fbgemm_fp8",
+        "compressed-tensors/float-quantized",
+        "compressed-tensors/mxfp8-quantized",
+        "modelopt",
+        "auto-round",
+    )
     plugin = flexq_fp8.plugin.plugin
