@@ -77,7 +77,7 @@ def test_a_format_drifting_past_its_tolerance_fails_the_demo(
         methods=module.plugin.methods,
         analyze=module.analyze,
         plan=module.local_plan,
-        decode=module.dequantize,
+        decode=module.decode,
         encode=encode,
     )
     flexq.register_format(overpromising)

@@ -35,4 +35,5 @@ plugin = _GGUFFormat(
     analyze=analyze,
     plan=local_plan,
     decode=decode_box,
+    api_version="1.0",
 )

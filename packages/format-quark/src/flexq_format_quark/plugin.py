@@ -25,4 +25,5 @@ plugin = Format(
     analyze=analyze,
     plan=local_plan,
     decode=dequantize,
+    api_version="1.0",
 )
