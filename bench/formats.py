@@ -2,8 +2,10 @@
 
 Every such module has ``measure() -> dict[str, float]`` returning GB/s of
 float32 output for its layouts and for a memcpy of the same bytes, measured
-in alternating rounds inside that call. They are imported by path: the bench
-directories are not packages.
+in alternating rounds inside that call; a module may also have
+``measure_memory() -> dict[str, Any]``, the memory of a load of its own
+(``peak_extra_rss`` above the targets, ``bound_bytes``, ``within_bound``).
+They are imported by path: the bench directories are not packages.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,4 +38,14 @@ def measure_all() -> dict[str, dict[str, float]]:
     for name, path in bench_modules().items():
         figures = _load(path).measure()
         results[name] = {k: float(v) for k, v in figures.items()}
+    return results
+
+
+def memory_all() -> dict[str, dict[str, Any]]:
+    """Package name -> its ``measure_memory()`` figures, for the modules that have one."""
+    results = {}
+    for name, path in bench_modules().items():
+        module = _load(path)
+        if hasattr(module, "measure_memory"):
+            results[name] = module.measure_memory()
     return results

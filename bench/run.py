@@ -1,13 +1,16 @@
 """Run every flexq benchmark once and write the results, the chart and docs/performance.md.
 
 Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N]
-[--verify-rounds N] [scale | verify]``
+[--verify-rounds N] [scale | verify | formats-memory]``
 (``nox -s bench`` runs it with torch installed for the DCP comparison; without
 torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
 multi-rank scale series (:mod:`bench.scale`) and writes its results and
 docs/scale.md, leaving docs/performance.md as it is; ``verify`` (``nox -s bench --
 verify``) runs only :mod:`bench.verify_cost` and writes its results and the verify
-section of docs/performance.md (about a minute, 1 GiB of scratch disk). The defaults a user gets are
+section of docs/performance.md (about a minute, 1 GiB of scratch disk); ``formats-memory``
+runs only the format packages' own load-memory cases (:func:`bench.formats.memory_all`: the
+GGUF Q4_K_M load of 1 GiB of float32, a 165 MB file) and writes
+bench/results/<date>-formats-memory.json. The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
 2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
@@ -220,6 +223,24 @@ def _scale(date: str, repeats: int) -> None:
     _log(f"wrote {json_path.relative_to(ROOT)}, {doc.relative_to(ROOT)}")
 
 
+def _formats_memory(date: str) -> None:
+    """The format packages' own load-memory cases (the 1 GiB GGUF Q4_K_M load), one
+    fresh process each, and their results file."""
+    _log("format packages' load-memory cases (GGUF Q4_K_M, 1 GiB of float32)")
+    results: dict[str, Any] = {
+        "date": date,
+        "machine": _machine(),
+        "formats": formats.memory_all(),
+    }
+    json_path = report.write_json(results, f"{date}-formats-memory")
+    _log(f"wrote {json_path.relative_to(ROOT)}")
+    for pkg, m in results["formats"].items():
+        _log(
+            f"{pkg}: peak RSS above targets {m['peak_extra_rss'] / 2**20:.1f} MiB, bound "
+            f"{m['bound_bytes'] / 2**20:.1f} MiB, within bound: {m['within_bound']}"
+        )
+
+
 def _verify(date: str, rounds: int) -> None:
     """flexq verify's cost (:mod:`bench.verify_cost`) in its own scratch directory (a
     1 GiB checkpoint), its results file and the verify section of docs/performance.md."""
@@ -248,7 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verify-rounds", type=int, default=verify_cost.ROUNDS, help="rounds of the verify series"
     )
-    parser.add_argument("only", nargs="?", choices=["scale", "verify"], help="run only this series")
+    parser.add_argument(
+        "only",
+        nargs="?",
+        choices=["scale", "verify", "formats-memory"],
+        help="run only this series",
+    )
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
     started = time.perf_counter()
@@ -258,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only == "verify":
         _verify(date, args.verify_rounds)
+        return 0
+    if args.only == "formats-memory":
+        _formats_memory(date)
         return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
@@ -304,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     for g in results["goals"].values():
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
     _verify(date, args.verify_rounds)  # after the regenerated doc: its own section
+    _formats_memory(date)
     return 0
 
 
