@@ -17,7 +17,8 @@ def test_the_demo_loads_a_paddleformers_llama_in_every_format_within_tolerance(
     ran: list[object] = []
     real = demo_paddleformers.run
 
-    def spy(workdir: object = None) -> list[demo.DemoRow]:
+    def spy(workdir: object = None, keep: object = None) -> list[demo.DemoRow]:
+        assert keep is None  # `flexq demo` without --keep
         rows = real()
         ran.append(rows)
         return rows
