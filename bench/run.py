@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("bytes read per rank, 2 ranks")
         results["ranks"] = ranks.measure(fp8, n, ["direct", "flexcheckpoint"])
         _log("keep-quantized load vs bf16 load, one fresh process each")
-        results["kept"] = kept_load.measure()
+        results["kept"] = kept_load.measure(log=_log)
         _log("profile")
         prof_txt = ROOT / "bench" / "results" / f"{date}-profile.txt"
         prof_txt.parent.mkdir(parents=True, exist_ok=True)
