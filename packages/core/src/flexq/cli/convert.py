@@ -28,7 +28,6 @@ import math
 import os
 import re
 import shutil
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from flexq.io.dtypes import paddle_dtype
 from flexq.io.hub import PREFERRED_INDEX, locate
 from flexq.io.writer import RawTensor, save_file
 from flexq.plugin.manager import open_checkpoint
+from flexq.polling import polled
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -257,26 +257,19 @@ def _growing(path: Path, nbytes: int, progress: ConvertProgress | None) -> Itera
         yield
         return
     told = 0
-    stop = threading.Event()
 
-    def watch() -> None:
+    def tick() -> None:
         nonlocal told
-        while not stop.wait(_WATCH_SECONDS):
-            try:
-                size = min(path.stat().st_size, nbytes)
-            except FileNotFoundError:
-                continue
-            if size > told:
-                progress.wrote(size - told)
-                told = size
+        try:
+            size = min(path.stat().st_size, nbytes)
+        except FileNotFoundError:
+            return
+        if size > told:
+            progress.wrote(size - told)
+            told = size
 
-    watcher = threading.Thread(target=watch, name="flexq-convert-progress", daemon=True)
-    watcher.start()
-    try:
+    with polled(tick, _WATCH_SECONDS, "flexq-convert-progress"):
         yield
-    finally:
-        stop.set()
-        watcher.join()
     progress.wrote(nbytes - told)
 
 

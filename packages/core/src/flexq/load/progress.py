@@ -9,9 +9,10 @@ load itself does no extra work per tensor.
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+from flexq.polling import polled
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -43,19 +44,12 @@ def read_progress(checkpoint: Checkpoint, enabled: bool) -> Iterator[None]:
         console=Console(stderr=True),
     )
     task = bar.add_task(f"loading {checkpoint.path.name}", total=total)
-    stop = threading.Event()
 
-    def watch() -> None:
-        while not stop.wait(_WATCH_SECONDS):
-            bar.update(task, completed=checkpoint.bytes_read - start)
+    def tick() -> None:
+        bar.update(task, completed=checkpoint.bytes_read - start)
 
-    watcher = threading.Thread(target=watch, name="flexq-load-progress", daemon=True)
     with bar:
-        watcher.start()
-        try:
+        with polled(tick, _WATCH_SECONDS, "flexq-load-progress"):
             yield
-        finally:
-            stop.set()
-            watcher.join()
         done = checkpoint.bytes_read - start
         bar.update(task, completed=done, total=max(done, 1) if done < total else total)
