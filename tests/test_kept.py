@@ -4,9 +4,6 @@ misaligned shard is refused before any read."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,6 @@ import flexq
 from flexq import RawTensor
 from flexq.io.checkpoint import Checkpoint
 from flexq_fp8 import save_fp8_checkpoint
-from flexq_mxfp4.encode import save_mxfp4_checkpoint
 
 KEY = "model.layers.0.mlp.up_proj.weight"
 OTHER = "model.layers.0.mlp.down_proj.weight"
@@ -211,71 +207,6 @@ def test_parts_of_the_wrong_dtype_or_shape_are_refused_naming_what_is_expected(
     norm = flexq.QuantizedTarget(fp8_zeros([80]), paddle.zeros([1]))
     with pytest.raises(flexq.TargetError, match=r"F8_E4M3 weight"):
         flexq.load_state_dict({NORM: norm}, path)
-
-
-@pytest.mark.multirank
-def test_two_launched_ranks_get_their_aligned_shard0_shard1_boxes_and_read_only_them(
-    tmp_path: Path,
-) -> None:
-    """One launch, several loads a rank: FP8 block and gpt-oss MXFP4 kept targets as
-    ShardedWeight and dist-tensor parts, Shard(0) and Shard(1); a Shard(1) split that
-    cuts a 32-column block is refused on both ranks with nothing written."""
-    rng = np.random.default_rng(3)
-    fp8 = save_fp8_checkpoint(
-        tmp_path / "fp8",
-        {
-            "fp8.weight": rng.standard_normal((128, 128)).astype(np.float32),
-            "odd.weight": rng.standard_normal((128, 80)).astype(np.float32),
-        },
-        layout="block",
-        block_size=(32, 32),
-    )
-    mx = save_mxfp4_checkpoint(
-        tmp_path / "mx",
-        {"experts.gate_up_proj": rng.standard_normal((2, 64, 64)).astype(np.float32)},
-        layout="gpt-oss",
-    )
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    worker = Path(__file__).parent / "multirank" / "worker_kept.py"
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2"),
-            *("--log_dir", str(tmp_path / "log"), str(worker), str(fp8), str(mx), str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    logs = "".join(p.read_text() for p in sorted((tmp_path / "log").glob("*")) if p.is_file())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-5000:]
-    w, ws = stored(fp8, "fp8.weight"), stored(fp8, "fp8.weight_scale_inv")
-    e = stored(mx, "experts.gate_up_proj_blocks").reshape(2, 64, 32)
-    es = stored(mx, "experts.gate_up_proj_scales")
-    for rank in range(2):
-        got = dict(np.load(out / f"rank{rank}.npz"))
-        rows, srows = slice(64 * rank, 64 * (rank + 1)), slice(2 * rank, 2 * (rank + 1))
-        for parts in ("sharded", "dist"):
-            assert np.array_equal(got[f"fp8.s0.{parts}.values"], w[rows])
-            assert np.array_equal(got[f"fp8.s0.{parts}.scales"], ws[srows])
-            assert np.array_equal(got[f"fp8.s1.{parts}.values"], w[:, rows])
-            assert np.array_equal(got[f"fp8.s1.{parts}.scales"], ws[:, srows])
-            for dim in ("s0", "s1"):
-                assert int(got[f"fp8.{dim}.{parts}.bytes_read"]) == 64 * 128 + 2 * 4 * 4
-        assert np.array_equal(got["mx.s0.dist.values"], e[rank : rank + 1])
-        assert np.array_equal(got["mx.s0.dist.scales"], es[rank : rank + 1])
-        assert int(got["mx.s0.dist.bytes_read"]) == 64 * 32 + 64 * 2
-        half = slice(32 * rank, 32 * (rank + 1))
-        assert np.array_equal(got["mx.s1.sharded.values"], e[:, half])
-        assert np.array_equal(got["mx.s1.sharded.scales"], es[:, half])
-        assert int(got["mx.s1.sharded.bytes_read"]) == 2 * 32 * 32 + 2 * 32 * 2
-        msg = str(got["odd.s1.sharded.error"])
-        assert f"offset [0, {40 * rank}]" in msg
-        assert "cuts the checkpoint's block [32, 32] along dim 1" in msg
-        assert bool(got["odd.s1.sharded.untouched"])
 
 
 def test_e8m0_scales_keep_their_bytes_or_widen_to_float32_exactly(tmp_path: Path) -> None:

@@ -1,104 +1,165 @@
-"""One rank of the 2-rank kept loads (started by paddle.distributed.launch from test_kept.py).
+"""One rank of the 2-rank kept loads (started by paddle.distributed.launch from test_kept_ranks.py).
 
-Usage: worker_kept.py FP8_CKPT MXFP4_CKPT OUT. FP8_CKPT holds ``fp8.weight`` [128, 128] in
-32x32 blocks and ``odd.weight`` [128, 80] (whose Shard(1) halves cut a block); MXFP4_CKPT
-holds gpt-oss experts ``experts.gate_up_proj`` (kept [2, 64, 32], scales [2, 64, 2]).
-Each case is one load on this rank: its Shard(0) or Shard(1) box as ShardedWeight parts
-or as dist tensors. Writes each case's values bytes, scales and bytes read (or the error
-message) to OUT/rank<N>.npz.
+Usage: worker_kept.py CASES_JSON OUT. CASES_JSON (written by the test) lists the
+checkpoints (each with its ordinary targets: a norm, and for FP8 a dequantized weight)
+and the kept cases: a key, its kept values and scale-grid shapes, the block in kept
+units, the parts' dtypes, the split dimension and how the parts are built (``sharded``:
+ShardedWeight parts; ``dist``: dist tensors placed Shard(dim); ``skew``: ShardedWeight
+parts where rank 1's box starts half a block early, so only rank 1 cuts a block).
+
+For every engine (direct; flexcheckpoint and native with the test-only reshard shim,
+native through the upstream stand-in on a Paddle without ``load_transform``) and every
+checkpoint, this rank loads the ordinary targets alone (their bytes read), then each
+kept case together with fresh ordinary targets in one call, and writes to
+OUT/rank<N>.npz each case's kept values bytes, scales, global scale, ordinary values and
+bytes read, or its error message, whether anything was read and whether every target
+stayed untouched.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
+from paddle.distributed.auto_parallel.api import dtensor_from_local
 from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 
 import flexq
+from flexq.io.checkpoint import Checkpoint
 
-FP8, ODD, EXPERTS = "fp8.weight", "odd.weight", "experts.gate_up_proj"
+sys.path.insert(0, str(Path(__file__).parents[2]))  # the repository root, for tests.*
 
+from tests.multirank.worker_load import cuda_shim
+from tests.native.conftest import install
 
-def sharded(
-    key: str, values: tuple[int, ...], grid: tuple[int, ...], block: tuple[int, ...], dim: int
-) -> tuple[flexq.QuantizedTarget, Any, Any, str]:
-    """This rank's Shard(dim) box of values and scales, as ShardedWeight parts."""
-    rank, ranks = dist.get_rank(), dist.get_world_size()
-    local = list(values)
-    local[dim] //= ranks
-    offset = [0] * len(values)
-    offset[dim] = rank * local[dim]
-    slocal = list(grid)
-    slocal[dim] = -(-local[dim] // block[dim])
-    soffset = [0] * len(grid)
-    soffset[dim] = offset[dim] // block[dim]
-    dtype = "uint8" if key == EXPERTS else paddle.float8_e4m3fn
-    v = paddle.zeros(local, "float32").astype(dtype)
-    s = paddle.zeros(slocal, "uint8" if key == EXPERTS else "float32")
-    qt = flexq.QuantizedTarget(
-        ShardedWeight(key, v, tuple(local), values, tuple(offset)),
-        ShardedWeight(key + ".s", s, tuple(slocal), grid, tuple(soffset)),
-    )
-    return qt, v, s, "sharded"
+ENGINES = ("direct", "flexcheckpoint", "native")
+READS: list[str] = []
 
 
-def dist_parts(
-    key: str, values: tuple[int, ...], grid: tuple[int, ...], dim: int
-) -> tuple[flexq.QuantizedTarget, Any, Any, str]:
-    """Dist tensors placed Shard(dim) on a 2-rank mesh, built from this rank's local
-    tensors (3.3.1's shard_tensor cannot slice float8 on CPU)."""
-    from paddle.distributed.auto_parallel.api import dtensor_from_local
+def count_reads() -> None:
+    """Record every tensor read through Checkpoint.read (a refusal must come before any)."""
+    real = Checkpoint.read
 
-    mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
-    local, slocal = list(values), list(grid)
+    def counted(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> np.ndarray:
+        READS.append(key)
+        return real(self, key, *args, **kwargs)
+
+    Checkpoint.read = counted  # type: ignore[method-assign]
+
+
+def zeros(shape: list[int], dtype: str) -> Any:
+    if dtype == "float8_e4m3fn":
+        return paddle.zeros(shape, "float32").astype(paddle.float8_e4m3fn)
+    return paddle.zeros(shape, dtype)
+
+
+def as_bytes(t: Any) -> np.ndarray:
+    out: np.ndarray = t.view(paddle.uint8).numpy() if t.dtype != paddle.uint8 else t.numpy()
+    return out
+
+
+def box(case: dict[str, Any], shape: list[int], block: list[int]) -> tuple[list[int], list[int]]:
+    """This rank's offset and extent of ``shape`` split in two along the case's dim."""
+    rank, dim = dist.get_rank(), case["dim"]
+    local, offset = list(shape), [0] * len(shape)
     local[dim] //= 2
-    slocal[dim] //= 2
-    dtype = "uint8" if key == EXPERTS else paddle.float8_e4m3fn
-    v = dtensor_from_local(paddle.zeros(local, "float32").astype(dtype), mesh, [dist.Shard(dim)])
-    sdtype = "uint8" if key == EXPERTS else "float32"
-    s = dtensor_from_local(paddle.zeros(slocal, sdtype), mesh, [dist.Shard(dim)])
-    return flexq.QuantizedTarget(v, s), v._local_value(), s._local_value(), "dist"
+    offset[dim] = rank * local[dim]
+    if case["parts"] == "skew" and rank == 1:
+        offset[dim] -= block[dim] // 2  # starts half a block early: only this rank cuts one
+    return offset, local
 
 
-def main(fp8: str, mx: str, out: str) -> None:
-    dist.init_parallel_env()
-    results: dict[str, Any] = {}
-    Make = Callable[[], tuple[flexq.QuantizedTarget, Any, Any, str]]
-    cases: dict[str, tuple[str, str, Make]] = {
-        "fp8.s0.sharded": (fp8, FP8, lambda: sharded(FP8, (128, 128), (4, 4), (32, 32), 0)),
-        "fp8.s1.sharded": (fp8, FP8, lambda: sharded(FP8, (128, 128), (4, 4), (32, 32), 1)),
-        "fp8.s0.dist": (fp8, FP8, lambda: dist_parts(FP8, (128, 128), (4, 4), 0)),
-        "fp8.s1.dist": (fp8, FP8, lambda: dist_parts(FP8, (128, 128), (4, 4), 1)),
-        "mx.s0.dist": (mx, EXPERTS, lambda: dist_parts(EXPERTS, (2, 64, 32), (2, 64, 2), 0)),
-        "mx.s1.sharded": (
-            mx,
-            EXPERTS,
-            lambda: sharded(EXPERTS, (2, 64, 32), (2, 64, 2), (1, 1, 16), 1),
+def kept_target(case: dict[str, Any]) -> tuple[flexq.QuantizedTarget, list[Any]]:
+    """The case's QuantizedTarget on this rank and its local tensors (values, scales[, g])."""
+    shape, grid, block = case["shape"], case["grid"], case["block"]
+    offset, local = box(case, shape, block)
+    soffset = [o // b for o, b in zip(offset, block, strict=True)]
+    slocal = [-(-(o + n) // b) - o // b for o, n, b in zip(offset, local, block, strict=True)]
+    v, s = zeros(local, case["values_dtype"]), zeros(slocal, case["scales_dtype"])
+    glob = paddle.zeros([1], "float32") if case["global"] else None
+    locals_ = [v, s] if glob is None else [v, s, glob]
+    if case["parts"] == "dist":
+        mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
+        place = [dist.Shard(case["dim"])]
+        dv, ds = dtensor_from_local(v, mesh, place), dtensor_from_local(s, mesh, place)
+        return flexq.QuantizedTarget(dv, ds, glob), [dv._local_value(), ds._local_value(), glob]
+    key = case["key"]
+    return (
+        flexq.QuantizedTarget(
+            ShardedWeight(key, v, tuple(local), tuple(shape), tuple(offset)),
+            ShardedWeight(key + ".s", s, tuple(slocal), tuple(grid), tuple(soffset)),
+            glob,
         ),
-        "odd.s1.sharded": (fp8, ODD, lambda: sharded(ODD, (128, 80), (4, 3), (32, 32), 1)),
-    }
-    for name, (ckpt, key, make) in cases.items():
-        qt, v, s, _ = make()
+        locals_,
+    )
+
+
+def ordinary(ckpt: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The checkpoint's ordinary (dequantized) targets as Shard(0) dist tensors, and their
+    local tensors."""
+    mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
+    targets, local = {}, {}
+    for key, shape in ckpt["ordinary"].items():
+        t = dist.shard_tensor(paddle.zeros(shape, "float32"), mesh, [dist.Shard(0)])
+        targets[key], local[key] = t, t._local_value()
+    return targets, local
+
+
+def run(engine: str, ckpts: dict[str, Any], cases: dict[str, Any]) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+    for name, ckpt in ckpts.items():
+        targets, _ = ordinary(ckpt)
+        report = flexq.load_state_dict(targets, ckpt["path"], engine=engine)  # type: ignore[arg-type]
+        got[f"{engine}.{name}.alone.bytes_read"] = np.array(report.bytes_read)
+    for name, case in cases.items():
+        ckpt = ckpts[case["ckpt"]]
+        qt, parts = kept_target(case)
+        targets, local = ordinary(ckpt)
+        at = f"{engine}.{name}"
+        del READS[:]
         try:
-            report = flexq.load_state_dict({key: qt}, ckpt, engine="direct")
+            report = flexq.load_state_dict(
+                {case["key"]: qt, **targets},
+                ckpt["path"],
+                engine=engine,  # type: ignore[arg-type]
+            )
         except flexq.FlexqError as exc:
-            results[name + ".error"] = np.array(str(exc))
-            results[name + ".untouched"] = np.array(
-                bool((v.view(paddle.uint8).numpy() == 0).all() and (s.numpy() == 0).all())
+            got[at + ".error"] = np.array(f"{type(exc).__name__}: {exc}")
+            got[at + ".read"] = np.array(any(k in READS for k in case["sources"]))
+            every = [*parts, *local.values()]
+            got[at + ".untouched"] = np.array(
+                all((as_bytes(p) == 0).all() for p in every if p is not None)
             )
             continue
-        results[name + ".values"] = (
-            v.view(paddle.uint8).numpy() if v.dtype != paddle.uint8 else v.numpy()
+        got[at + ".engine"] = np.array(report.engine)
+        got[at + ".values"] = as_bytes(parts[0])
+        got[at + ".scales"] = parts[1].numpy() if parts[1].dtype != paddle.float8_e4m3fn else (
+            as_bytes(parts[1])
         )
-        results[name + ".scales"] = s.numpy()
-        results[name + ".bytes_read"] = np.array(report.bytes_read)
+        if case["global"]:
+            got[at + ".global"] = parts[2].numpy()
+        for key, t in local.items():
+            got[f"{at}.{key}"] = t.numpy()
+        got[at + ".bytes_read"] = np.array(report.bytes_read)
+    return got
+
+
+def main(cases_json: str, out: str) -> None:
+    cuda_shim()  # TEST-ONLY: lets 3.3.1's reshard communicators run on a CPU-only build
+    install()  # Paddle's load_state_dict with load_transform= (the stand-in on 3.3.1)
+    count_reads()
+    dist.init_parallel_env()
+    spec = json.loads(Path(cases_json).read_text())
+    results: dict[str, Any] = {}
+    for engine in ENGINES:
+        results.update(run(engine, spec["checkpoints"], spec["cases"]))
     np.savez(f"{out}/rank{dist.get_rank()}.npz", **results)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3])
+    main(sys.argv[1], sys.argv[2])

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flexq.load import kept, kept_read
-from flexq.load.agree import compose_on_every_rank
+from flexq.load.agree import compose_on_every_rank, on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, NativeEngine, choose
 from flexq.load.progress import read_progress
 from flexq.load.report import LoadOptions, LoadReport
@@ -78,8 +78,9 @@ def load_state_dict(
     :return: what the load did (engine, pieces, bytes read by this rank, casts).
 
     On several ranks every rank opens the checkpoint from its own ``path`` (a node
-    may hold its own copy). A rank that cannot (a file missing from its copy) stops
-    before any read or write with an error naming the rank; with an engine that
+    may hold its own copy). A rank that cannot (a file missing from its copy), or
+    whose kept targets fail their checks (a shard that cuts a block), stops before
+    any read or write with an error naming the rank; with an engine that
     communicates, every rank raises that error, naming every rank that failed.
     :raises FlexqError: on any problem; targets are then unchanged, except after a
         failure only decoding reveals in a non-``atomic`` load.
@@ -95,9 +96,24 @@ def load_state_dict(
             kept_targets, rest = kept.split(flatten(state_dict))
             if not kept_targets:
                 return choose(engine, ct, state_dict, options).load(ct, state_dict, options)
-            return _load_with_kept(ct, kept.plan(ct, kept_targets, options), rest, engine, options)
+            pieces = on_every_rank(
+                lambda: kept.plan(ct, kept_targets, options),
+                engine=engine,
+                process_group=process_group,
+                advice=_KEPT,
+            )
+            return _load_with_kept(ct, pieces, rest, engine, options)
     finally:
         ct.checkpoint.close()  # the load's own compose: its files go with it
+
+
+#: Why a kept target's refusal stops the load, and what to do (see :mod:`flexq.load.agree`).
+_KEPT = (
+    "Every rank checks its kept targets before any rank reads: shard every rank's "
+    "quantized weights on block boundaries",
+    "its kept targets were checked before any read: shard quantized weights on block "
+    "boundaries",
+)
 
 
 def _load_with_kept(
