@@ -180,7 +180,7 @@ def want(c: dict[str, Any], path: str, rank: int) -> dict[str, Any]:
     elif c["scales_dtype"] == "float32" and sdtype == "BF16":
         s = (s.astype(np.uint32) << 16).view(np.float32)
     nbytes = math.prod(local) + s.size * (4 if sdtype == "F32" else 1)
-    got = {"values": cut(values, offset, local), "scales": s, "bytes": nbytes}
+    got: dict[str, Any] = {"values": cut(values, offset, local), "scales": s, "bytes": nbytes}
     if c["global"]:
         g, _ = stored(path, c["sources"][2])
         got["global"] = g.reshape(1)
@@ -227,18 +227,22 @@ def test_a_shard_that_cuts_a_block_is_refused_on_every_rank_before_any_read(
     at = f"{engine}.odd.s1.sharded"
     errors = [str(got[f"{at}.error"]) for got in ranks]
     for rank, got in enumerate(ranks):
-        assert not bool(got[f"{at}.read"]) and bool(got[f"{at}.untouched"]), rank
+        assert not bool(got[f"{at}.read"]), rank
+        assert bool(got[f"{at}.untouched"]), rank
         assert errors[rank].startswith("TargetError: rank "), errors[rank]
         assert "cuts the checkpoint's block [32, 32] along dim 1" in errors[rank]
     if engine == "direct":
         for rank, msg in enumerate(errors):
             assert msg.startswith(f"TargetError: rank {rank} of 2 (host "), msg
-            assert f"offset [0, {40 * rank}]" in msg and f"offset [0, {40 - 40 * rank}]" not in msg
+            assert f"offset [0, {40 * rank}]" in msg
+            assert f"offset [0, {40 - 40 * rank}]" not in msg
             assert "this rank was not written" in msg
     else:
         assert errors[0] == errors[1]
-        assert "rank 0 of 2" in errors[0] and "; rank 1 of 2" in errors[0]
-        assert "offset [0, 0]" in errors[0] and "offset [0, 40]" in errors[0]
+        assert "rank 0 of 2" in errors[0]
+        assert "; rank 1 of 2" in errors[0]
+        assert "offset [0, 0]" in errors[0]
+        assert "offset [0, 40]" in errors[0]
         assert "no rank was written" in errors[0]
 
 
@@ -254,14 +258,17 @@ def test_one_ranks_misaligned_shard_stops_every_rank_where_the_engine_communicat
     at = f"{engine}.skew.s1"
     ckpt = launched["checkpoints"]["fp8"]["path"]
     one = [str(ranks[1][f"{at}.error"])]
-    assert "rank 1 of 2" in one[0] and "offset [0, 48]" in one[0]
+    assert "rank 1 of 2" in one[0]
+    assert "offset [0, 48]" in one[0]
     assert "cuts the checkpoint's block [32, 32] along dim 1" in one[0]
     if engine == "direct":
         w = want(CASES["skew.s1"], ckpt, 0)
         assert np.array_equal(ranks[0][f"{at}.values"], w["values"])
     else:
         assert str(ranks[0][f"{at}.error"]) == one[0]
-        assert "rank 0 of 2" not in one[0] and "no rank was written" in one[0]
+        assert "rank 0 of 2" not in one[0]
+        assert "no rank was written" in one[0]
     for rank, got in enumerate(ranks):
         if f"{at}.error" in got:
-            assert not bool(got[f"{at}.read"]) and bool(got[f"{at}.untouched"]), rank
+            assert not bool(got[f"{at}.read"]), rank
+            assert bool(got[f"{at}.untouched"]), rank

@@ -138,8 +138,8 @@ def run(engine: str, ckpts: dict[str, Any], cases: dict[str, Any]) -> dict[str, 
             continue
         got[at + ".engine"] = np.array(report.engine)
         got[at + ".values"] = as_bytes(parts[0])
-        got[at + ".scales"] = parts[1].numpy() if parts[1].dtype != paddle.float8_e4m3fn else (
-            as_bytes(parts[1])
+        got[at + ".scales"] = (
+            parts[1].numpy() if parts[1].dtype != paddle.float8_e4m3fn else (as_bytes(parts[1]))
         )
         if case["global"]:
             got[at + ".global"] = parts[2].numpy()

@@ -36,8 +36,7 @@ T = TypeVar("T")
 _COPIES = (
     "Each rank reads the checkpoint from its own path and flexq sends no weights between "
     "ranks: give every node its own copy of every file of the checkpoint",
-    "every rank reads the checkpoint from its own path: give every node its own copy of "
-    "every file",
+    "every rank reads the checkpoint from its own path: give every node its own copy of every file",
 )
 
 

@@ -111,8 +111,7 @@ def load_state_dict(
 _KEPT = (
     "Every rank checks its kept targets before any rank reads: shard every rank's "
     "quantized weights on block boundaries",
-    "its kept targets were checked before any read: shard quantized weights on block "
-    "boundaries",
+    "its kept targets were checked before any read: shard quantized weights on block boundaries",
 )
 
 
