@@ -15,7 +15,9 @@ under ``paddle.LazyGuard`` and loading it, as a user's first load runs:
 
 Each reports its parameter bytes and ``peak_rss``: the process's VmHWM during
 build + load minus its RSS before (imports done), i.e. the model plus what the load
-staged. Runs in about two minutes (``python -m bench.kept_load``, or within ``nox -s bench``).
+staged. Then the PaddleFormers Llama of :mod:`bench.kept_pf` (where paddleformers is
+installed). Runs in about four minutes (``python -m bench.kept_load``, ``nox -s bench --
+kept``, or within ``nox -s bench``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import kept_pf
 from bench.fresh import run_module
 
 KINDS = ("kept", "bf16")
@@ -104,19 +107,30 @@ def measure_case(fmt: str, layers: int, out: int, inp: int) -> dict[str, Any]:
     }
 
 
+#: The heading of docs/performance.md's kept section (:func:`bench.report.replace_section`).
+HEADING = "## Keep-quantized load vs bf16 load (issue 26; fresh processes)"
+
+
 def measure(
-    layers: int = 8, out: int = 2048, inp: int = 4096, log: Callable[[str], Any] = print
+    pf_rounds: int = kept_pf.ROUNDS,
+    log: Callable[[str], Any] = print,
+    layers: int = 8,
+    out: int = 2048,
+    inp: int = 4096,
 ) -> dict[str, Any]:
-    """Every :data:`FORMATS` case of the same model."""
+    """Every :data:`FORMATS` case of the same flat model, then the PaddleFormers Llama
+    (:mod:`bench.kept_pf`, ``pf_rounds`` fresh processes a load; skipped, saying why,
+    where paddleformers is not installed)."""
     cases = {}
     for fmt in FORMATS:
         log(f"kept vs bf16 load: {FORMATS[fmt]}")
         cases[fmt] = measure_case(fmt, layers, out, inp)
-    return {"cases": cases}
+    return {"cases": cases, "paddleformers": kept_pf.measure(pf_rounds, log)}
 
 
-def markdown(r: dict[str, Any]) -> list[str]:
-    """The docs/performance.md section of :func:`measure`'s result."""
+def markdown(r: dict[str, Any], source: str | None = None) -> list[str]:
+    """The docs/performance.md section of :func:`measure`'s result (``source``: the
+    results file, when the series ran alone)."""
     mib = 1 << 20
     cases = r["cases"].values()
     rows = [
@@ -130,12 +144,13 @@ def markdown(r: dict[str, Any]) -> list[str]:
         f"peak RSS {c['peak_rss_ratio']:.2f}x"
         for c in cases
     )
+    pf = r.get("paddleformers")
+    ran = ["", f"Run alone (`nox -s bench -- kept`); figures in `{source}`."] if source else []
     return [
+        HEADING,
         "",
-        "## Keep-quantized load vs bf16 load (issue 26; one fresh process each)",
-        "",
-        "`bench/kept_load.py`. Peak RSS: VmHWM during build + load above the RSS before "
-        "(the model and what the load staged).",
+        "`bench/kept_load.py`, one fresh process a load. Peak RSS: VmHWM during build + "
+        "load above the RSS before (the model and what the load staged).",
         "",
         "| checkpoint | load | parameters | peak RSS | seconds |",
         "| --- | --- | ---: | ---: | ---: |",
@@ -143,6 +158,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         "",
         f"kept / bf16: {ratios}. Above the parameters, each load stages one tensor at a "
         "time (kept: its bytes; bf16: its float32 dequantization).",
+        *(kept_pf.markdown(pf) if pf else []),
+        *ran,
     ]
 
 

@@ -21,6 +21,20 @@ def write_json(results: dict[str, Any], date: str) -> Path:
     return out
 
 
+def replace_section(doc: Path, lines: list[str]) -> None:
+    """Put ``lines`` (a section whose first line is its ``## `` heading) into ``doc``: over
+    the old section of that heading, else before the Notes section (else at the end), so a
+    series run alone (``verify``, ``kept``) leaves the rest of the page as it was."""
+    heading = lines[0]
+    text = doc.read_text().splitlines() if doc.exists() else ["# Performance", ""]
+    if heading in text:
+        start = text.index(heading)
+        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
+    else:
+        start = end = next((i for i, t in enumerate(text) if t == "## Notes"), len(text))
+    doc.write_text("\n".join([*text[:start], *lines, *text[end:]]).rstrip("\n") + "\n")
+
+
 def write_chart(results: dict[str, Any], out: Path) -> Path:
     """Four panels: format throughput vs memcpy, default load vs DCP and memcpy, the
     scale series (time and memory), and the cold start of a fresh process."""
@@ -286,7 +300,7 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
         for g in goals.values():
             lines.append(f"| {g['goal']} | {g['target']} | {g['measured']} | {g['met']} |")
     if r.get("kept"):
-        lines += kept_load.markdown(r["kept"])
+        lines += ["", *kept_load.markdown(r["kept"])]
     prof = r.get("profile", {})
     if prof:
         lines += [

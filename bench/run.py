@@ -1,7 +1,7 @@
 """Run every flexq benchmark once and write the results, the chart and docs/performance.md.
 
 Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N]
-[--verify-rounds N] [scale | verify | formats-memory]``
+[--verify-rounds N] [--kept-rounds N] [scale | verify | formats-memory | kept]``
 (``nox -s bench`` runs it with torch installed for the DCP comparison; without
 torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
 multi-rank scale series (:mod:`bench.scale`) and writes its results and
@@ -10,7 +10,12 @@ verify``) runs only :mod:`bench.verify_cost` and writes its results and the veri
 section of docs/performance.md (about a minute, 1 GiB of scratch disk); ``formats-memory``
 runs only the format packages' own load-memory cases (:func:`bench.formats.memory_all`: the
 GGUF Q4_K_M load of 1 GiB of float32, a 165 MB file) and writes
-bench/results/<date>-formats-memory.json. The defaults a user gets are
+bench/results/<date>-formats-memory.json; ``kept`` (``nox -s bench -- kept``) runs only the
+keep-quantized series (:mod:`bench.kept_load`, with the PaddleFormers Llama of
+:mod:`bench.kept_pf` where paddleformers is installed: the bench session does not install
+it, so run ``python bench/run.py kept`` with the paddleformers session's interpreter for
+that case) and writes bench/results/<date>-kept.json and the kept section of
+docs/performance.md. The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
 2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
@@ -41,6 +46,7 @@ from bench import (  # noqa: E402
     fresh,
     hotspots,
     kept_load,
+    kept_pf,
     ranks,
     report,
     scale,
@@ -251,12 +257,24 @@ def _verify(date: str, rounds: int) -> None:
     results = {"date": date, "machine": _machine(), "figures": figures, "goals": goals}
     json_path = report.write_json(results, f"{date}-verify")
     doc = ROOT / "docs" / "performance.md"
-    verify_cost.replace_section(
-        doc, verify_cost.markdown(figures, str(json_path.relative_to(ROOT)))
-    )
+    report.replace_section(doc, verify_cost.markdown(figures, str(json_path.relative_to(ROOT))))
     _log(f"wrote {json_path.relative_to(ROOT)}, the verify section of {doc.relative_to(ROOT)}")
     for g in goals.values():
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
+
+
+def _kept(date: str, rounds: int) -> None:
+    """The keep-quantized series alone (:mod:`bench.kept_load`: the flat cases and the
+    PaddleFormers Llama, :mod:`bench.kept_pf`), its results file and the kept section of
+    docs/performance.md."""
+    _log("keep-quantized load vs bf16 load, fresh processes")
+    kept = kept_load.measure(rounds, _log)
+    results = {"date": date, "machine": _machine(), "kept": kept}
+    json_path = report.write_json(results, f"{date}-kept")
+    doc = ROOT / "docs" / "performance.md"
+    source = str(json_path.relative_to(ROOT))
+    report.replace_section(doc, [*kept_load.markdown(kept, source), ""])
+    _log(f"wrote {json_path.relative_to(ROOT)}, the kept section of {doc.relative_to(ROOT)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,12 +285,18 @@ def main(argv: list[str] | None = None) -> int:
         "--scale-repeats", type=int, default=1, help="launches per config of the scale series"
     )
     parser.add_argument(
+        "--kept-rounds",
+        type=int,
+        default=kept_pf.ROUNDS,
+        help="fresh processes per load of the PaddleFormers kept case",
+    )
+    parser.add_argument(
         "--verify-rounds", type=int, default=verify_cost.ROUNDS, help="rounds of the verify series"
     )
     parser.add_argument(
         "only",
         nargs="?",
-        choices=["scale", "verify", "formats-memory"],
+        choices=["scale", "verify", "formats-memory", "kept"],
         help="run only this series",
     )
     args = parser.parse_args(argv)
@@ -287,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only == "formats-memory":
         _formats_memory(date)
+        return 0
+    if args.only == "kept":
+        _kept(date, args.kept_rounds)
         return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
@@ -317,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("bytes read per rank, 2 ranks")
         results["ranks"] = ranks.measure(fp8, n, ["direct", "flexcheckpoint"])
         _log("keep-quantized load vs bf16 load, one fresh process each")
-        results["kept"] = kept_load.measure(log=_log)
+        results["kept"] = kept_load.measure(args.kept_rounds, _log)
         _log("profile")
         prof_txt = ROOT / "bench" / "results" / f"{date}-profile.txt"
         prof_txt.parent.mkdir(parents=True, exist_ok=True)
