@@ -32,6 +32,7 @@ from typing import Any
 
 from bench import kept_pf
 from bench.fresh import run_module
+from bench.kept_table import table
 
 KINDS = ("kept", "bf16")
 #: checkpoint format -> what the report calls its quantization.
@@ -131,19 +132,7 @@ def measure(
 def markdown(r: dict[str, Any], source: str | None = None) -> list[str]:
     """The docs/performance.md section of :func:`measure`'s result (``source``: the
     results file, when the series ran alone)."""
-    mib = 1 << 20
-    cases = r["cases"].values()
-    rows = [
-        f"| {c['model']} | {k} | {v['parameter_bytes'] / mib:.0f} MiB "
-        f"| {v['peak_extra_rss'] / mib:.0f} MiB | {v['seconds']:.2f} s |"
-        for c in cases
-        for k, v in c["runs"].items()
-    ]
-    ratios = "; ".join(
-        f"{c['model'].rpartition(', ')[2]}: parameters {c['parameter_ratio']:.2f}x, "
-        f"peak RSS {c['peak_rss_ratio']:.2f}x"
-        for c in cases
-    )
+    rows, ratios = table(r["cases"].values(), "runs", lambda c: c["model"].rpartition(", ")[2])
     pf = r.get("paddleformers")
     ran = ["", f"Run alone (`nox -s bench -- kept`); figures in `{source}`."] if source else []
     return [
@@ -152,8 +141,6 @@ def markdown(r: dict[str, Any], source: str | None = None) -> list[str]:
         "`bench/kept_load.py`, one fresh process a load. Peak RSS: VmHWM during build + "
         "load above the RSS before (the model and what the load staged).",
         "",
-        "| checkpoint | load | parameters | peak RSS | seconds |",
-        "| --- | --- | ---: | ---: | ---: |",
         *rows,
         "",
         f"kept / bf16: {ratios}. Above the parameters, each load stages one tensor at a "

@@ -1,15 +1,18 @@
-"""A PaddleFormers Llama kept quantized vs dequantized to bf16: parameter bytes and peak RSS.
+"""PaddleFormers models kept quantized vs dequantized to bf16: parameter bytes and peak RSS.
 
-For issue 26's "about 0.5x (FP8) of the bf16 model" on a real model class. One
-Llama (:data:`LAYERS` layers, hidden :data:`HIDDEN`, ~210 MB in bf16) saved by
+For issue 26's "about 0.5x (FP8) / 0.27x (FP4) of the bf16 model" on real model
+classes (:data:`MODELS`): a Llama (8 layers, hidden 1024, ~210 MB in bf16) saved by
 PaddleFormers and its FP8 128x128-block twin (flexq's encoder,
-:func:`bench.paddleformers_load.build_checkpoints`); then, alternating, fresh
-processes (``python -m bench.kept_pf KIND CKPT``) each loading the twin once:
+:func:`bench.paddleformers_load.build_checkpoints`), and a gpt-oss (6 layers, 8
+experts, ~230 MB in bf16) and its MXFP4 twin as gpt-oss ships it (experts only,
+:func:`write_gpt_oss`). Then, alternating, fresh processes (``python -m
+bench.kept_pf KIND CLASS CKPT``) each loading a twin once:
 
-- ``kept``: ``flexq.paddleformers.from_pretrained(LlamaForCausalLM, twin,
-  dtype="bfloat16", keep_quantized=True)``: every quantized linear a
-  :class:`flexq.nn.QuantizedLinear` (float8 values, float32 scales), the rest bf16;
-- ``bf16``: the same call without ``keep_quantized``: every linear dequantized to bf16.
+- ``kept``: ``flexq.paddleformers.from_pretrained(cls, twin, dtype="bfloat16",
+  keep_quantized=True)``: Llama's linears :class:`flexq.nn.QuantizedLinear` (float8
+  values, float32 scales), gpt-oss's experts their MXFP4 blocks and E8M0 scales; the
+  rest bf16;
+- ``bf16``: the same call without ``keep_quantized``: everything dequantized to bf16.
 
 Each reports its parameter bytes and ``peak_extra_rss`` (VmHWM during build + load
 above the RSS before, imports done: the model and what the load staged); the result
@@ -32,10 +35,13 @@ from statistics import median
 from typing import Any
 
 from bench.fresh import run_module
+from bench.kept_table import table
 
 KINDS = ("kept", "bf16")
 LAYERS, HIDDEN = 8, 1024
 ROUNDS = 3
+#: gpt-oss experts: what its MXFP4 checkpoints quantize.
+GPT_OSS_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 FIELDS = ("parameter_bytes", "peak_extra_rss", "peak_extra_anon", "seconds")
 
 
@@ -49,57 +55,128 @@ def unavailable() -> str | None:
     return None
 
 
-def child(kind: str, ckpt: str) -> dict[str, Any]:
-    """One load of the twin in this (fresh) process: parameter bytes and peak RSS."""
+def write_gpt_oss(root: Path) -> Path:
+    """A random bf16 gpt-oss saved by PaddleFormers, and its MXFP4 twin (experts in
+    gpt-oss' ``_blocks`` / ``_scales`` layout, the rest as saved) under ``root``."""
+    from paddleformers.transformers import GptOssConfig, GptOssForCausalLM
+
+    import flexq
+    from bench.paddleformers_load import save_random
+    from flexq.formatkit.rounding import bfloat16_bits_to_float32
+    from flexq_mxfp4.encode import GPT_OSS_NOT_CONVERTED, quantize
+
+    config = GptOssConfig(
+        vocab_size=8192,
+        hidden_size=768,
+        intermediate_size=768,
+        head_dim=64,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        sliding_window=128,
+        max_position_embeddings=256,
+    )
+    bf16 = save_random(GptOssForCausalLM, config, root / "gpt-oss-bf16")
+    ckpt = flexq.Checkpoint(bf16)
+    tensors: dict[str, Any] = {}
+    for key, info in ckpt.tensors.items():
+        if key.endswith(GPT_OSS_EXPERTS):  # HF's [E, in, out]: the encoder's logical layout
+            tensors.update(quantize({key: bfloat16_bits_to_float32(ckpt.read(key))}))
+        else:
+            tensors[key] = flexq.RawTensor(info.dtype, ckpt.read(key))
+    twin = root / "gpt-oss-mxfp4"
+    quant = {"quant_method": "mxfp4", "modules_to_not_convert": GPT_OSS_NOT_CONVERTED}
+    flexq.save_checkpoint(twin, tensors, config={**ckpt.config, "quantization_config": quant})
+    ckpt.close()
+    return twin
+
+
+def _llama(root: Path) -> Path:
+    from bench.paddleformers_load import build_checkpoints
+
+    return build_checkpoints(root, LAYERS, HIDDEN)[2]
+
+
+#: case -> (PaddleFormers class, what the report calls it, the twin's writer).
+MODELS: dict[str, tuple[str, str, Callable[[Path], Path]]] = {
+    "llama-fp8": (
+        "LlamaForCausalLM",
+        f"Llama, {LAYERS} layers, hidden {HIDDEN}, FP8 128x128-block twin",
+        _llama,
+    ),
+    "gpt-oss-mxfp4": (
+        "GptOssForCausalLM",
+        "gpt-oss, 6 layers, hidden 768, 8 experts, MXFP4 twin (experts only, as gpt-oss ships)",
+        write_gpt_oss,
+    ),
+}
+
+
+def child(kind: str, cls_name: str, ckpt: str) -> dict[str, Any]:
+    """One load of a twin in this (fresh) process: parameter bytes and peak RSS."""
     import logging
 
+    import paddleformers.transformers as pft
     from paddle.distributed.fleet.utils.log_util import logger
-    from paddleformers.transformers import LlamaForCausalLM
 
     import flexq.paddleformers
     from bench.fresh import Measured
     from flexq.nn import QuantizedLinear
+    from flexq.nn.experts import KEPT
 
     logger.setLevel(logging.WARNING)  # PaddleFormers logs every file it opens at INFO
     with Measured() as m:
         model = flexq.paddleformers.from_pretrained(
-            LlamaForCausalLM,
+            getattr(pft, cls_name),
             ckpt,
             dtype="bfloat16",
             keep_quantized=kind == "kept",
             progress=False,
         )
     nbytes = sum(math.prod(p.shape) * p.element_size() for p in model.parameters())
-    kept = sum(isinstance(layer, QuantizedLinear) for layer in model.sublayers())
-    return {"kind": kind, "parameter_bytes": nbytes, "kept_linears": kept, **m.figures()}
+    # kept weights: QuantizedLinear layers, and gpt-oss's stacked experts (flexq.nn.experts)
+    kept = sum(
+        isinstance(layer, QuantizedLinear) + len(getattr(layer, KEPT, {}))
+        for layer in model.sublayers()
+    )
+    return {"kind": kind, "parameter_bytes": nbytes, "kept_weights": kept, **m.figures()}
+
+
+def _bytes(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.iterdir() if f.suffix == ".safetensors")
 
 
 def measure(rounds: int = ROUNDS, log: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Both loads of the Llama twin, ``rounds`` fresh processes each, and the kept / bf16
-    ratios of the medians (or ``{"skipped": why}``)."""
+    """Every :data:`MODELS` case, ``rounds`` fresh processes a load (or ``{"skipped": why}``)."""
     why = unavailable()
     if why is not None:
-        log(f"skipped the PaddleFormers Llama case: {why}")
+        log(f"skipped the PaddleFormers cases: {why}")
         return {"skipped": why}
-    from bench.paddleformers_load import build_checkpoints
-
-    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    cases = {}
     with tempfile.TemporaryDirectory(prefix="flexq-kept-pf-bench-") as tmp:
-        log(f"PaddleFormers Llama ({LAYERS} layers, hidden {HIDDEN}) and its FP8 twin")
-        _, bf16, fp8 = build_checkpoints(Path(tmp), LAYERS, HIDDEN)
-        bf16_bytes = sum(f.stat().st_size for f in bf16.iterdir() if f.suffix == ".safetensors")
-        for r in range(rounds + 1):  # round 0: bytecode compiled, pages cached, not kept
-            for kind in KINDS if r % 2 else KINDS[::-1]:
-                figures = run_module("bench.kept_pf", [kind, str(fp8)])
-                if r:
-                    runs[kind].append(figures)
+        for name, (cls_name, label, write) in MODELS.items():
+            log(f"PaddleFormers {label}: kept vs bf16, {rounds} fresh processes each")
+            twin = write(Path(tmp) / name)
+            cases[name] = measure_case(cls_name, label, twin, rounds)
+    return {"cases": cases}
+
+
+def measure_case(cls_name: str, label: str, twin: Path, rounds: int) -> dict[str, Any]:
+    """Both loads of one twin, alternating, and the kept / bf16 ratios of the medians."""
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    for r in range(rounds + 1):  # round 0: bytecode compiled, pages cached, not kept
+        for kind in KINDS if r % 2 else KINDS[::-1]:
+            figures = run_module("bench.kept_pf", [kind, cls_name, str(twin)])
+            if r:
+                runs[kind].append(figures)
     medians = {k: {f: median(x[f] for x in v) for f in FIELDS} for k, v in runs.items()}
     kept, dense = medians["kept"], medians["bf16"]
     return {
-        "model": f"PaddleFormers LlamaForCausalLM, {LAYERS} layers, hidden {HIDDEN}, "
-        "FP8 128x128-block twin",
-        "bf16_checkpoint_bytes": bf16_bytes,
-        "kept_linears": runs["kept"][0]["kept_linears"],
+        "model": f"PaddleFormers {label}",
+        "twin_bytes": _bytes(twin),
+        "kept_weights": runs["kept"][0]["kept_weights"],
         "rounds": rounds,
         "runs": runs,
         "medians": medians,
@@ -111,31 +188,26 @@ def measure(rounds: int = ROUNDS, log: Callable[[str], Any] = print) -> dict[str
 def markdown(r: dict[str, Any]) -> list[str]:
     """The PaddleFormers part of docs/performance.md's kept section."""
     if "skipped" in r:
-        return ["", f"PaddleFormers Llama case skipped: {r['skipped']}."]
-    mib = 1 << 20
-    rows = [
-        f"| {kind} | {m['parameter_bytes'] / mib:.0f} MiB | {m['peak_extra_rss'] / mib:.0f} MiB "
-        f"| {m['seconds']:.2f} s |"
-        for kind, m in r["medians"].items()
-    ]
+        return ["", f"PaddleFormers cases skipped: {r['skipped']}."]
+    cases = r["cases"].values()
+    rows, ratios = table(cases, "medians", lambda c: f"{c['model']} ({c['kept_weights']} kept)")
+    rounds = sorted({c["rounds"] for c in cases})
     return [
         "",
-        f"{r['model']} ({r['bf16_checkpoint_bytes'] / 1e6:.0f} MB in bf16; "
-        f"{r['kept_linears']} kept linears), `flexq.paddleformers.from_pretrained(..., "
-        'dtype="bfloat16", keep_quantized=True)` vs the same call dequantizing to bf16 '
-        f"(`bench/kept_pf.py`), medians of {r['rounds']} fresh processes each, alternating:",
+        "PaddleFormers models from their quantized twins (`bench/kept_pf.py`): "
+        '`flexq.paddleformers.from_pretrained(cls, twin, dtype="bfloat16", '
+        "keep_quantized=True)` vs the same call dequantizing to bf16, medians of "
+        f"{', '.join(map(str, rounds))} fresh processes a load, alternating:",
         "",
-        "| load | parameters | peak RSS | seconds |",
-        "| --- | ---: | ---: | ---: |",
         *rows,
         "",
-        f"kept / bf16: parameters {r['parameter_ratio']:.2f}x, peak RSS "
-        f"{r['peak_rss_ratio']:.2f}x (the embeddings, norms and lm_head stay bf16 in both).",
+        f"kept / bf16: {ratios}. What the checkpoint leaves unquantized (embeddings, "
+        "norms, lm_head; gpt-oss's attention and router too) stays bf16 in both loads.",
     ]
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] in KINDS:
-        print(json.dumps(child(sys.argv[1], sys.argv[2])))
+    if len(sys.argv) == 4 and sys.argv[1] in KINDS:
+        print(json.dumps(child(*sys.argv[1:4])))
     else:
         print(json.dumps(measure(log=lambda s: print(s, file=sys.stderr)), indent=2))

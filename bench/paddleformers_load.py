@@ -30,9 +30,25 @@ from flexq.formatkit.rounding import bfloat16_bits_to_float32
 from flexq.plugin.manager import registry
 
 
+def save_random(model_class: Any, config: Any, directory: Path) -> Path:
+    """A randomly initialised bf16 ``model_class(config)`` saved by PaddleFormers'
+    ``save_pretrained`` (HF layout) into ``directory``."""
+    import paddle
+
+    config.dtype = "bfloat16"
+    paddle.set_default_dtype("bfloat16")
+    try:
+        model = model_class(config)
+    finally:
+        paddle.set_default_dtype("float32")
+    model.save_pretrained(str(directory))
+    for stray in directory.glob("saved_signal_*"):
+        stray.unlink()  # PaddleFormers' multi-rank save marker, not part of the checkpoint
+    return directory
+
+
 def build_checkpoints(root: Path, layers: int, hidden: int) -> tuple[Any, Path, Path]:
     """The Llama class, its bf16 checkpoint and its FP8 twin under ``root``."""
-    import paddle
     from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -45,15 +61,7 @@ def build_checkpoints(root: Path, layers: int, hidden: int) -> tuple[Any, Path, 
         max_position_embeddings=256,
         tie_word_embeddings=False,
     )
-    config.dtype = "bfloat16"
-    paddle.set_default_dtype("bfloat16")
-    model = LlamaForCausalLM(config)
-    paddle.set_default_dtype("float32")
-    bf16 = root / "bf16"
-    model.save_pretrained(str(bf16))
-    for stray in bf16.glob("saved_signal_*"):
-        stray.unlink()
-    del model
+    bf16 = save_random(LlamaForCausalLM, config, root / "bf16")
     ckpt = flexq.Checkpoint(bf16)
     weights, others = {}, {}
     for key, info in ckpt.tensors.items():

@@ -25,6 +25,8 @@ def test_the_kept_section_is_rendered_from_the_results_it_names() -> None:
     results = json.loads((ROOT / found.group(1)).read_text())
     assert [*markdown(results["kept"], found.group(1)), ""] == section
     pf = results["kept"]["paddleformers"]
-    assert "skipped" not in pf, pf  # the committed figures include the PaddleFormers Llama
-    assert pf["rounds"] >= 3
-    assert all(len(runs) == pf["rounds"] for runs in pf["runs"].values())
+    assert "skipped" not in pf, pf  # the committed figures include the PaddleFormers models
+    assert set(pf["cases"]) == {"llama-fp8", "gpt-oss-mxfp4"}
+    for case in pf["cases"].values():
+        assert case["rounds"] >= 3
+        assert all(len(runs) == case["rounds"] for runs in case["runs"].values())

@@ -140,12 +140,6 @@ FORMATS = ["fp8", "awq", "mxfp4"]
 #: format name -> the flexq format package that encodes it.
 ENCODER = {"fp8": "fp8", "awq": "int4-awq", "mxfp4": "mxfp4"}
 GPT_OSS_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
-GPT_OSS_NOT_CONVERTED = [
-    "model.layers.*.self_attn",
-    "model.layers.*.mlp.router",
-    "model.embed_tokens",
-    "lm_head",
-]
 
 
 def _float32(ckpt: flexq.Checkpoint, key: str) -> np.ndarray:
@@ -181,7 +175,7 @@ def write_twin(bf16: Path, fmt: str, directory: Path) -> Path:
 
 
 def _write_gpt_oss_mxfp4(ckpt: flexq.Checkpoint, directory: Path) -> None:
-    from flexq_mxfp4.encode import quantize
+    from flexq_mxfp4.encode import GPT_OSS_NOT_CONVERTED, quantize
 
     tensors: dict[str, flexq.RawTensor] = {}
     for key, info in ckpt.tensors.items():

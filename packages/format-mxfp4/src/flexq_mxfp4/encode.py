@@ -137,6 +137,14 @@ CT_MXFP4_CONFIG: dict[str, Any] = {
 }
 #: What gpt-oss writes (its attention, router, embeddings and head stay bfloat16).
 GPT_OSS_CONFIG: dict[str, Any] = {"quant_method": "mxfp4", "modules_to_not_convert": []}
+#: The modules OpenAI's gpt-oss checkpoints leave unquantized (only the experts are MXFP4),
+#: for a whole-model twin's ``modules_to_not_convert``.
+GPT_OSS_NOT_CONVERTED = [
+    "model.layers.*.self_attn",
+    "model.layers.*.mlp.router",
+    "model.embed_tokens",
+    "lm_head",
+]
 
 
 #: Smallest logits cosine similarity promised for a model loaded from MXFP4
