@@ -32,7 +32,7 @@ from typing import Any
 
 from bench import kept_pf
 from bench.fresh import run_module
-from bench.kept_table import table
+from bench.kept_table import paragraph
 
 KINDS = ("kept", "bf16")
 #: checkpoint format -> what the report calls its quantization.
@@ -132,22 +132,20 @@ def measure(
 def markdown(r: dict[str, Any], source: str | None = None) -> list[str]:
     """The docs/performance.md section of :func:`measure`'s result (``source``: the
     results file, when the series ran alone)."""
-    rows, ratios = table(r["cases"].values(), "runs", lambda c: c["model"].rpartition(", ")[2])
     pf = r.get("paddleformers")
     ran = ["", f"Run alone (`nox -s bench -- kept`); figures in `{source}`."] if source else []
-    return [
-        HEADING,
-        "",
+    intro = (
         "`bench/kept_load.py`, one fresh process a load. Peak RSS: VmHWM during build + "
-        "load above the RSS before (the model and what the load staged).",
-        "",
-        *rows,
-        "",
-        f"kept / bf16: {ratios}. Above the parameters, each load stages one tensor at a "
-        "time (kept: its bytes; bf16: its float32 dequantization).",
-        *(kept_pf.markdown(pf) if pf else []),
-        *ran,
-    ]
+        "load above the RSS before (the model and what the load staged)."
+    )
+    note = (
+        "Above the parameters, each load stages one tensor at a time (kept: its bytes; "
+        "bf16: its float32 dequantization)."
+    )
+    flat = paragraph(
+        intro, r["cases"].values(), "runs", lambda c: c["model"].rpartition(", ")[2], note
+    )
+    return [HEADING, "", *flat, *(kept_pf.markdown(pf) if pf else []), *ran]
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from statistics import median
 from typing import Any
 
 from bench.fresh import run_module
-from bench.kept_table import table
+from bench.kept_table import paragraph
 
 KINDS = ("kept", "bf16")
 LAYERS, HIDDEN = 8, 1024
@@ -189,21 +189,23 @@ def markdown(r: dict[str, Any]) -> list[str]:
     """The PaddleFormers part of docs/performance.md's kept section."""
     if "skipped" in r:
         return ["", f"PaddleFormers cases skipped: {r['skipped']}."]
-    cases = r["cases"].values()
-    rows, ratios = table(cases, "medians", lambda c: f"{c['model']} ({c['kept_weights']} kept)")
-    rounds = sorted({c["rounds"] for c in cases})
-    return [
-        "",
+    cases = list(r["cases"].values())
+    rounds = ", ".join(str(n) for n in sorted({c["rounds"] for c in cases}))
+    intro = (
         "PaddleFormers models from their quantized twins (`bench/kept_pf.py`): "
         '`flexq.paddleformers.from_pretrained(cls, twin, dtype="bfloat16", '
         "keep_quantized=True)` vs the same call dequantizing to bf16, medians of "
-        f"{', '.join(map(str, rounds))} fresh processes a load, alternating:",
-        "",
-        *rows,
-        "",
-        f"kept / bf16: {ratios}. What the checkpoint leaves unquantized (embeddings, "
-        "norms, lm_head; gpt-oss's attention and router too) stays bf16 in both loads.",
-    ]
+        f"{rounds} fresh processes a load, alternating:"
+    )
+    note = (
+        "What the checkpoint leaves unquantized (embeddings, norms, lm_head; gpt-oss's "
+        "attention and router too) stays bf16 in both loads."
+    )
+
+    def name(c: dict[str, Any]) -> str:
+        return f"{c['model']} ({c['kept_weights']} kept)"
+
+    return ["", *paragraph(intro, cases, "medians", name, note)]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,19 @@ from typing import Any
 MIB = 1 << 20
 
 
+def paragraph(
+    intro: str,
+    cases: Iterable[dict[str, Any]],
+    figures: str,
+    name: Callable[[dict[str, Any]], str],
+    note: str,
+) -> list[str]:
+    """``intro``, the table of every case's loads and the ratios sentence (ending in
+    ``note``), as markdown lines."""
+    rows, ratios = table(cases, figures, name)
+    return [intro, "", *rows, "", f"kept / bf16: {ratios}. {note}"]
+
+
 def table(
     cases: Iterable[dict[str, Any]], figures: str, name: Callable[[dict[str, Any]], str]
 ) -> tuple[list[str], str]:
