@@ -102,7 +102,13 @@ if TYPE_CHECKING:
 #: its config with it need not pay.
 _LAZY = {
     **dict.fromkeys(
-        ("QuantConfig", "natural_dtype", "parse_json_model", "parse_quant_config", "read_config_file"),
+        (
+            "QuantConfig",
+            "natural_dtype",
+            "parse_json_model",
+            "parse_quant_config",
+            "read_config_file",
+        ),
         "flexq.quantconfig.base",
     ),
     **dict.fromkeys(
@@ -132,10 +138,10 @@ __all__ = [
     "NONFINITE_SCALES_ENV",
     "RUNS_PER_TASK",
     "Analysis",
+    "ArrayOps",
     "ConfigGroup",
     "CtConfig",
     "CtScheme",
-    "ArrayOps",
     "Encoder",
     "Format",
     "IgnoreList",
