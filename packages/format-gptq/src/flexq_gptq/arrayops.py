@@ -1,8 +1,9 @@
 """The array operations the GPTQ decoder needs beyond :class:`flexq.formatkit.ArrayOps`.
 
 Unpacking ``bits``-bit codes from int32 words along either axis (with the GPTQ
-v1 zero offset undone on the words or on the fields) and taking rows by a group
-index, for numpy arrays and Paddle tensors. All are exact
+v1 zero offset undone on the words or on the fields; on numpy through the kit's one
+unpacker, :func:`flexq.formatkit.unpack_into`) and taking rows by a group index, for
+numpy arrays and Paddle tensors. All are exact
 integer or data-movement operations, so both give identical bits.
 """
 
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.formatkit import is_paddle
+from flexq.formatkit import is_paddle, unpack_into
 from flexq_gptq.packing import Packing
 
 
@@ -35,29 +36,24 @@ class GptqOps(Protocol):
 
 
 class NumpyGptqOps:
-    """:class:`GptqOps` on numpy arrays."""
+    """:class:`GptqOps` on numpy arrays: the kit's one unpacker (:func:`unpack_into`) on
+    the rows of the words packed along the last axis."""
 
     def unpack(
         self, words: Any, bits: int, axis: int, word_add: Sequence[int], field_add: int
     ) -> Any:
         p = Packing(bits)
-        w = np.moveaxis(np.asarray(words).view(np.uint32), axis, 0)
-        n, rest = w.shape[0], w.shape[1:]
-        units = w.reshape(n // p.unit_words, p.unit_words, *rest)
+        w = np.asarray(words).view(np.uint32)
+        rows = np.ascontiguousarray(w if axis == 1 else w.T)
         if any(word_add):
-            add = np.asarray(word_add, np.uint32).reshape(1, p.unit_words, *([1] * len(rest)))
-            units = units + add  # uint32 arithmetic wraps modulo 2**32
-        codes = np.empty((units.shape[0], p.unit_codes, *rest), np.uint32)
-        mask = np.uint32(p.mask)
-        for k, (word, shift, low) in enumerate(p.fields()):
-            c = units[:, word] >> np.uint32(shift)
-            if low < bits:
-                c = c | (units[:, word + 1] << np.uint32(low))
-            if field_add:
-                c = c + np.uint32(field_add)
-            codes[:, k] = c & mask
-        flat = codes.reshape(n // p.unit_words * p.unit_codes, *rest).astype(np.float32)
-        return np.ascontiguousarray(np.moveaxis(flat, 0, axis))
+            add = np.tile(np.asarray(word_add, np.uint32), rows.shape[1] // p.unit_words)
+            rows = rows + add  # uint32 arithmetic wraps modulo 2**32
+        codes = np.empty((rows.shape[0], rows.shape[1] // p.unit_words * p.unit_codes), np.float32)
+        unpack_into(rows, bits, codes)
+        if field_add:
+            # (c + a) mod 2**bits of small integers: exact in float32.
+            codes = np.remainder(codes + np.float32(field_add), np.float32(1 << bits))
+        return codes if axis == 1 else np.ascontiguousarray(codes.T)
 
     def take_rows(self, x: Any, index: np.ndarray) -> Any:
         return np.take(np.asarray(x), index, axis=0)
