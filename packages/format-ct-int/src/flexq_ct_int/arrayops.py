@@ -2,9 +2,10 @@
 Paddle alike.
 
 Gathering codes by their bit positions in int32 words (widths that do not
-divide 8; whole words go through the kit's ``ArrayOps.unpack`` and
-``unpack_into``) and taking columns by index (act-order). All exact integer or
-data-movement operations, so the numpy and Paddle versions agree bit for bit.
+divide 8; on numpy the kit's :func:`~flexq.formatkit.gather_codes`, and whole rows go
+through the kit's ``unpack_into`` and ``ArrayOps.unpack``) and taking columns by index
+(act-order). All exact integer or data-movement operations, so the numpy and Paddle
+versions agree bit for bit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.formatkit import is_paddle
+from flexq.formatkit import gather_codes, is_paddle
 
 
 class CtOps(Protocol):
@@ -37,12 +38,7 @@ class NumpyCtOps:
     """:class:`CtOps` on numpy arrays."""
 
     def gather(self, words: Any, bitpos: np.ndarray, bits: int) -> Any:
-        w = np.asarray(words).view(np.uint32).astype(np.uint64)
-        w = np.concatenate([w, np.zeros((w.shape[0], 1), np.uint64)], axis=1)
-        word = bitpos // 32
-        both = w[:, word] | (w[:, word + 1] << np.uint64(32))
-        codes = (both >> (bitpos % 32).astype(np.uint64)) & np.uint64((1 << bits) - 1)
-        return codes.astype(np.float32)
+        return gather_codes(np.asarray(words), bits, np.asarray(bitpos, np.int64))
 
     def take_columns(self, x: Any, index: Any) -> Any:
         return np.take(x, index, axis=1)

@@ -37,14 +37,13 @@ from flexq.formatkit import (
     to_numpy,
     unpack_into,
 )
-from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for
+from flexq_ct_int.arrayops import CtOps, ct_ops_for
 from flexq_ct_int.config import FORMAT_NAME
 
 if TYPE_CHECKING:
     from flexq.formatkit import Sources
     from flexq_ct_int.layout import CtLinear
 
-_NUMPY_CT = NumpyCtOps()
 #: I8 byte (as uint8) -> its signed value as float32.
 _SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
 
@@ -118,15 +117,15 @@ def _dequantize(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, ou
     if no == 0 or ni == 0:
         return ct.zeros((no, ni), weight)
     affine = _affine(linear, sources, plan, ops, ct)
-    # Widths that do not divide 8: each box column's code found by its bit position.
-    bitpos = None
-    if linear.packed and not linear.packing.aligned:
-        bitpos = linear.packing.bit_of(np.arange(i0, i0 + ni)) - 32 * wc0
     if isinstance(weight, np.ndarray):
         if out is None or not (out.flags.c_contiguous and out.dtype == np.float32):
             out = np.empty((no, ni), np.float32)
-        return _banded(linear, np.ascontiguousarray(weight), ri, ci, bitpos, affine, out)
-    if bitpos is not None:
+        # Where code i0 starts in the box's first word (the box is whole words).
+        first_bit = int(linear.packing.bit_of(np.array(i0))) - 32 * wc0 if linear.packed else 0
+        return _banded(linear, np.ascontiguousarray(weight), ri, ci, first_bit, affine, out)
+    if linear.packed and not linear.packing.aligned:
+        # Widths that do not divide 8: each box column's code found by its bit position.
+        bitpos = linear.packing.bit_of(np.arange(i0, i0 + ni)) - 32 * wc0
         codes = ct.gather(weight, bitpos, linear.bits)[ri : ri + no]
     else:
         if linear.packed:
@@ -240,16 +239,17 @@ def _banded(
     weight: np.ndarray,
     ri: int,
     ci: int,
-    bitpos: np.ndarray | None,
+    first_bit: int,
     affine: _Affine,
     out: np.ndarray,
 ) -> np.ndarray:
     """The numpy path: bands of output rows decoded and scaled while in cache, on the
-    worker threads; codes are unpacked straight into ``out`` when the box is whole words
-    (or found by ``bitpos``, their bit positions, for widths that do not divide 8)."""
+    worker threads; packed codes are unpacked straight into ``out`` by the kit's one
+    unpacker (:func:`unpack_into`, from ``first_bit`` of each row's first word)."""
     no, ni = out.shape
     per_row = int(weight.shape[1]) * linear.per_word
-    aligned = bitpos is not None or (ci == 0 and ni == per_row)
+    aligned = linear.packed or (ci == 0 and ni == per_row)
+    per_word = None if linear.packing.dense else linear.per_word
     scale = np.asarray(affine.scale, dtype=np.float32)
     index = None if affine.index is None else np.asarray(affine.index)
     # Without a zero point the code offset goes into the lookup table: one pass less.
@@ -262,10 +262,8 @@ def _banded(
 
     def decode(rows: slice, dst: np.ndarray) -> None:
         src = weight[ri + rows.start : ri + rows.stop]
-        if bitpos is not None:
-            np.subtract(_NUMPY_CT.gather(src, bitpos, linear.bits), np.float32(minus), out=dst)
-        elif linear.packed:
-            unpack_into(src, linear.bits, dst, minus)
+        if linear.packed:
+            unpack_into(src, linear.bits, dst, minus, first_bit=first_bit, per_word=per_word)
         else:
             lookup_into(signed, src.view(np.uint8), dst)
 

@@ -22,9 +22,10 @@ from :mod:`flexq` and the rest from here:
   :class:`CtConfig` (declared formats, ``config_groups`` as :class:`ConfigGroup` /
   :class:`QuantArgs`, each module's :class:`CtScheme` from the targets, the ignore list),
   the same one the core's detection reads;
-- packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
-  LSB-first into little-endian words, unpacked by one table lookup per byte) and
-  :func:`pack_words` (any width, for encoders);
+- packed words: :func:`code_table`, :func:`unpack_into` (the one unpacker of the GPTQ
+  lineage: codes of 1 to 8 bits packed LSB-first into little-endian words, dense or
+  padded, one table lookup per byte where the width divides 8), :func:`gather_codes`
+  (codes by bit position) and :func:`pack_words` (any width, for encoders);
 - integer groups: :func:`grouped_affine` (``(q - z) * s`` with a zero point and a
   scale per group of columns: AWQ, Quark int4/uint4);
 - planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
@@ -50,7 +51,7 @@ from flexq.formatkit.cache import per_checkpoint
 from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
 from flexq.formatkit.groups import grouped_affine
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.formatkit.words import code_table, pack_words, unpack_into
+from flexq.formatkit.words import code_table, gather_codes, pack_words, unpack_into
 from flexq.numerics.arrays import is_paddle, to_numpy
 from flexq.numerics.bands import (
     RUNS_PER_TASK,
@@ -159,6 +160,7 @@ __all__ = [
     "code_table",
     "for_bands",
     "for_row_runs",
+    "gather_codes",
     "grouped_affine",
     "is_paddle",
     "lookup_into",

@@ -93,7 +93,7 @@ def unpack_into(
     else:
         slot = first_bit // bits + j
         bit = (slot // per_word) * 32 + (slot % per_word) * bits
-    _by_positions(w32, bits, bit, out, minus)
+    np.subtract(gather_codes(w32, bits, bit), np.float32(minus), out=out)
 
 
 def _by_bytes(words: np.ndarray, bits: int, out: np.ndarray, minus: float, skip: int) -> None:
@@ -155,15 +155,18 @@ def _by_units(
         out[...] = dst[:, :count]
 
 
-def _by_positions(
-    w32: np.ndarray, bits: int, bit: np.ndarray, out: np.ndarray, minus: float
-) -> None:
-    """Each column's code gathered from its bit position ``bit[j]`` in the row's words."""
+def gather_codes(words: np.ndarray, bits: int, bit: np.ndarray) -> np.ndarray:
+    """The ``bits``-wide code starting at stream bit ``bit[j]`` of each row of words
+    ``[R, W]`` (packed LSB-first along the last axis; a code may continue into the next
+    word), as float32 ``[R, len(bit)]``: codes picked by position, for boxes that
+    start inside a unit (:func:`unpack_into` uses it there).
+    """
+    w32 = np.ascontiguousarray(words).view(np.uint32)
     w = np.concatenate([w32, np.zeros((w32.shape[0], 1), np.uint32)], axis=1).astype(np.uint64)
     word = bit // 32
     both = w[:, word] | (w[:, word + 1] << np.uint64(32))
     codes = (both >> (bit % 32).astype(np.uint64)) & np.uint64((1 << bits) - 1)
-    np.subtract(codes, np.float32(minus), out=out, casting="unsafe")
+    return codes.astype(np.float32)
 
 
 def pack_words(
