@@ -165,6 +165,11 @@ def test_unpack_into_reads_every_gptq_lineage_layout(
     at = j * bits if per_word is None or 8 % bits == 0 else j // per_word * 32 + j % per_word * bits
     np.testing.assert_array_equal(stream_codes(words, bits, at), codes[:, skip:])
     np.testing.assert_array_equal(gather_codes(words, bits, at), codes[:, skip:])
+    # The array operations' twins: numpy's is this unpacker, Paddle's gives the same bits.
+    start_bit = start - 32 * first_word
+    for ops, x in ((NumpyOps(), box), (PaddleOps(), paddle.to_tensor(box))):
+        got = ops.unpack_codes(x, bits, cols, start_bit, per_word)
+        np.testing.assert_array_equal(to_numpy(got), codes[:, skip:])
 
 
 def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:

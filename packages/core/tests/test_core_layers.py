@@ -101,7 +101,7 @@ def test_the_old_kit_config_paths_are_the_moved_modules(old: str, new: str) -> N
 
 
 @pytest.mark.parametrize(
-    "name", ["arrays", "bands", "elements", "ops", "rounding", "scales", "threads"]
+    "name", ["arrays", "bands", "elements", "ops", "rounding", "scales", "threads", "words"]
 )
 def test_the_old_kit_module_paths_are_the_moved_modules(name: str) -> None:
     """Code written against ``flexq.formatkit.<module>`` keeps working with the same

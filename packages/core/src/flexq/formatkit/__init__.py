@@ -51,7 +51,6 @@ from flexq.formatkit.cache import per_checkpoint
 from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
 from flexq.formatkit.groups import grouped_affine
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.formatkit.words import code_table, gather_codes, pack_words, unpack_into
 from flexq.numerics.arrays import is_paddle, to_numpy
 from flexq.numerics.bands import (
     RUNS_PER_TASK,
@@ -77,6 +76,7 @@ from flexq.numerics.scales import (
     scale_to_float32,
 )
 from flexq.numerics.threads import run_parts, thread_count
+from flexq.numerics.words import code_table, gather_codes, pack_words, unpack_into
 from flexq.plan import block_cover, ceil_div
 from flexq.plugin.spec import API_VERSION
 from flexq.quantconfig.ignore import IGNORE_FIELDS, IgnoreList
