@@ -15,9 +15,9 @@ Two paths compute the same bits: numpy decodes bands of output rows on the
 worker threads (the kit's byte-table :func:`flexq.formatkit.unpack_into` into the
 output, then the affine step in cache); Paddle tensors go through
 :class:`flexq.formatkit.ArrayOps` (the kit's ``unpack_codes``) and
-:mod:`flexq_ct_int.arrayops` (act-order columns) on their device. Source boxes may be larger than the
-target (covering words, groups, or whole tensors for a global plan): positions
-inside them come from the plan's box offsets.
+:mod:`flexq_ct_int.arrayops` (act-order columns) on their device. Source boxes may be
+larger than the target (covering words, groups, or whole tensors for a global plan):
+positions inside them come from the plan's box offsets.
 """
 
 from __future__ import annotations
