@@ -129,7 +129,10 @@ def stream_codes(words: np.ndarray, bits: int, positions: np.ndarray) -> np.ndar
     """The oracle: each row's little-endian bit stream, ``bits`` bits read from each position."""
     padded = np.concatenate([words, np.zeros((words.shape[0], 1), words.dtype)], axis=1)
     stream = np.unpackbits(np.ascontiguousarray(padded).view(np.uint8), axis=1, bitorder="little")
-    return sum(stream[:, positions + b].astype(np.int64) << b for b in range(bits))
+    codes = np.zeros((words.shape[0], positions.size), np.int64)
+    for b in range(bits):
+        codes |= stream[:, positions + b].astype(np.int64) << b
+    return codes
 
 
 @settings(max_examples=80, deadline=None)
