@@ -1,16 +1,16 @@
 """The one model of compressed-tensors configs, read by the core's detection and by every
 format that decodes compressed-tensors checkpoints (ct-int, fp8, mxfp4, nvfp4).
 
-The configs are the shapes llm-compressor 0.14 / compressed-tensors 0.19 write for the
-presets the interop producers run (``QuantizationModifier(targets="Linear", scheme=...,
-ignore=["lm_head"])``): the preset's ``QuantizationArgs`` serialized with every field, as in
-the NVFP4A16 export kept in ``packages/format-nvfp4/tests/data/llmcompressor-nvfp4a16``
-(which is parsed too). Every reader must find the same declared formats and the same
-scheme; a format no installed format claims stays an error (DESIGN 8).
+The configs in ``tests/data/llmcompressor-configs`` are the ``quantization_config`` of
+the checkpoints the interop producers wrote (llm-compressor 0.14.0.1 with
+compressed-tensors 0.19.0 on CPU, ``interop/producers/llmcompressor_schemes.py``): one per
+scheme. Every reader must find the same declared formats and the same scheme in each;
+a format no installed format claims stays an error (DESIGN 8).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -23,131 +23,42 @@ from flexq import Checkpoint, FormatError, RawTensor, save_checkpoint
 from flexq.formatkit import CtConfig, read_compressed_tensors
 from flexq.plugin.known import config_methods
 
-NVFP4A16_EXPORT = (
-    Path(__file__).parents[1]
-    / "packages/format-nvfp4/tests/data/llmcompressor-nvfp4a16/config.json"
-)
+CONFIGS = Path(__file__).parent / "data" / "llmcompressor-configs"
 
-
-def args(num_bits: int, type_: str, strategy: str, **kw: Any) -> dict[str, Any]:
-    """One serialized ``QuantizationArgs`` (compressed-tensors 0.19 writes every field)."""
-    base: dict[str, Any] = {
-        "actorder": None,
-        "block_structure": None,
-        "dynamic": False,
-        "group_size": None,
-        "num_bits": num_bits,
-        "observer": "memoryless_minmax",
-        "observer_kwargs": {},
-        "scale_dtype": None,
-        "strategy": strategy,
-        "symmetric": True,
-        "type": type_,
-        "zp_dtype": None,
-    }
-    return base | kw
-
-
-def preset(
-    fmt: str, weights: dict[str, Any], inputs: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The ``quantization_config`` of one preset over ``Linear``, ``lm_head`` ignored."""
-    group = {
-        "format": fmt,
-        "input_activations": inputs,
-        "output_activations": None,
-        "targets": ["Linear"],
-        "weights": weights,
-    }
-    return {
-        "config_groups": {"group_0": group},
-        "format": fmt,
-        "global_compression_ratio": None,
-        "ignore": ["lm_head"],
-        "kv_cache_scheme": None,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-        "sparsity_config": {},
-        "transform_config": {},
-        "version": "0.19.0",
-    }
-
-
-E8M0 = {"scale_dtype": "torch.uint8", "zp_dtype": "torch.uint8"}
-#: preset -> (its config, the declared format, the weights' (bits, type, strategy,
-#: group_size, block_structure, symmetric), the format that decodes it).
-PRESETS: dict[str, tuple[dict[str, Any], str, tuple[Any, ...], str]] = {
-    "W4A16": (
-        preset("pack-quantized", args(4, "int", "group", group_size=128)),
+#: producer scheme -> (the declared format, the weights' (bits, type, strategy,
+#: group_size, block_structure, symmetric, group act-order), the format that decodes it).
+PRESETS: dict[str, tuple[str, tuple[Any, ...], str]] = {
+    "W4A16-g32": ("pack-quantized", (4, "int", "group", 32, None, True, False), "ct-int"),
+    "W4A16_ASYM": ("pack-quantized", (4, "int", "group", 128, None, False, False), "ct-int"),
+    # actorder "weight" reorders during GPTQ and writes no g_idx: not group act-order.
+    "GPTQ-W4A16-actorder": (
         "pack-quantized",
-        (4, "int", "group", 128, None, True),
+        (4, "int", "group", 64, None, True, False),
         "ct-int",
     ),
-    "W4A16_ASYM": (
-        preset("pack-quantized", args(4, "int", "group", group_size=128, symmetric=False)),
-        "pack-quantized",
-        (4, "int", "group", 128, None, False),
-        "ct-int",
-    ),
-    "W8A8": (
-        preset(
-            "int-quantized",
-            args(8, "int", "channel"),
-            args(8, "int", "token", dynamic=True, observer=None),
-        ),
-        "int-quantized",
-        (8, "int", "channel", None, None, True),
-        "ct-int",
-    ),
-    "FP8": (
-        preset(
-            "float-quantized",
-            args(8, "float", "tensor"),
-            args(8, "float", "tensor", observer="static_minmax"),
-        ),
-        "float-quantized",
-        (8, "float", "tensor", None, None, True),
-        "fp8",
-    ),
-    "FP8_DYNAMIC": (
-        preset(
-            "float-quantized",
-            args(8, "float", "channel"),
-            args(8, "float", "token", dynamic=True, observer=None),
-        ),
-        "float-quantized",
-        (8, "float", "channel", None, None, True),
-        "fp8",
-    ),
-    "W8A8-FP8_BLOCK": (
-        preset(
-            "float-quantized",
-            args(8, "float", "block", block_structure=[128, 128]),
-            args(8, "float", "group", group_size=128, dynamic=True, observer=None),
-        ),
-        "float-quantized",
-        (8, "float", "block", None, [128, 128], True),
-        "fp8",
-    ),
-    "MXFP4A16": (
-        preset("mxfp4-pack-quantized", args(4, "float", "group", group_size=32, **E8M0)),
-        "mxfp4-pack-quantized",
-        (4, "float", "group", 32, None, True),
-        "mxfp4",
-    ),
-    "MXFP8A16": (
-        preset("mxfp8-quantized", args(8, "float", "group", group_size=32, **E8M0)),
-        "mxfp8-quantized",
-        (8, "float", "group", 32, None, True),
-        "fp8",
-    ),
+    "W8A16": ("pack-quantized", (8, "int", "group", 128, None, True, False), "ct-int"),
+    "W8A8": ("int-quantized", (8, "int", "channel", None, None, True, False), "ct-int"),
+    "FP8": ("float-quantized", (8, "float", "tensor", None, None, True, False), "fp8"),
+    "FP8_DYNAMIC": ("float-quantized", (8, "float", "channel", None, None, True, False), "fp8"),
+    "FP8_BLOCK": ("float-quantized", (8, "float", "block", None, [128, 128], True, False), "fp8"),
+    "MXFP4A16": ("mxfp4-pack-quantized", (4, "float", "group", 32, None, True, False), "mxfp4"),
+    "MXFP8A16": ("mxfp8-quantized", (8, "float", "group", 32, None, True, False), "fp8"),
     "NVFP4A16": (
-        json.loads(NVFP4A16_EXPORT.read_text())["quantization_config"],
         "nvfp4-pack-quantized",
-        (4, "float", "tensor_group", 16, None, True),
+        (4, "float", "tensor_group", 16, None, True, False),
         "nvfp4",
     ),
 }
+
+
+def producer_config(name: str) -> dict[str, Any]:
+    """The ``quantization_config`` llm-compressor wrote for scheme ``name`` (a fresh copy)."""
+    config: dict[str, Any] = json.loads((CONFIGS / f"{name}.json").read_text())
+    return copy.deepcopy(config)
+
+
+def test_every_kept_producer_config_has_its_expectations() -> None:
+    assert sorted(p.stem for p in CONFIGS.glob("*.json")) == sorted(PRESETS)
 
 
 def checkpoint_with(
@@ -167,7 +78,8 @@ def model_of(tmp_path: Path, qc: dict[str, Any]) -> CtConfig:
 def test_each_producer_config_gives_its_declared_format_and_scheme(
     tmp_path: Path, name: str
 ) -> None:
-    qc, fmt, weights, _ = PRESETS[name]
+    fmt, weights, _ = PRESETS[name]
+    qc = producer_config(name)
     config = model_of(tmp_path, qc)
     assert config.declared_formats == {fmt}
     assert config_methods(qc) == {f"compressed-tensors/{fmt}"}
@@ -177,7 +89,7 @@ def test_each_producer_config_gives_its_declared_format_and_scheme(
     w = scheme.weights
     assert w is not None
     assert (w.num_bits, w.type, w.resolved_strategy(), w.group_size) == weights[:4]
-    assert (w.block_structure, w.symmetric, w.act_order) == (*weights[4:], False)
+    assert (w.block_structure, w.symmetric, w.act_order) == weights[4:]
     assert config.ignored_by("lm_head") == "lm_head"
     assert config.ignored_by("model.layers.0.mlp.down_proj") is None
 
@@ -190,8 +102,8 @@ def test_every_format_reads_the_same_declared_formats(tmp_path: Path, name: str)
     from flexq_mxfp4.config import read_config as mxfp4_config
     from flexq_nvfp4.config import read_config as nvfp4_config
 
-    qc, fmt, weights, _ = PRESETS[name]
-    ckpt = Checkpoint(checkpoint_with(tmp_path, qc))
+    fmt, weights, _ = PRESETS[name]
+    ckpt = Checkpoint(checkpoint_with(tmp_path, producer_config(name)))
     ct_int = ct_int_config(ckpt)
     assert ct_int is not None
     assert ct_int.declared_formats == mxfp4_config(ckpt).ct_formats == {fmt}
@@ -208,7 +120,7 @@ def test_every_format_reads_the_same_declared_formats(tmp_path: Path, name: str)
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_each_declared_format_is_claimed_by_the_format_that_decodes_it(name: str) -> None:
-    _, fmt, _, owner = PRESETS[name]
+    fmt, _, owner = PRESETS[name]
     claimers = {
         row.name for row in flexq.list_formats() if f"compressed-tensors/{fmt}" in row.methods
     }
@@ -216,7 +128,7 @@ def test_each_declared_format_is_claimed_by_the_format_that_decodes_it(name: str
 
 
 def test_dense_is_a_declared_format_that_names_no_decoder(tmp_path: Path) -> None:
-    qc = preset("pack-quantized", args(4, "int", "group", group_size=128))
+    qc = producer_config("W4A16-g32")
     qc["format"] = "mixed-precision"
     qc["config_groups"]["plain"] = {"format": "dense", "targets": ["re:.*lm_head$"]}
     config = model_of(tmp_path, qc)
@@ -234,7 +146,7 @@ def test_dense_is_a_declared_format_that_names_no_decoder(tmp_path: Path) -> Non
 
 
 def test_a_group_without_a_format_takes_the_top_level_one(tmp_path: Path) -> None:
-    qc = preset("float-quantized", args(8, "float", "channel"))
+    qc = producer_config("FP8_DYNAMIC")
     del qc["config_groups"]["group_0"]["format"]
     config = model_of(tmp_path, qc)
     assert config.declared_formats == {"float-quantized"}
@@ -246,14 +158,15 @@ def test_a_config_naming_no_format_names_the_method_alone() -> None:
 
 
 def test_a_format_no_installed_format_claims_is_an_error(tmp_path: Path) -> None:
-    qc = preset("marlin-24", args(4, "int", "group", group_size=128))
+    qc = producer_config("W4A16-g32")
+    qc["format"] = qc["config_groups"]["group_0"]["format"] = "marlin-24"
     path = checkpoint_with(tmp_path, qc)
     with pytest.raises(FormatError, match=r"'compressed-tensors/marlin-24'.*no format"):
         flexq.compose(path)
 
 
 def test_a_malformed_group_is_an_error_naming_file_field_and_reader(tmp_path: Path) -> None:
-    qc = preset("pack-quantized", args(4, "int", "group", group_size=128))
+    qc = producer_config("W4A16-g32")
     qc["config_groups"]["group_0"]["weights"]["num_bits"] = "4"
     path = checkpoint_with(tmp_path, qc)
     with pytest.raises(FormatError) as err:
@@ -267,7 +180,7 @@ def test_a_malformed_group_is_an_error_naming_file_field_and_reader(tmp_path: Pa
 
 
 def test_a_bad_target_pattern_is_an_error(tmp_path: Path) -> None:
-    qc = preset("pack-quantized", args(4, "int", "group", group_size=128))
+    qc = producer_config("W4A16-g32")
     qc["config_groups"]["group_0"]["targets"] = ["re:(unclosed"]
     with pytest.raises(FormatError, match=r"'re:\(unclosed' is not a valid regular expression"):
         model_of(tmp_path, qc)
