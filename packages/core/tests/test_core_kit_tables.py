@@ -16,6 +16,7 @@ from flexq.formatkit import (
     NumpyOps,
     PaddleOps,
     code_table,
+    gather_codes,
     lookup_scaled,
     nibble_blocks,
     nibble_pairs,
@@ -122,6 +123,56 @@ def test_unpack_into_equals_the_kits_shift_unpack_and_paddles(
         on_paddle = paddle.to_tensor(words)
         device = PaddleOps().unpack(on_paddle, bits, range(k), False).numpy()
         np.testing.assert_array_equal(out, device - np.float32(minus))
+
+
+def stream_codes(words: np.ndarray, bits: int, positions: np.ndarray) -> np.ndarray:
+    """The oracle: each row's little-endian bit stream, ``bits`` bits read from each position."""
+    padded = np.concatenate([words, np.zeros((words.shape[0], 1), words.dtype)], axis=1)
+    stream = np.unpackbits(np.ascontiguousarray(padded).view(np.uint8), axis=1, bitorder="little")
+    codes = np.zeros((words.shape[0], positions.size), np.int64)
+    for b in range(bits):
+        codes |= stream[:, positions + b].astype(np.int64) << b
+    return codes
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    bits=st.integers(1, 8),
+    padded=st.booleans(),
+    rows=st.integers(1, 4),
+    cols=st.integers(1, 70),
+    skip=st.integers(0, 40),
+    minus=st.sampled_from([0.0, 4.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_unpack_into_reads_every_gptq_lineage_layout(
+    bits: int, padded: bool, rows: int, cols: int, skip: int, minus: float, seed: int
+) -> None:
+    """Dense streams (codes crossing words: GPTQ 3 bits, compressed-tensors >= 0.18) and
+    padded words (compressed-tensors 0.17), from the row's start or from a box of words
+    that begins inside it, equal the bits read off the stream."""
+    rng = np.random.default_rng(seed)
+    per_word = 32 // bits if padded else None
+    codes = rng.integers(0, 1 << bits, (rows, cols + skip), dtype=np.int64)
+    words = pack_words(codes, bits, axis=1, per_word=per_word)
+    if per_word is None or 8 % bits == 0:
+        start = skip * bits
+    else:
+        start = skip // per_word * 32 + skip % per_word * bits
+    first_word = start // 32
+    box = np.ascontiguousarray(words[:, first_word:])
+    out = np.full((rows, cols), np.nan, np.float32)
+    unpack_into(box, bits, out, minus, first_bit=start - 32 * first_word, per_word=per_word)
+    np.testing.assert_array_equal(out, codes[:, skip:] - np.float32(minus))
+    j = np.arange(skip, skip + cols)
+    at = j * bits if per_word is None or 8 % bits == 0 else j // per_word * 32 + j % per_word * bits
+    np.testing.assert_array_equal(stream_codes(words, bits, at), codes[:, skip:])
+    np.testing.assert_array_equal(gather_codes(words, bits, at), codes[:, skip:])
+    # The array operations' twins: numpy's is this unpacker, Paddle's gives the same bits.
+    start_bit = start - 32 * first_word
+    for ops, x in ((NumpyOps(), box), (PaddleOps(), paddle.to_tensor(box))):
+        got = ops.unpack_codes(x, bits, cols, start_bit, per_word)
+        np.testing.assert_array_equal(to_numpy(got), codes[:, skip:])
 
 
 def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:

@@ -18,6 +18,8 @@ import flexq
 SRC = Path(flexq.__file__).resolve().parent
 #: What the shared numerics may import of flexq: the layers below them.
 BELOW_NUMERICS = ("flexq.errors", "flexq.io", "flexq.plan", "flexq.numerics")
+#: What the config models may import of flexq (the core's detection reads them).
+BELOW_QUANTCONFIG = ("flexq.errors", "flexq.io", "flexq.quantconfig")
 
 
 def module_name(path: Path) -> str:
@@ -84,8 +86,22 @@ def test_the_numerics_import_only_the_layers_below_them(path: Path) -> None:
     assert above == []
 
 
+@pytest.mark.parametrize("path", sorted((SRC / "quantconfig").glob("*.py")), ids=module_name)
+def test_the_config_models_import_only_the_layers_below_them(path: Path) -> None:
+    flexq_imports = [m for m in imported_modules(path) if m.split(".")[0] == "flexq"]
+    assert [m for m in flexq_imports if not m.startswith(BELOW_QUANTCONFIG)] == []
+
+
+@pytest.mark.parametrize(("old", "new"), [("config", "base"), ("ignore", "ignore")])
+def test_the_old_kit_config_paths_are_the_moved_modules(old: str, new: str) -> None:
+    import importlib
+
+    moved = importlib.import_module(f"flexq.quantconfig.{new}")
+    assert importlib.import_module(f"flexq.formatkit.{old}") is moved
+
+
 @pytest.mark.parametrize(
-    "name", ["arrays", "bands", "elements", "ops", "rounding", "scales", "threads"]
+    "name", ["arrays", "bands", "elements", "ops", "rounding", "scales", "threads", "words"]
 )
 def test_the_old_kit_module_paths_are_the_moved_modules(name: str) -> None:
     """Code written against ``flexq.formatkit.<module>`` keeps working with the same

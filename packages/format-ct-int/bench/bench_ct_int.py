@@ -2,7 +2,8 @@
 
 Run ``python bench_ct_int.py`` (or ``nox -s bench``). Builds 4096 x 4096
 linears in temporary checkpoints -- W4A16 group 128 symmetric and asymmetric
-(pack-quantized), W8A16 group 128 (pack-quantized) and W8A8 per channel
+(pack-quantized), W8A16 and W3A16 (codes crossing words) group 128
+(pack-quantized) and W8A8 per channel
 (int-quantized) -- reads their components once, then times the CPU dequantize
 to float32 and ``np.copyto`` of an equally large float32 array, both into
 outputs written before, alternating, median of 5.
@@ -27,6 +28,7 @@ SCHEMES = {
     "w4a16": WeightScheme(bits=4, strategy="group", group_size=128),
     "w4a16_asym": WeightScheme(bits=4, strategy="group", group_size=128, symmetric=False),
     "w8a16": WeightScheme(bits=8, strategy="group", group_size=128),
+    "w3a16": WeightScheme(bits=3, strategy="group", group_size=128),
     "w8a8": WeightScheme(fmt="int-quantized", bits=8, strategy="channel"),
 }
 

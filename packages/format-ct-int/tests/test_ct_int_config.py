@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from flexq import Checkpoint, FormatError, RawTensor, save_checkpoint
-from flexq_ct_int.config import CtConfig, WeightArgs, read_config
+from flexq.formatkit import CtConfig, QuantArgs
+from flexq_ct_int.config import read_config
 
 
 def config_of(tmp_path: Path, qc: dict[str, Any]) -> CtConfig | None:
@@ -72,7 +73,7 @@ def test_mixed_precision_leaves_the_format_to_each_group(tmp_path: Path) -> None
 def test_strategy_is_inferred_from_group_size_as_compressed_tensors_does(
     fields: dict[str, Any], strategy: str
 ) -> None:
-    assert WeightArgs.model_validate(fields).resolved_strategy() == strategy
+    assert QuantArgs.model_validate(fields).resolved_strategy() == strategy
 
 
 @pytest.mark.parametrize(
@@ -81,7 +82,7 @@ def test_strategy_is_inferred_from_group_size_as_compressed_tensors_does(
      ("group", True), ("dynamic", True), ("GROUP", True), (True, True)],
 )  # fmt: skip
 def test_act_order_spellings(actorder: object, act_order: bool) -> None:
-    assert WeightArgs.model_validate({"actorder": actorder}).act_order is act_order
+    assert QuantArgs.model_validate({"actorder": actorder}).act_order is act_order
 
 
 def test_other_quant_methods_are_not_read(tmp_path: Path) -> None:

@@ -270,7 +270,7 @@ def _unclaimed_methods(
             claimers.setdefault(m, []).append(n)
     found = {e.owner for e in entries.values()}
     problems = []
-    for method in sorted(config_methods(ckpt.quantization_config)):
+    for method in sorted(config_methods(ckpt.quantization_config, where)):
         owners = claimers.get(method, [])
         if not owners and not allow_unclaimed:
             problems.append(

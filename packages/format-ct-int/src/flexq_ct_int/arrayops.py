@@ -1,10 +1,10 @@
 """Array operations the decoder needs beyond :class:`flexq.formatkit.ArrayOps`, on numpy and
 Paddle alike.
 
-Gathering codes by their bit positions in int32 words (widths that do not
-divide 8; whole words go through the kit's ``ArrayOps.unpack`` and
-``unpack_into``) and taking columns by index (act-order). All exact integer or
-data-movement operations, so the numpy and Paddle versions agree bit for bit.
+Taking columns by index (act-order); packed codes come from the kit's one unpacker
+(:func:`flexq.formatkit.unpack_into`, :meth:`ArrayOps.unpack_codes
+<flexq.formatkit.ArrayOps.unpack_codes>`). All exact integer or data-movement
+operations, so the numpy and Paddle versions agree bit for bit.
 """
 
 from __future__ import annotations
@@ -19,10 +19,6 @@ from flexq.formatkit import is_paddle
 class CtOps(Protocol):
     """The operations :mod:`flexq_ct_int.decode` needs on one kind of array."""
 
-    def gather(self, words: Any, bitpos: np.ndarray, bits: int) -> Any:
-        """The ``bits``-wide codes starting at bit ``bitpos[j]`` of each row of int32
-        words ``[R, W]`` (a code may cross into the next word) as float32 ``[R, len(bitpos)]``."""
-
     def take_columns(self, x: Any, index: Any) -> Any:
         """``x[:, index]`` for a 2-D ``x`` and an integer index vector."""
 
@@ -35,14 +31,6 @@ class CtOps(Protocol):
 
 class NumpyCtOps:
     """:class:`CtOps` on numpy arrays."""
-
-    def gather(self, words: Any, bitpos: np.ndarray, bits: int) -> Any:
-        w = np.asarray(words).view(np.uint32).astype(np.uint64)
-        w = np.concatenate([w, np.zeros((w.shape[0], 1), np.uint64)], axis=1)
-        word = bitpos // 32
-        both = w[:, word] | (w[:, word + 1] << np.uint64(32))
-        codes = (both >> (bitpos % 32).astype(np.uint64)) & np.uint64((1 << bits) - 1)
-        return codes.astype(np.float32)
 
     def take_columns(self, x: Any, index: Any) -> Any:
         return np.take(x, index, axis=1)
@@ -61,25 +49,6 @@ class PaddleCtOps:
         import paddle
 
         self._paddle = paddle
-
-    def gather(self, words: Any, bitpos: np.ndarray, bits: int) -> Any:
-        p = self._paddle
-        place = words.place
-        wide = p.bitwise_and(
-            words.astype("int64"), p.to_tensor(0xFFFFFFFF, dtype="int64", place=place)
-        )
-        wide = p.concat([wide, p.zeros([wide.shape[0], 1], dtype="int64").to(place)], axis=1)
-        word = p.to_tensor(bitpos // 32, dtype="int64", place=place)
-        lo = p.index_select(wide, word, axis=1)
-        hi = p.index_select(wide, word + 1, axis=1)
-        # hi << 32 may wrap into the sign bit; only bits below 40 are kept.
-        both = p.bitwise_or(
-            lo, p.bitwise_left_shift(hi, p.to_tensor(32, dtype="int64", place=place))
-        )
-        shift = p.to_tensor(bitpos % 32, dtype="int64", place=place)
-        codes = p.bitwise_right_shift(both, shift, is_arithmetic=False)
-        codes = p.bitwise_and(codes, p.to_tensor((1 << bits) - 1, dtype="int64", place=place))
-        return codes.astype("float32")
 
     def take_columns(self, x: Any, index: Any) -> Any:
         return self._paddle.index_select(x, index, axis=1)

@@ -14,10 +14,10 @@ product).
 Two paths compute the same bits: numpy decodes bands of output rows on the
 worker threads (the kit's byte-table :func:`flexq.formatkit.unpack_into` into the
 output, then the affine step in cache); Paddle tensors go through
-:class:`flexq.formatkit.ArrayOps` and :mod:`flexq_ct_int.arrayops` (bit-position
-gathers, act-order columns) on their device. Source boxes may be larger than the
-target (covering words, groups, or whole tensors for a global plan): positions
-inside them come from the plan's box offsets.
+:class:`flexq.formatkit.ArrayOps` (the kit's ``unpack_codes``) and
+:mod:`flexq_ct_int.arrayops` (act-order columns) on their device. Source boxes may be
+larger than the target (covering words, groups, or whole tensors for a global plan):
+positions inside them come from the plan's box offsets.
 """
 
 from __future__ import annotations
@@ -37,14 +37,13 @@ from flexq.formatkit import (
     to_numpy,
     unpack_into,
 )
-from flexq_ct_int.arrayops import CtOps, NumpyCtOps, ct_ops_for
+from flexq_ct_int.arrayops import CtOps, ct_ops_for
 from flexq_ct_int.config import FORMAT_NAME
 
 if TYPE_CHECKING:
     from flexq.formatkit import Sources
     from flexq_ct_int.layout import CtLinear
 
-_NUMPY_CT = NumpyCtOps()
 #: I8 byte (as uint8) -> its signed value as float32.
 _SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
 
@@ -118,22 +117,17 @@ def _dequantize(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, ou
     if no == 0 or ni == 0:
         return ct.zeros((no, ni), weight)
     affine = _affine(linear, sources, plan, ops, ct)
-    # Widths that do not divide 8: each box column's code found by its bit position.
-    bitpos = None
-    if linear.packed and not linear.packing.aligned:
-        bitpos = linear.packing.bit_of(np.arange(i0, i0 + ni)) - 32 * wc0
+    # Where code i0 starts in the box's first word (the box is whole words).
+    first_bit = int(linear.packing.bit_of(np.array(i0))) - 32 * wc0 if linear.packed else 0
     if isinstance(weight, np.ndarray):
         if out is None or not (out.flags.c_contiguous and out.dtype == np.float32):
             out = np.empty((no, ni), np.float32)
-        return _banded(linear, np.ascontiguousarray(weight), ri, ci, bitpos, affine, out)
-    if bitpos is not None:
-        codes = ct.gather(weight, bitpos, linear.bits)[ri : ri + no]
+        return _banded(linear, np.ascontiguousarray(weight), ri, ci, first_bit, affine, out)
+    if linear.packed:
+        codes = ops.unpack_codes(weight, linear.bits, ni, first_bit, _per_word(linear))
+        codes = codes[ri : ri + no]
     else:
-        if linear.packed:
-            codes = ops.unpack(weight, linear.bits, range(linear.per_word), False)
-        else:
-            codes = ops.float32(weight, "I8")
-        codes = codes[ri : ri + no, ci : ci + ni]
+        codes = ops.float32(weight, "I8")[ri : ri + no, ci : ci + ni]
     scale, zero = _spread(affine, ops, ct, ni)
     return (codes - zero) * scale
 
@@ -163,8 +157,11 @@ def _affine(
             slots = range(linear.per_word)
             zero = ops.unpack(ops.transpose(words), linear.bits, slots, True)[start : start + no]
         else:
-            rows = linear.packing.bit_of(np.arange(o0, o0 + no)) - 32 * zr0
-            zero = ops.transpose(ct.gather(ops.transpose(words), rows, linear.bits))
+            first = int(linear.packing.bit_of(np.array(o0))) - 32 * zr0
+            codes = ops.unpack_codes(
+                ops.transpose(words), linear.bits, no, first, _per_word(linear)
+            )
+            zero = ops.transpose(codes)
     elif linear.zero == "raw":
         assert linear.zero_key is not None
         assert linear.zero_dtype is not None
@@ -191,6 +188,12 @@ def _affine(
     else:
         mode = "spread"
     return _Affine(s_rows, zero, mode, b1, start, None)
+
+
+def _per_word(linear: CtLinear) -> int | None:
+    """The kit unpacker's ``per_word``: None for one dense stream (any width from
+    compressed-tensors 0.18 on, and widths dividing 8 in every release)."""
+    return None if linear.packing.dense else linear.per_word
 
 
 def _rows(ops: ArrayOps, x: Any, r0: int, o0: int, no: int, b0: int) -> Any:
@@ -240,16 +243,17 @@ def _banded(
     weight: np.ndarray,
     ri: int,
     ci: int,
-    bitpos: np.ndarray | None,
+    first_bit: int,
     affine: _Affine,
     out: np.ndarray,
 ) -> np.ndarray:
     """The numpy path: bands of output rows decoded and scaled while in cache, on the
-    worker threads; codes are unpacked straight into ``out`` when the box is whole words
-    (or found by ``bitpos``, their bit positions, for widths that do not divide 8)."""
+    worker threads; packed codes are unpacked straight into ``out`` by the kit's one
+    unpacker (:func:`unpack_into`, from ``first_bit`` of each row's first word)."""
     no, ni = out.shape
     per_row = int(weight.shape[1]) * linear.per_word
-    aligned = bitpos is not None or (ci == 0 and ni == per_row)
+    aligned = linear.packed or (ci == 0 and ni == per_row)
+    per_word = _per_word(linear)
     scale = np.asarray(affine.scale, dtype=np.float32)
     index = None if affine.index is None else np.asarray(affine.index)
     # Without a zero point the code offset goes into the lookup table: one pass less.
@@ -262,10 +266,8 @@ def _banded(
 
     def decode(rows: slice, dst: np.ndarray) -> None:
         src = weight[ri + rows.start : ri + rows.stop]
-        if bitpos is not None:
-            np.subtract(_NUMPY_CT.gather(src, bitpos, linear.bits), np.float32(minus), out=dst)
-        elif linear.packed:
-            unpack_into(src, linear.bits, dst, minus)
+        if linear.packed:
+            unpack_into(src, linear.bits, dst, minus, first_bit=first_bit, per_word=per_word)
         else:
             lookup_into(signed, src.view(np.uint8), dst)
 

@@ -29,12 +29,16 @@ times). Rules, each pinned by a test:
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from flexq import Checkpoint, FormatError, TensorInfo
 from flexq.formatkit import FLOAT_SCALE_DTYPES, Analysis, natural_dtype, per_checkpoint
-from flexq_ct_int.config import FORMAT_NAME, INT, PACK, CtConfig, WeightArgs, read_config
+from flexq_ct_int.config import FORMAT_NAME, INT, PACK, read_config
 from flexq_ct_int.layout import CtLinear, Kind, ZeroKind
 from flexq_ct_int.packing import DENSE_SINCE, SUPPORTED_BITS, Packing, parse_version
+
+if TYPE_CHECKING:
+    from flexq.formatkit import CtConfig, QuantArgs
 
 SCALE_DTYPES = FLOAT_SCALE_DTYPES
 ZERO_DTYPES = ("I8", "I16", "I32")
@@ -113,7 +117,7 @@ class _Finder:
             raise self.fail(key, f"has dtype {info.dtype}, expected {' or '.join(dtypes)}")
         return info
 
-    def scheme(self, fmt: str) -> WeightArgs | None:
+    def scheme(self, fmt: str) -> QuantArgs | None:
         """The config's weight args for this module (None: no config), checked against ``fmt``."""
         if self.config is None:
             return None
@@ -177,7 +181,7 @@ class _Finder:
     def linear(
         self,
         kind: Kind,
-        args: WeightArgs | None,
+        args: QuantArgs | None,
         strategy: str,
         scale: TensorInfo,
         shape: tuple[int, int],
@@ -226,7 +230,7 @@ class _Finder:
 
     def grid(
         self,
-        args: WeightArgs,
+        args: QuantArgs,
         strategy: str,
         scale: TensorInfo,
         out_f: int,
@@ -277,7 +281,7 @@ class _Finder:
 
     @staticmethod
     def block(
-        fixed: tuple[int, int] | None, strategy: str, out_f: int, in_f: int, args: WeightArgs
+        fixed: tuple[int, int] | None, strategy: str, out_f: int, in_f: int, args: QuantArgs
     ) -> tuple[int, int]:
         if fixed is not None:
             return fixed
@@ -295,7 +299,7 @@ class _Finder:
             )
         return value
 
-    def block_structure(self, args: WeightArgs) -> tuple[int, int]:
+    def block_structure(self, args: QuantArgs) -> tuple[int, int]:
         bs = args.block_structure
         if bs is None or len(bs) != 2:
             raise self.fail(
@@ -306,7 +310,7 @@ class _Finder:
 
     def zero_point(
         self,
-        args: WeightArgs | None,
+        args: QuantArgs | None,
         strategy: str,
         scale: TensorInfo,
         out_f: int,
@@ -337,7 +341,7 @@ class _Finder:
             raise self.fail(key, f"has shape {info.shape}, expected the scale's {scale.shape}")
         return "raw", key, info.dtype
 
-    def group_index(self, args: WeightArgs | None, strategy: str, in_f: int) -> str | None:
+    def group_index(self, args: QuantArgs | None, strategy: str, in_f: int) -> str | None:
         key = f"{self.module}.weight_g_idx"
         info = self.ckpt.tensors.get(key)
         if info is None:

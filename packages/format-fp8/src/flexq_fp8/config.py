@@ -11,16 +11,17 @@ from quantization (:class:`flexq.formatkit.IgnoreList`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field, PositiveInt
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config, read_compressed_tensors
 
 if TYPE_CHECKING:
+    from flexq.formatkit import CtConfig, QuantArgs
     from flexq_fp8.layout import BlockCandidate
 
 FORMAT_NAME = "fp8"
@@ -38,16 +39,11 @@ DECODED_ELSEWHERE = ("quark",)
 
 
 class Fp8QuantConfig(QuantConfig):
-    """The fields of ``quantization_config`` this format reads (others are kept, unread).
-
-    ``config_groups`` stays loose here: a compressed-tensors config may hold groups of
-    other formats, and only the FP8 ones are checked (by :func:`read_config`).
-    """
+    """The fields of an ``fp8`` ``quantization_config`` this format reads (others are kept,
+    unread); compressed-tensors configs are the kit's one model (:class:`CtConfig`)."""
 
     quant_method: str = ""
     weight_block_size: Annotated[list[PositiveInt], Field(min_length=2, max_length=2)] | None = None
-    format: str | None = None
-    config_groups: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,6 @@ def read_config(ckpt: Checkpoint) -> Fp8Config:
     :raises FormatError: on a malformed ``weight_block_size``, ignore list or block structure.
     """
     qc = ckpt.quantization_config
-    where = f"{ckpt.path / 'config.json'}: quantization_config"
     ignored = IgnoreList.from_config(
         qc, f"{ckpt.path / 'config.json'} (format {FORMAT_NAME}): quantization_config"
     )
@@ -84,46 +79,44 @@ def read_config(ckpt: Checkpoint) -> Fp8Config:
         return Fp8Config(method, None, ignored, square_algo=algo)
     if method not in METHODS:
         return Fp8Config(method, None, ignored)
+    if method == "compressed-tensors":
+        ct = read_compressed_tensors(ckpt, FORMAT_NAME)
+        assert ct is not None  # the method says so
+        return Fp8Config(method, _compressed_tensors(ct), ignored)
     model = parse_quant_config(Fp8QuantConfig, ckpt, FORMAT_NAME)
     candidates: tuple[BlockCandidate, ...] | None = None
-    if method == "fp8" and model.weight_block_size is not None:
+    if method == "fbgemm_fp8":
+        candidates = ((1, None),)
+    elif model.weight_block_size is not None:
         b0, b1 = model.weight_block_size
         candidates = ((b0, b1),)
-    elif method == "fbgemm_fp8":
-        candidates = ((1, None),)
-    elif method == "compressed-tensors":
-        candidates = _compressed_tensors(model, where)
     return Fp8Config(method, candidates, ignored)
 
 
-def _compressed_tensors(model: Fp8QuantConfig, where: str) -> tuple[BlockCandidate, ...] | None:
+def _compressed_tensors(ct: CtConfig) -> tuple[BlockCandidate, ...] | None:
+    """The block sizes of the config's FP8 groups (8-bit float weights of :data:`CT_FORMATS`)."""
     found: list[BlockCandidate] = []
-    for name, group in (model.config_groups or {}).items():
-        if not isinstance(group, Mapping):
+    for name, group in ct.groups_of(*CT_FORMATS):
+        weights = group.weights
+        if weights is None or weights.type != "float" or weights.num_bits != 8:
             continue
-        weights = group.get("weights") or {}
-        fmt = group.get("format") or model.format
-        if fmt not in CT_FORMATS or weights.get("type") != "float":
-            continue
-        if weights.get("num_bits") != 8:
-            continue
-        found.append(_strategy(weights, f"{where}.config_groups.{name}.weights"))
+        found.append(_strategy(weights, f"{ct.where}.config_groups.{name}.weights"))
     return tuple(found) if found else None
 
 
-def _strategy(weights: Mapping[str, Any], where: str) -> BlockCandidate:
-    strategy = weights.get("strategy")
+def _strategy(weights: QuantArgs, where: str) -> BlockCandidate:
+    strategy = weights.resolved_strategy()
     if strategy == "tensor":
         return None, None
     if strategy == "channel":
         return 1, None
     if strategy == "group":
-        g = weights.get("group_size")
-        if not isinstance(g, int) or isinstance(g, bool) or g <= 0:
+        g = weights.group_size
+        if g is None or g <= 0:
             raise FormatError(f"{where}.group_size must be a positive integer, got {g!r}")
         return 1, g
     if strategy == "block":
-        return _pair(weights.get("block_structure"), f"{where}.block_structure")
+        return _pair(weights.block_structure, f"{where}.block_structure")
     raise FormatError(
         f"{where}.strategy {strategy!r} is not one FP8 weights use (format {FORMAT_NAME})"
     )

@@ -1,8 +1,9 @@
 """The array operations the GPTQ decoder needs beyond :class:`flexq.formatkit.ArrayOps`.
 
 Unpacking ``bits``-bit codes from int32 words along either axis (with the GPTQ
-v1 zero offset undone on the words or on the fields) and taking rows by a group
-index, for numpy arrays and Paddle tensors. All are exact
+v1 zero offset undone on the words or on the fields; the codes come from the kit's
+one unpacker, :meth:`ArrayOps.unpack_codes <flexq.formatkit.ArrayOps.unpack_codes>`)
+and taking rows by a group index, for numpy arrays and Paddle tensors. All are exact
 integer or data-movement operations, so both give identical bits.
 """
 
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.formatkit import is_paddle
+from flexq.formatkit import NumpyOps, PaddleOps, is_paddle
 from flexq_gptq.packing import Packing
 
 
@@ -35,44 +36,38 @@ class GptqOps(Protocol):
 
 
 class NumpyGptqOps:
-    """:class:`GptqOps` on numpy arrays."""
+    """:class:`GptqOps` on numpy arrays: the kit's one unpacker on the rows of the words
+    packed along the last axis."""
 
     def unpack(
         self, words: Any, bits: int, axis: int, word_add: Sequence[int], field_add: int
     ) -> Any:
         p = Packing(bits)
-        w = np.moveaxis(np.asarray(words).view(np.uint32), axis, 0)
-        n, rest = w.shape[0], w.shape[1:]
-        units = w.reshape(n // p.unit_words, p.unit_words, *rest)
+        w = np.asarray(words).view(np.uint32)
+        rows = np.ascontiguousarray(w if axis == 1 else w.T)
         if any(word_add):
-            add = np.asarray(word_add, np.uint32).reshape(1, p.unit_words, *([1] * len(rest)))
-            units = units + add  # uint32 arithmetic wraps modulo 2**32
-        codes = np.empty((units.shape[0], p.unit_codes, *rest), np.uint32)
-        mask = np.uint32(p.mask)
-        for k, (word, shift, low) in enumerate(p.fields()):
-            c = units[:, word] >> np.uint32(shift)
-            if low < bits:
-                c = c | (units[:, word + 1] << np.uint32(low))
-            if field_add:
-                c = c + np.uint32(field_add)
-            codes[:, k] = c & mask
-        flat = codes.reshape(n // p.unit_words * p.unit_codes, *rest).astype(np.float32)
-        return np.ascontiguousarray(np.moveaxis(flat, 0, axis))
+            add = np.tile(np.asarray(word_add, np.uint32), rows.shape[1] // p.unit_words)
+            rows = rows + add  # uint32 arithmetic wraps modulo 2**32
+        codes = _NUMPY_OPS.unpack_codes(rows, bits, rows.shape[1] // p.unit_words * p.unit_codes)
+        if field_add:
+            # (c + a) mod 2**bits of small integers: exact in float32.
+            codes = np.remainder(codes + np.float32(field_add), np.float32(1 << bits))
+        return codes if axis == 1 else np.ascontiguousarray(codes.T)
 
     def take_rows(self, x: Any, index: np.ndarray) -> Any:
         return np.take(np.asarray(x), index, axis=0)
 
 
 class PaddleGptqOps:
-    """:class:`GptqOps` on Paddle tensors, on the tensors' own device."""
+    """:class:`GptqOps` on Paddle tensors, on the tensors' own device: the kit's
+    :meth:`PaddleOps.unpack_codes <flexq.formatkit.PaddleOps.unpack_codes>` on the rows
+    of the words packed along the last axis."""
 
     def __init__(self) -> None:
         import paddle
 
         self._paddle = paddle
-
-    def _const(self, value: int, place: Any) -> Any:
-        return self._paddle.to_tensor(value, dtype="int64", place=place)
+        self._ops = PaddleOps()
 
     def unpack(
         self, words: Any, bits: int, axis: int, word_add: Sequence[int], field_add: int
@@ -80,38 +75,27 @@ class PaddleGptqOps:
         pd = self._paddle
         p = Packing(bits)
         place = words.place
-        # int64 holds every int32 bit pattern as a non-negative number once the
-        # sign extension is masked off, so shifts are logical.
-        full = self._const(0xFFFFFFFF, place)
+        # int64 holds every int32 bit pattern as a non-negative number once the sign
+        # extension is masked off: the whole-word addition below wraps modulo 2**32.
+        full = pd.to_tensor(0xFFFFFFFF, dtype="int64", place=place)
         w = pd.bitwise_and(words.astype("int64"), full)
-        if axis == 1:
+        if axis == 0:
             w = pd.transpose(w, [1, 0])
-        n, cols = w.shape
-        units = w.reshape([n // p.unit_words, p.unit_words, cols])
+        width = int(w.shape[1])
         if any(word_add):
-            add = pd.to_tensor(list(word_add), dtype="int64", place=place).reshape([1, -1, 1])
-            units = pd.bitwise_and(units + add, full)
-        mask = self._const(p.mask, place)
-        codes = []
-        for word, shift, low in p.fields():
-            c = pd.bitwise_right_shift(
-                units[:, word], self._const(shift, place), is_arithmetic=False
-            )
-            if low < bits:
-                c = pd.bitwise_or(
-                    c, pd.bitwise_left_shift(units[:, word + 1], self._const(low, place))
-                )
-            if field_add:
-                c = c + self._const(field_add, place)
-            codes.append(pd.bitwise_and(c, mask))
-        flat = pd.stack(codes, axis=1).reshape([-1, cols]).astype("float32")
-        return pd.transpose(flat, [1, 0]) if axis == 1 else flat
+            add = np.tile(np.asarray(word_add, np.int64), width // p.unit_words)
+            w = pd.bitwise_and(w + pd.to_tensor(add, place=place).reshape([1, -1]), full)
+        codes = self._ops.unpack_codes(w, bits, width // p.unit_words * p.unit_codes)
+        if field_add:
+            codes = pd.remainder(codes + float(field_add), pd.full_like(codes, 1 << bits))
+        return pd.transpose(codes, [1, 0]) if axis == 0 else codes
 
     def take_rows(self, x: Any, index: np.ndarray) -> Any:
         pd = self._paddle
         return pd.index_select(x, pd.to_tensor(index, dtype="int64", place=x.place), axis=0)
 
 
+_NUMPY_OPS = NumpyOps()
 _NUMPY = NumpyGptqOps()
 
 

@@ -39,7 +39,6 @@ from flexq.formatkit import (
 )
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
-from flexq_gptq.packing import Packing
 
 if TYPE_CHECKING:
     from flexq_gptq.layout import GptqLinear
@@ -137,25 +136,6 @@ def dequantize(linear: GptqLinear, sources: Sources, out: Any = None) -> Any:
         return ops.transpose(wt)
 
 
-_THREE_BIT_FIELDS = Packing(3).fields()
-
-
-def _unpack_rows_into(words_t: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """Codes of transposed qweight words [rows, W] (uint32) into ``out`` [rows, W*32/bits]."""
-    if bits == 3:
-        units = words_t.reshape(words_t.shape[0], -1, 3)
-        fields = out.reshape(units.shape[0], units.shape[1], 32)
-        code = np.empty(units.shape[:2], np.uint32)
-        for k, (word, shift, low) in enumerate(_THREE_BIT_FIELDS):
-            np.right_shift(units[:, :, word], np.uint32(shift), out=code)
-            if low < 3:
-                code |= units[:, :, word + 1] << np.uint32(low)
-            code &= np.uint32(7)
-            fields[:, :, k] = code
-        return
-    unpack_into(words_t, bits, out)  # little-endian: stream order, byte by byte
-
-
 def _banded(
     words: np.ndarray,
     z: np.ndarray,
@@ -169,10 +149,10 @@ def _banded(
     the worker threads.
 
     A band's words are transposed first (``bits/32`` of its output), so output
-    row o is transposed word row o: little-endian bytes hold its codes in order,
-    which one table lookup per byte expands. Columns whose groups are contiguous and
-    whole broadcast one zero and scale per group; others (act-order, partial
-    groups) gather them per band.
+    row o is transposed word row o, one bit stream the kit's :func:`unpack_into` expands
+    (a table lookup per byte; for 3 bits a pass per code position of a 3-word unit).
+    Columns whose groups are contiguous and whole broadcast one zero and scale per
+    group; others (act-order, partial groups) gather them per band.
     """
     ni = rows.size
     no = z.shape[1]
@@ -188,7 +168,7 @@ def _banded(
             band = slice(run.start, run.stop)
             values = result[band]
             # Each band transposes its own words: small, in cache, on its thread.
-            _unpack_rows_into(np.ascontiguousarray(src[:, band].T), bits, values)
+            unpack_into(np.ascontiguousarray(src[:, band].T), bits, values)
             if grouped:
                 v3 = values.reshape(len(run), ng, g)
                 v3 -= zt[band, :, None]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
+from flexq.formatkit import IgnoreList, read_compressed_tensors
 
 if TYPE_CHECKING:
     from flexq import Checkpoint
@@ -22,26 +22,13 @@ FORMAT_NAME = "mxfp4"
 CT_FORMAT = "mxfp4-pack-quantized"
 
 
-class CtGroup(QuantConfig):
-    """One compressed-tensors ``config_groups`` entry (only its format is read here)."""
-
-    format: str | None = None
-
-
-class MxQuantConfig(QuantConfig):
-    """The ``quantization_config`` fields this format reads; others are kept, unread."""
-
-    quant_method: str | None = None
-    format: str | None = None
-    config_groups: dict[str, CtGroup] | None = None
-
-
 @dataclass(frozen=True)
 class MxConfig:
     """The MXFP4-relevant part of a checkpoint's config.
 
-    :ivar ct_formats: formats a compressed-tensors config declares (empty for any
-        other config; ``mixed-precision`` dropped, it only says the groups carry them).
+    :ivar ct_formats: formats a compressed-tensors config declares (the kit's
+        :attr:`CtConfig.declared_formats <flexq.formatkit.CtConfig.declared_formats>`;
+        empty for any other config).
     :ivar ignored: the modules the config leaves unquantized.
     """
 
@@ -58,8 +45,5 @@ def read_config(ckpt: Checkpoint) -> MxConfig:
     ignored = IgnoreList.from_config(
         qc, f"{ckpt.path / 'config.json'} (format {FORMAT_NAME!r}): quantization_config"
     )
-    if qc.get("quant_method") != "compressed-tensors":
-        return MxConfig(frozenset(), ignored)
-    model = parse_quant_config(MxQuantConfig, ckpt, FORMAT_NAME)
-    named = [model.format, *(g.format for g in (model.config_groups or {}).values())]
-    return MxConfig(frozenset(f for f in named if f and f != "mixed-precision"), ignored)
+    ct = read_compressed_tensors(ckpt, FORMAT_NAME)
+    return MxConfig(frozenset() if ct is None else ct.declared_formats, ignored)

@@ -22,12 +22,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config, read_config_file
+from flexq.formatkit import (
+    IgnoreList,
+    QuantConfig,
+    parse_quant_config,
+    read_compressed_tensors,
+    read_config_file,
+)
 
 FORMAT = "nvfp4"
 CT_FORMAT = "nvfp4-pack-quantized"
@@ -37,28 +43,10 @@ MODELOPT_ALGOS = frozenset({"NVFP4", "W4A16_NVFP4"})
 MIXED = "MIXED_PRECISION"
 GROUP_SIZE = 16
 
+if TYPE_CHECKING:
+    from flexq.formatkit import CtConfig
+
 M = TypeVar("M", bound=BaseModel)
-
-
-class CtWeights(QuantConfig):
-    """A compressed-tensors config group's ``weights``."""
-
-    group_size: int | None = None
-
-
-class CtGroup(QuantConfig):
-    """One compressed-tensors config group."""
-
-    format: str | None = None
-    weights: CtWeights | None = None
-
-
-class CtConfig(QuantConfig):
-    """compressed-tensors' ``quantization_config`` (the fields this format reads)."""
-
-    format: str | None = None
-    config_groups: dict[str, CtGroup] | None = None
-    ignore: list[str] | None = None
 
 
 class ModeloptLayer(QuantConfig):
@@ -131,7 +119,9 @@ def read_config(ckpt: Checkpoint) -> Nvfp4Config:
     where = f"{ckpt.path / 'config.json'}: quantization_config"
     method = str(qc.get("quant_method", "")).lower()
     if method == "compressed-tensors":
-        return _compressed_tensors(parse_quant_config(CtConfig, ckpt, FORMAT), where)
+        ct = read_compressed_tensors(ckpt, FORMAT)
+        assert ct is not None  # the method says so
+        return _compressed_tensors(ct)
     if method == "auto-round":
         ar = parse_quant_config(AutoRoundConfig, ckpt, FORMAT)
         if (ar.data_type or "").startswith("nv_fp"):
@@ -151,18 +141,11 @@ def read_config(ckpt: Checkpoint) -> Nvfp4Config:
     return Nvfp4Config(where)
 
 
-def _compressed_tensors(qc: CtConfig, where: str) -> Nvfp4Config:
-    formats = {qc.format} if qc.format else set()
-    for name, group in (qc.config_groups or {}).items():
-        fmt = group.format or qc.format
-        if fmt:
-            formats.add(fmt)
-        if fmt == CT_FORMAT and group.weights is not None:
-            _check_group_size(group.weights.group_size, f"{where}.config_groups.{name}.weights")
-    # "mixed-precision" only says the groups carry the formats.
-    formats.discard("mixed-precision")
-    ignored = IgnoreList(tuple(("ignore", e) for e in qc.ignore or ()))
-    return Nvfp4Config(where, ct_formats=frozenset(formats), ignored=ignored)
+def _compressed_tensors(ct: CtConfig) -> Nvfp4Config:
+    for name, group in ct.groups_of(CT_FORMAT):
+        if group.weights is not None:
+            _check_group_size(group.weights.group_size, f"{ct.where}.config_groups.{name}.weights")
+    return Nvfp4Config(ct.where, ct_formats=ct.declared_formats, ignored=ct.ignored)
 
 
 def _modelopt(body: ModeloptSettings, where: str) -> Nvfp4Config:

@@ -18,9 +18,14 @@ from :mod:`flexq` and the rest from here:
   ``quantization_config`` with errors naming file and field; :func:`parse_json_model`
   for JSON stored in a tensor), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
-- packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
-  LSB-first into little-endian words, unpacked by one table lookup per byte) and
-  :func:`pack_words` (any width, for encoders);
+- compressed-tensors configs: :func:`read_compressed_tensors` gives the one model,
+  :class:`CtConfig` (declared formats, ``config_groups`` as :class:`ConfigGroup` /
+  :class:`QuantArgs`, each module's :class:`CtScheme` from the targets, the ignore list),
+  the same one the core's detection reads;
+- packed words: :func:`code_table`, :func:`unpack_into` (the one unpacker of the GPTQ
+  lineage: codes of 1 to 8 bits packed LSB-first into little-endian words, dense or
+  padded, one table lookup per byte where the width divides 8), :func:`gather_codes`
+  (codes by bit position) and :func:`pack_words` (any width, for encoders);
 - integer groups: :func:`grouped_affine` (``(q - z) * s`` with a zero point and a
   scale per group of columns: AWQ, Quark int4/uint4);
 - planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
@@ -45,9 +50,7 @@ from flexq.formatkit.blocks import nibble_blocks
 from flexq.formatkit.cache import per_checkpoint
 from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
 from flexq.formatkit.groups import grouped_affine
-from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.formatkit.words import code_table, pack_words, unpack_into
 from flexq.numerics.arrays import is_paddle, to_numpy
 from flexq.numerics.bands import (
     RUNS_PER_TASK,
@@ -73,32 +76,55 @@ from flexq.numerics.scales import (
     scale_to_float32,
 )
 from flexq.numerics.threads import run_parts, thread_count
+from flexq.numerics.words import code_table, gather_codes, pack_words, unpack_into
 from flexq.plan import block_cover, ceil_div
 from flexq.plugin.spec import API_VERSION
+from flexq.quantconfig.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.testing.plans import check_conformance, scale_like
 
 if TYPE_CHECKING:
-    from flexq.formatkit.config import (
+    from flexq.quantconfig.base import (
         QuantConfig,
         natural_dtype,
         parse_json_model,
         parse_quant_config,
         read_config_file,
     )
+    from flexq.quantconfig.compressed_tensors import (
+        ConfigGroup,
+        CtConfig,
+        CtScheme,
+        QuantArgs,
+        read_compressed_tensors,
+    )
 
-#: Names from :mod:`flexq.formatkit.config`, imported on first use: pydantic costs a
+#: Names of the pydantic config modules, imported on first use: pydantic costs a
 #: fresh process about 0.1 s to import, which a load of a format that never parses
 #: its config with it need not pay.
-_CONFIG_NAMES = frozenset(
-    {"QuantConfig", "natural_dtype", "parse_json_model", "parse_quant_config", "read_config_file"}
-)
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "QuantConfig",
+            "natural_dtype",
+            "parse_json_model",
+            "parse_quant_config",
+            "read_config_file",
+        ),
+        "flexq.quantconfig.base",
+    ),
+    **dict.fromkeys(
+        ("ConfigGroup", "CtConfig", "CtScheme", "QuantArgs", "read_compressed_tensors"),
+        "flexq.quantconfig.compressed_tensors",
+    ),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _CONFIG_NAMES:
-        from flexq.formatkit import config
+    module = _LAZY.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(config, name)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -114,6 +140,9 @@ __all__ = [
     "RUNS_PER_TASK",
     "Analysis",
     "ArrayOps",
+    "ConfigGroup",
+    "CtConfig",
+    "CtScheme",
     "Encoder",
     "Format",
     "IgnoreList",
@@ -121,6 +150,7 @@ __all__ = [
     "NumpyOps",
     "PaddleOps",
     "QLinearKeys",
+    "QuantArgs",
     "QuantConfig",
     "Sources",
     "block_cover",
@@ -130,6 +160,7 @@ __all__ = [
     "code_table",
     "for_bands",
     "for_row_runs",
+    "gather_codes",
     "grouped_affine",
     "is_paddle",
     "lookup_into",
@@ -144,6 +175,7 @@ __all__ = [
     "parse_quant_config",
     "per_checkpoint",
     "qweight_analysis",
+    "read_compressed_tensors",
     "read_config_file",
     "row_runs",
     "run_parts",

@@ -18,6 +18,7 @@ import numpy as np
 from flexq.numerics.arrays import is_paddle
 from flexq.numerics.bands import banded_lookup, pair_items, pairable
 from flexq.numerics.rounding import bfloat16_bits_to_float32
+from flexq.numerics.words import code_positions, unpack_into
 
 
 class ArrayOps(Protocol):
@@ -62,6 +63,15 @@ class ArrayOps(Protocol):
         ``transposed`` (the codes of word (r, c) land in rows k*c..k*c+k-1 of
         column r).
         """
+
+    def unpack_codes(
+        self, words: Any, bits: int, count: int, first_bit: int = 0, per_word: int | None = None
+    ) -> Any:
+        """Float32 codes ``[R, count]`` of int32 words ``[R, W]`` packed LSB-first along
+        the last axis (GPTQ, compressed-tensors), laid out as
+        :func:`~flexq.numerics.words.unpack_into` reads them: the kit's one unpacker on
+        numpy; on Paddle the same codes gathered by bit position on the words' device
+        (int64 words holding the unsigned 32-bit values are taken as they are)."""
 
 
 def _unsigned(x: np.ndarray) -> np.ndarray:
@@ -141,6 +151,14 @@ class NumpyOps:
                 out[:, :, j] = piece
         return out.reshape((cols * k, rows) if transposed else (rows, cols * k))
 
+    def unpack_codes(
+        self, words: Any, bits: int, count: int, first_bit: int = 0, per_word: int | None = None
+    ) -> Any:
+        w = np.ascontiguousarray(np.asarray(words))
+        out = np.empty((w.shape[0], count), np.float32)
+        unpack_into(w, bits, out, first_bit=first_bit, per_word=per_word)
+        return out
+
 
 class PaddleOps:
     """:class:`ArrayOps` on Paddle tensors, run on the tensors' own device."""
@@ -210,6 +228,26 @@ class PaddleOps:
             shape = [rows, cols * k]
         codes = p.bitwise_and(codes, p.to_tensor((1 << bits) - 1, dtype="int64", place=place))
         return codes.astype("float32").reshape(shape)
+
+    def unpack_codes(
+        self, words: Any, bits: int, count: int, first_bit: int = 0, per_word: int | None = None
+    ) -> Any:
+        p = self._paddle
+        place = words.place
+        wide = words if words.dtype == p.int64 else self._wide(words)
+        wide = p.concat([wide, p.zeros([wide.shape[0], 1], dtype="int64").to(place)], axis=1)
+        bit = code_positions(count, bits, first_bit=first_bit, per_word=per_word)
+        word = p.to_tensor(bit // 32, dtype="int64", place=place)
+        lo = p.index_select(wide, word, axis=1)
+        hi = p.index_select(wide, word + 1, axis=1)
+        # hi << 32 may wrap into the sign bit; only the bits below 40 are kept.
+        both = p.bitwise_or(
+            lo, p.bitwise_left_shift(hi, p.to_tensor(32, dtype="int64", place=place))
+        )
+        shift = p.to_tensor(bit % 32, dtype="int64", place=place)
+        codes = p.bitwise_right_shift(both, shift, is_arithmetic=False)
+        codes = p.bitwise_and(codes, p.to_tensor((1 << bits) - 1, dtype="int64", place=place))
+        return codes.astype("float32")
 
 
 _NUMPY = NumpyOps()

@@ -59,16 +59,16 @@ def install_hint(dist: str) -> str:
     return f"install {dist} (from a flexq source checkout: pip install -e {where})"
 
 
-#: compressed-tensors formats that store plain (unquantized) weights.
-_CT_PLAIN = frozenset({"dense", "mixed-precision"})
-
-
-def config_methods(qc: Mapping[str, Any]) -> set[str]:
+def config_methods(qc: Mapping[str, Any], where: str = "quantization_config") -> set[str]:
     """The methods a ``quantization_config`` names, spelled as formats claim them.
 
     ``{"quant_method": "gptq"}`` -> ``{"gptq"}``; compressed-tensors configs give
-    ``"compressed-tensors/<format>"`` for the top-level format and every config
-    group's, or ``{"compressed-tensors"}`` when none is named.
+    ``"compressed-tensors/<format>"`` for each format of quantized weights the config
+    declares (the one rule of :class:`~flexq.quantconfig.compressed_tensors.CtConfig`:
+    ``dense`` weights need no decoder), or ``{"compressed-tensors"}`` when none is named.
+
+    :param where: the file and field, for the error on a malformed compressed-tensors config.
+    :raises FormatError: when a compressed-tensors config is malformed.
     """
     method = qc.get("quant_method")
     if not isinstance(method, str) or not method:
@@ -76,11 +76,10 @@ def config_methods(qc: Mapping[str, Any]) -> set[str]:
     method = method.lower()
     if method != "compressed-tensors":
         return {method}
-    formats = {qc["format"]} if isinstance(qc.get("format"), str) else set()
-    groups = qc.get("config_groups")
-    if isinstance(groups, Mapping):
-        for group in groups.values():
-            if isinstance(group, Mapping) and isinstance(group.get("format"), str):
-                formats.add(group["format"])
-    named = {f"{method}/{f}" for f in formats - _CT_PLAIN}
-    return named or ({method} if not formats else set())
+    # Imported here: the model is pydantic's, which a load of any other method need not pay for.
+    from flexq.quantconfig.compressed_tensors import parse_compressed_tensors
+
+    config = parse_compressed_tensors(qc, where, "flexq's format detection")
+    if not config.declared_formats:
+        return {method}
+    return {f"{method}/{f}" for f in config.quantized_formats}

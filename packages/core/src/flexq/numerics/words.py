@@ -1,0 +1,214 @@
+"""Packed integer words: small codes stored LSB-first in int32 words, unpacked on the CPU.
+
+For formats that pack codes of 1 to 8 bits into little-endian words, element ``j`` of
+a row at bits ``bits*j ..`` of its bit stream (GPTQ's qweight and qzeros with 2, 3, 4
+or 8 bits, compressed-tensors ``pack-quantized`` of any width, dense or padded).
+Read as bytes, a row of 1/2/4/8-bit codes is its codes in order, byte by byte, so one
+table lookup per byte unpacks it: :func:`code_table` is that table; :func:`unpack_into`
+is the one unpacker of every width (the lookup, or shift passes per code position for
+widths that cross words), and :func:`pack_words` its inverse for encoders. Other
+orders (AWQ's) and devices use :meth:`ArrayOps.unpack <flexq.formatkit.ArrayOps.unpack>`.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+import numpy as np
+
+from flexq.numerics.bands import lookup_into
+
+#: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
+_ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
+_TABLES: dict[tuple[int, float], np.ndarray] = {}
+
+
+def code_table(bits: int, minus: float = 0.0) -> np.ndarray:
+    """Every byte's ``8 // bits`` codes (low bits first) less ``minus``, as float32
+    ``[256, 8 // bits]`` (``bits`` dividing 8; built once per ``(bits, minus)``).
+
+    ``minus`` (a small integer, so the difference is exact) folds a code offset
+    into the lookup: one pass less for formats that subtract a fixed zero point.
+    """
+    if bits not in (1, 2, 4, 8):
+        raise ValueError(f"byte tables hold codes of 1, 2, 4 or 8 bits, not {bits}")
+    table = _TABLES.get((bits, minus))
+    if table is None:
+        per = 8 // bits
+        byte = np.arange(256, dtype=np.uint32)[:, None]
+        shifts = (np.arange(per, dtype=np.uint32) * bits)[None, :]
+        codes = (byte >> shifts) & np.uint32((1 << bits) - 1)
+        table = np.ascontiguousarray(codes.astype(np.float32) - np.float32(minus))
+        _TABLES[bits, minus] = table
+    return table
+
+
+def unpack_into(
+    words: np.ndarray,
+    bits: int,
+    out: np.ndarray,
+    minus: float = 0.0,
+    *,
+    first_bit: int = 0,
+    per_word: int | None = None,
+) -> None:
+    """The codes of each row of words ``[R, W]`` (any integer dtype, packed LSB-first
+    along the last axis) into float32 ``out`` ``[R, C]``, each less ``minus``: the one
+    unpacker of the GPTQ lineage (GPTQ's qweight and qzeros, compressed-tensors
+    ``pack-quantized``), the inverse of :func:`pack_words`.
+
+    Code ``j`` of a row starts at stream bit ``first_bit + bits * j`` (one dense bit
+    stream: codes cross word boundaries where ``bits`` does not divide 32, as GPTQ's
+    3 bits and compressed-tensors >= 0.18 odd widths do), or with ``per_word`` ``k`` at
+    slot ``(s + j) % k`` of word ``(s + j) // k``, ``s = first_bit // bits`` (the top
+    bits of each word unused: compressed-tensors 0.17). ``first_bit`` (below 32) is
+    where the row's first wanted code starts in its first word, for a box of words that
+    begins inside a packed row. Column-packed words (packed along dim 0) are unpacked
+    as the rows of their transpose.
+
+    Widths dividing 8 take one table lookup per byte (several codes per lookup as one
+    wide item); other widths a pass per code position of a unit (the smallest run of
+    whole words holding whole codes), or a gather by bit position when the row starts
+    inside a unit. No arithmetic on the codes, so the result is exact.
+    """
+    if not np.little_endian:
+        words = words.astype(words.dtype.newbyteorder("<"))
+    count = out.shape[1] if out.ndim == 2 else 0
+    if out.size == 0:
+        return
+    if 8 % bits == 0 and first_bit % 8 == 0:
+        _by_bytes(words, bits, out, minus, first_bit // 8)
+        return
+    w32 = np.ascontiguousarray(words).view(np.uint32)
+    if per_word is None or 8 % bits == 0:
+        unit_codes, unit_words = 32 // gcd(32, bits), bits // gcd(32, bits)
+    else:
+        unit_codes, unit_words = per_word, 1
+    if first_bit == 0:
+        _by_units(w32, bits, out, minus, unit_codes, unit_words)
+        return
+    bit = code_positions(count, bits, first_bit=first_bit, per_word=per_word)
+    np.subtract(gather_codes(w32, bits, bit), np.float32(minus), out=out)
+
+
+def code_positions(
+    count: int, bits: int, *, first_bit: int = 0, per_word: int | None = None
+) -> np.ndarray:
+    """The stream bit (int64) at which each of ``count`` codes starts, laid out as
+    :func:`unpack_into` reads them (dense from ``first_bit``, or ``per_word`` per word)."""
+    j = np.arange(count, dtype=np.int64)
+    if per_word is None or 8 % bits == 0:
+        return first_bit + j * bits
+    slot = first_bit // bits + j
+    return (slot // per_word) * 32 + (slot % per_word) * bits
+
+
+def _by_bytes(words: np.ndarray, bits: int, out: np.ndarray, minus: float, skip: int) -> None:
+    """Widths dividing 8: each byte's codes from one lookup, from byte ``skip`` of each row."""
+    raw = np.ascontiguousarray(words).view(np.uint8)
+    per = 8 // bits
+    count = out.shape[1]
+    nbytes = -(-count // per)
+    if skip or nbytes != raw.shape[1]:
+        raw = np.ascontiguousarray(raw[:, skip : skip + nbytes])
+    dst = out if nbytes * per == count and out.flags.c_contiguous else None
+    if dst is None:
+        dst = np.empty((out.shape[0], nbytes * per), np.float32)
+    table = code_table(bits, minus)
+    if per == 1:
+        lookup_into(table.reshape(256), raw, dst)
+    elif per in _ITEMS:
+        item = _ITEMS[per]
+        np.take(
+            table.view(item).reshape(256), raw, out=dst.view(item).reshape(raw.shape), mode="clip"
+        )
+    else:
+        np.take(table, raw, axis=0, out=dst.reshape(*raw.shape, per), mode="clip")
+    if dst is not out:
+        out[...] = dst[:, :count]
+
+
+def _by_units(
+    w32: np.ndarray,
+    bits: int,
+    out: np.ndarray,
+    minus: float,
+    unit_codes: int,
+    unit_words: int,
+) -> None:
+    """Any width from bit 0 of each row: one shift-and-mask pass per code position of a
+    unit over every unit (a code that leaves its word continues at bit 0 of the next)."""
+    rows, count = out.shape
+    units = -(-count // unit_codes)
+    need = units * unit_words
+    if w32.shape[1] < need:  # a last, partial unit: zero words past the row's end
+        w32 = np.concatenate([w32, np.zeros((rows, need - w32.shape[1]), np.uint32)], axis=1)
+    u = w32[:, :need].reshape(rows, units, unit_words)
+    whole = units * unit_codes == count and out.flags.c_contiguous
+    dst = out if whole else np.empty((rows, units * unit_codes), np.float32)
+    fields = dst.reshape(rows, units, unit_codes)
+    code = np.empty((rows, units), np.uint32)
+    mask = np.uint32((1 << bits) - 1)
+    for k in range(unit_codes):
+        word, shift = divmod(bits * k, 32)
+        np.right_shift(u[:, :, word], np.uint32(shift), out=code)
+        if shift + bits > 32:
+            code |= u[:, :, word + 1] << np.uint32(32 - shift)
+        code &= mask
+        fields[:, :, k] = code
+    if minus:
+        dst -= np.float32(minus)
+    if dst is not out:
+        out[...] = dst[:, :count]
+
+
+def gather_codes(words: np.ndarray, bits: int, bit: np.ndarray) -> np.ndarray:
+    """The ``bits``-wide code starting at stream bit ``bit[j]`` of each row of words
+    ``[R, W]`` (packed LSB-first along the last axis; a code may continue into the next
+    word), as float32 ``[R, len(bit)]``: codes picked by position, for boxes that
+    start inside a unit (:func:`unpack_into` uses it there).
+    """
+    w32 = np.ascontiguousarray(words).view(np.uint32)
+    w = np.concatenate([w32, np.zeros((w32.shape[0], 1), np.uint32)], axis=1).astype(np.uint64)
+    word = bit // 32
+    both = w[:, word] | (w[:, word + 1] << np.uint64(32))
+    codes = (both >> (bit % 32).astype(np.uint64)) & np.uint64((1 << bits) - 1)
+    return codes.astype(np.float32)
+
+
+def pack_words(
+    codes: np.ndarray, bits: int, *, axis: int, per_word: int | None = None
+) -> np.ndarray:
+    """Unsigned codes of a 2-D array (each below ``2**bits``) packed LSB-first into int32
+    words along ``axis``: the encoders' inverse of :func:`unpack_into`.
+
+    :param per_word: None for one dense bit stream (code ``j`` at bit ``bits * j``,
+        crossing word boundaries where ``bits`` does not divide 32: GPTQ,
+        compressed-tensors >= 0.18), or ``k`` codes per word with the top bits of
+        each word unused (compressed-tensors 0.17's odd widths).
+    :return: ``ceil(n * bits / 32)`` (dense) or ``ceil(n / k)`` words for ``n`` codes
+        along ``axis``, the other axis unchanged.
+    """
+    c = np.moveaxis(np.asarray(codes), axis, 0)
+    n, m = c.shape
+    if per_word is None:
+        unit_codes, unit_words = 32 // gcd(32, bits), bits // gcd(32, bits)
+        width = -(-n * bits // 32)
+    else:
+        unit_codes, unit_words = per_word, 1
+        width = -(-n // per_word)
+    # Whole units (the smallest run of whole words holding whole codes), zero-padded,
+    # so each code position of a unit is one vectorized pass over every unit.
+    units = -(-n // unit_codes)
+    if n % unit_codes:
+        c = np.concatenate([c, np.zeros((units * unit_codes - n, m), c.dtype)])
+    u = c.reshape(units, unit_codes, m)
+    out = np.zeros((units, unit_words, m), np.uint64)
+    for k in range(unit_codes):
+        word, shift = divmod(bits * k, 32)
+        value = u[:, k].astype(np.uint64) << np.uint64(shift)
+        out[:, word] |= value & np.uint64(0xFFFFFFFF)
+        if shift + bits > 32:  # the code continues at bit 0 of the next word
+            out[:, word + 1] |= value >> np.uint64(32)
+    flat = out.reshape(units * unit_words, m)[:width].astype(np.uint32).view(np.int32)
+    return np.ascontiguousarray(np.moveaxis(flat, 0, axis))
