@@ -1,9 +1,10 @@
 """The core's hand-kept tables of formats, tied to what the installed formats declare.
 
-A new format package adds lines to ``plugin/known.py`` (so a checkpoint of its method
-names the distribution to install when it is missing) and may need a name in
-``passthrough.QUANT_COMPANIONS`` (so its checkpoint is refused, not passed through,
-when it is missing). These tests fail when either table and the formats disagree.
+A new format package's methods reach ``plugin/known.py``'s PUBLISHED through the
+generated ``plugin/published.py`` (``python -m flexq.cli.doc_blocks .``; so a checkpoint
+of its method names the distribution to install when it is missing) and it may need a
+name in ``passthrough.QUANT_COMPANIONS`` (so its checkpoint is refused, not passed
+through, when it is missing). These tests fail when either table and the formats disagree.
 """
 
 from __future__ import annotations
