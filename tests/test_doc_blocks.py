@@ -72,15 +72,15 @@ def test_a_new_format_package_changes_only_generated_text(tmp_path: Path) -> Non
 
     rows = flexq.list_formats()
     extra = flexq.plugin.manager.FormatInfo(
-        "demo-x", "0.1.0", "flexq-format-demo-x", "entry point", "demo", methods=("demo-x",)
+        "new-x", "0.1.0", "flexq-format-new-x", "entry point", "a new format", methods=("new-x",)
     )
-    dists = sorted({*flexq.plugin.published.DISTRIBUTIONS, "flexq-format-demo-x"})
+    dists = sorted({*flexq.plugin.published.DISTRIBUTIONS, "flexq-format-new-x"})
     text = published_module([*rows, extra], dists)
     assert text != (ROOT / "packages/core/src/flexq/plugin/published.py").read_text()
     namespace: dict[str, object] = {}
     exec(compile(text, "published.py", "exec"), namespace)
-    assert namespace["PUBLISHED"]["demo-x"] == (("demo-x", "flexq-format-demo-x"),)  # type: ignore[index]
-    assert "flexq-format-demo-x" in namespace["DISTRIBUTIONS"]  # type: ignore[operator]
+    assert namespace["PUBLISHED"]["new-x"] == (("new-x", "flexq-format-new-x"),)  # type: ignore[index]
+    assert "flexq-format-new-x" in namespace["DISTRIBUTIONS"]  # type: ignore[operator]
 
 
 def test_a_hand_edited_count_is_caught_as_stale() -> None:
