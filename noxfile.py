@@ -96,8 +96,8 @@ def typecheck(session: nox.Session) -> None:
     for member in MEMBERS:
         if wanted and str(Path(member).resolve()) not in wanted:
             continue
-        # interop/: a format package's own producers and interop rows (interop/schemes.py)
-        parts = ("src", "tests", "interop")
+        # bench/ and interop/: its dequantize bench, its own producers and interop rows
+        parts = ("src", "tests", "bench", "interop")
         dirs = [str(Path(member) / d) for d in parts if (Path(member) / d).is_dir()]
         session.run("mypy", *dirs, env=env)
     if not wanted:
