@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
+from flexq.testing import fixture_of
 
 RefDecode = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 Build = Callable[..., Path]
@@ -32,10 +33,8 @@ def reference_decode(packed: np.ndarray, scales: np.ndarray, n: int) -> np.ndarr
     return out
 
 
-@pytest.fixture(scope="session")
-def ref_decode() -> RefDecode:
-    """The reference decoder (session-scoped so hypothesis tests can use it)."""
-    return reference_decode
+#: The reference decoder (session-scoped so hypothesis tests can use it).
+ref_decode = fixture_of(reference_decode, "ref_decode")
 
 
 def random_mx(

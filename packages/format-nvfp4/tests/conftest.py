@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
+from flexq.testing import fixture_of
 
 RefDecode = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 Build = Callable[..., Path]
@@ -55,10 +56,8 @@ def reference_decode(
     return out
 
 
-@pytest.fixture(scope="session")
-def ref_decode() -> RefDecode:
-    """The reference decoder (session-scoped so hypothesis tests can use it)."""
-    return reference_decode
+#: The reference decoder (session-scoped so hypothesis tests can use it).
+ref_decode = fixture_of(reference_decode, "ref_decode")
 
 
 def random_nv(

@@ -44,6 +44,30 @@ def same_bits(got: np.ndarray, want: np.ndarray) -> None:
     )
 
 
+def same_bfloat16(got_bits: np.ndarray, want_bits: np.ndarray) -> None:
+    """:func:`same_bits` for bfloat16 given as uint16 bits: every value bit for bit, NaN
+    positions alike whatever their payload (Paddle's float32 -> bfloat16 cast writes every
+    NaN as 0x7FFF, a numpy rounding keeps the sign: 0x7FC0/0xFFC0)."""
+    import ml_dtypes
+
+    def widened(bits: np.ndarray) -> np.ndarray:  # exact: bfloat16 is float32's top half
+        return np.asarray(bits, np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
+
+    same_bits(widened(got_bits), widened(want_bits))
+
+
+def fixture_of(value: Any, name: str) -> Any:
+    """A session-scoped pytest fixture that returns ``value`` (a conftest's oracle
+    function or data maker: ``ref_decode = fixture_of(reference_decode, "ref_decode")``;
+    pytest finds it under ``name``)."""
+    import pytest
+
+    def fixture() -> Any:
+        return value
+
+    return pytest.fixture(scope="session", name=name)(fixture)
+
+
 def load_script(path: str | Path) -> ModuleType:
     """Import the Python file ``path`` (a bench script beside a package) as a module."""
     path = Path(path)

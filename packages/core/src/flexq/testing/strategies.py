@@ -2,7 +2,8 @@
 
 For format authors' property tests: :func:`box_in` draws a box of a tensor (what one
 shard of a sharded load holds), so every format's "a local plan equals the slice of
-the whole" test draws its boxes the same way.
+the whole" test draws its boxes the same way; :func:`examples` is the settings of a
+property test that runs over decoders (no deadline: a first call compiles and warms).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 
@@ -27,3 +29,14 @@ def box_case(draw: st.DrawFn, shape: Sequence[int]) -> dict[str, Any]:
     ``local``) and a ``seed`` for the case's random data."""
     offset, local = draw(box_in(shape))
     return {"offset": offset, "local": local, "seed": draw(st.integers(0, 2**32 - 1))}
+
+
+def examples(count: int) -> settings:
+    """``@examples(200)``: hypothesis settings for ``count`` examples with no deadline,
+    allowing function-scoped fixtures (``tmp_path``, ``monkeypatch``: each example uses
+    them as scratch, resetting what it changes) and slow data generation."""
+    return settings(
+        max_examples=count,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
