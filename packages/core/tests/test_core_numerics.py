@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import paddle
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -17,6 +17,7 @@ import flexq
 from flexq.errors import TargetError
 from flexq.formatkit import NumpyOps, PaddleOps
 from flexq.formatkit.rounding import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from flexq.testing.strategies import examples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -212,9 +213,7 @@ def banded_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
     return codes, scale, draw(st.integers(1, 40))
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(200)
 @given(case=banded_cases())
 def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
     case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch

@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 import paddle
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq import RawTensor
+from flexq.testing.strategies import examples
 
 Build = Callable[..., Path]
 
@@ -63,7 +64,7 @@ def four_bit_cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(80)
 @given(params=four_bit_cases())
 def test_four_bit_decodes_bit_exact_against_the_oracle(
     params: dict[str, Any], build: Build, kit: Any
@@ -91,7 +92,7 @@ def test_four_bit_decodes_bit_exact_against_the_oracle(
         ct.checkpoint.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(30)
 @given(rows=st.integers(1, 12), cols=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
 def test_int8_decodes_bit_exact_against_the_oracle(
     rows: int, cols: int, seed: int, build: Build, kit: Any

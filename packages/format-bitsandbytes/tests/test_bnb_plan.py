@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import paddle
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
 from flexq.testing import local_and_whole
-from flexq.testing.strategies import box_case
+from flexq.testing.strategies import box_case, examples
 
 FORMATS = ["bitsandbytes"]
 Build = Callable[..., Path]
@@ -106,7 +106,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(80)
 @given(case=cases())
 def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
     case: dict[str, Any], build: Build, kit: Any
@@ -141,7 +141,7 @@ def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
         ct.checkpoint.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(30)
 @given(
     rows=st.integers(1, 9),
     cols=st.integers(1, 30),

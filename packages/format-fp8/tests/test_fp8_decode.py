@@ -11,13 +11,14 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import flexq.formatkit.bands as core_ops
 from flexq.formatkit import NumpyOps
 from flexq.testing import same_bits
+from flexq.testing.strategies import examples
 from flexq_fp8.decode import decode_scaled
 
 
@@ -51,9 +52,7 @@ def cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
     return codes, scale, draw(st.integers(1, 50))
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(300)
 @given(case=cases())
 def test_decode_scaled_matches_ml_dtypes_for_every_code_and_scale(
     case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch

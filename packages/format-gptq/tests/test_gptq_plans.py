@@ -150,13 +150,6 @@ def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Bu
     np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
 
 
-def test_empty_box_gives_an_empty_result(built: Built) -> None:
-    ct, _, _ = built.items[1]
-    plan = ct.plan("fc.weight", TargetSlice((32, 96), (0, 5), (32, 3), "float32"))
-    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
-    assert got.shape == (0, 5)
-
-
 @pytest.mark.parametrize("band", [1, 100, 1 << 18])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_whole_units_decode_band_by_band_into_a_given_output(

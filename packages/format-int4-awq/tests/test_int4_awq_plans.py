@@ -149,13 +149,6 @@ def test_gemm_column_slice_reads_qweight_rows_and_whole_groups(built: Built) -> 
     np.testing.assert_array_equal(got, whole[:, 30:40])
 
 
-def test_empty_box_gives_an_empty_result(built: Built) -> None:
-    ct, _, _ = built.items[4]
-    plan = ct.plan("fc.weight", TargetSlice((24, 128), (0, 5), (24, 3), "float32"))
-    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
-    assert got.shape == (0, 5)
-
-
 @pytest.mark.parametrize("band", [1, 200, 1 << 18])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_whole_boxes_decode_band_by_band_into_a_given_output(

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import paddle
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
 from flexq.testing import local_and_whole, same_bfloat16
-from flexq.testing.strategies import box_case
+from flexq.testing.strategies import box_case, examples
 
 FORMATS = ["mxfp4"]
 Build = Callable[..., Path]
@@ -158,7 +158,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(60)
 @given(case=cases())
 def test_local_plan_equals_the_slice_of_the_global_result(
     case: dict[str, Any], build: Build, random_mx_data: RandomMx

@@ -51,7 +51,8 @@ def same_bfloat16(got_bits: np.ndarray, want_bits: np.ndarray) -> None:
     import ml_dtypes
 
     def widened(bits: np.ndarray) -> np.ndarray:  # exact: bfloat16 is float32's top half
-        return np.asarray(bits, np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
+        wide: np.ndarray = np.asarray(bits, np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
+        return wide
 
     same_bits(widened(got_bits), widened(want_bits))
 
