@@ -69,15 +69,7 @@ def four_bit_cases(draw: st.DrawFn) -> dict[str, Any]:
 def test_four_bit_decodes_bit_exact_against_the_oracle(
     params: dict[str, Any], build: Build, kit: Any
 ) -> None:
-    case = kit.random_4bit(
-        np.random.default_rng(params["seed"]),
-        params["shape"],
-        params["quant_type"],
-        params["blocksize"],
-        params["nested"],
-        params["nested_blocksize"],
-        params["dtype"],
-    )
+    case = kit.drawn_4bit(params)
     want = kit.reference_4bit(case)
     with tempfile.TemporaryDirectory() as tmp:
         path = build(Path(tmp) / "c", kit.tensors_4bit(KEY, case), kit.config_4bit())

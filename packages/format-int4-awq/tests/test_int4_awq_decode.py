@@ -11,16 +11,7 @@ from flexq import RawTensor, TargetSlice, compose
 from flexq.testing import source_to_paddle
 
 # (version, out, in, group_size): out != in everywhere, so a missing transpose fails.
-CASES = [
-    ("gemm", 24, 64, 16),
-    ("gemm", 8, 96, 32),
-    ("gemm", 40, 32, 8),
-    ("gemm", 16, 48, -1),
-    ("gemv", 24, 128, 32),
-    ("gemv", 40, 192, 64),
-    ("gemv", 8, 256, 128),
-    ("gemv", 16, 64, -1),
-]
+from .test_int4_awq_plans import CASES
 
 
 @pytest.mark.parametrize(("version", "out_f", "in_f", "group"), CASES)
