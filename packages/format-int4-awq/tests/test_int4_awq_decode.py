@@ -11,7 +11,16 @@ from flexq import RawTensor, TargetSlice, compose
 from flexq.testing import source_to_paddle
 
 # (version, out, in, group_size): out != in everywhere, so a missing transpose fails.
-from .test_int4_awq_plans import CASES
+CASES = [
+    ("gemm", 24, 64, 16),
+    ("gemm", 8, 96, 32),
+    ("gemm", 40, 32, 8),
+    ("gemm", 16, 48, -1),
+    ("gemv", 24, 128, 32),
+    ("gemv", 40, 192, 64),
+    ("gemv", 8, 256, 128),
+    ("gemv", 16, 64, -1),
+]
 
 
 @pytest.mark.parametrize(("version", "out_f", "in_f", "group"), CASES)
