@@ -2,9 +2,10 @@
 
 - :class:`FormatConformance`: subclass it in a format's tests (three class names) and
   pytest runs the checks the core promises of every format (:mod:`.conformance`);
-- :func:`decode_box`, :func:`source_to_paddle`, :func:`local_and_whole`: decode one box
-  of a logical tensor as a load does, with numpy or Paddle sources, or beside the
-  slice of the whole tensor with the bytes read (:mod:`.boxes`);
+- :func:`decode_box`, :func:`source_to_paddle`, :func:`local_and_whole`,
+  :func:`check_local_box`: decode one box of a logical tensor as a load does, with numpy
+  or Paddle sources, or beside the slice of the whole tensor with the bytes read, or
+  check a box's plan, read count and bits at once (:mod:`.boxes`);
 - :func:`round_to`, :func:`same_bits`, :func:`same_bfloat16`, :func:`load_script`,
   :func:`helpers`, :func:`fixture_of`: the oracle's one rounding, bit equality (of
   bfloat16 bits too, NaN payloads aside), a bench script imported by path, a conftest's
@@ -17,7 +18,7 @@
 
 from __future__ import annotations
 
-from flexq.testing.boxes import decode_box, local_and_whole, source_to_paddle
+from flexq.testing.boxes import check_local_box, decode_box, local_and_whole, source_to_paddle
 from flexq.testing.conformance import FormatConformance
 from flexq.testing.oracles import (
     fixture_of,
@@ -32,6 +33,7 @@ from flexq.testing.plans import check_conformance, scale_like
 __all__ = [
     "FormatConformance",
     "check_conformance",
+    "check_local_box",
     "decode_box",
     "fixture_of",
     "helpers",

@@ -24,6 +24,17 @@ def box_in(draw: st.DrawFn, shape: Sequence[int]) -> tuple[tuple[int, ...], tupl
 
 
 @st.composite
+def case_and_box(
+    draw: st.DrawFn, shapes: Sequence[Sequence[int]]
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``(i, offset, local_shape)``: one of a test's fixed cases (by index into their
+    ``shapes``) and a non-empty box inside its shape."""
+    case = draw(st.integers(0, len(shapes) - 1))
+    offset, local = draw(box_in(shapes[case]))
+    return case, offset, local
+
+
+@st.composite
 def box_case(draw: st.DrawFn, shape: Sequence[int]) -> dict[str, Any]:
     """The common keys of one property-test case: a box inside ``shape`` (``offset``,
     ``local``) and a ``seed`` for the case's random data."""
