@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.testing import fixture_of
+from flexq.testing import fixture_of, write_checkpoint
 
 RefDecode = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 Build = Callable[..., Path]
@@ -77,9 +77,7 @@ def random_nv(
     return packed, scales, glob
 
 
-@pytest.fixture(scope="session")
-def random_nv_data() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    return random_nv
+random_nv_data = fixture_of(random_nv, "random_nv_data")
 
 
 def nv_tensors(
@@ -99,17 +97,9 @@ def nv_tensors(
     }
 
 
-@pytest.fixture(scope="session")
-def nv() -> Callable[..., dict[str, flexq.RawTensor]]:
-    return nv_tensors
-
-
-@pytest.fixture(scope="session")
-def build() -> Build:
-    """Writes tensors (and a config.json when given: the third argument) as a checkpoint."""
-    return lambda directory, tensors, config=None, **kw: flexq.save_checkpoint(
-        directory, tensors, config=config, **kw
-    )
+nv = fixture_of(nv_tensors, "nv")
+#: Writes tensors (and a config.json when given: the third argument) as a checkpoint.
+build = fixture_of(write_checkpoint, "build")
 
 
 CT_CONFIG = {

@@ -7,9 +7,10 @@
   or Paddle sources, or beside the slice of the whole tensor with the bytes read, or
   check a box's plan, read count and bits at once (:mod:`.boxes`);
 - :func:`round_to`, :func:`same_bits`, :func:`same_bfloat16`, :func:`load_script`,
-  :func:`helpers`, :func:`fixture_of`: the oracle's one rounding, bit equality (of
-  bfloat16 bits too, NaN payloads aside), a bench script imported by path, a conftest's
-  oracle functions as one fixture or each as its own (:mod:`.oracles`);
+  :func:`helpers`, :func:`fixture_of`, :func:`write_checkpoint`: the oracle's one
+  rounding, bit equality (of bfloat16 bits too, NaN payloads aside), a bench script
+  imported by path, a conftest's oracle functions as one fixture or each as its own,
+  the checkpoint writer a ``build`` fixture hands out (:mod:`.oracles`);
 - :mod:`.strategies` (hypothesis: ``box_in``, ``box_case``, ``examples``) and
   :mod:`.throughput` (the benches' timing loop) are imported by their module name;
 - :func:`check_conformance`, :func:`scale_like`: plans declare every scale they read
@@ -27,6 +28,7 @@ from flexq.testing.oracles import (
     round_to,
     same_bfloat16,
     same_bits,
+    write_checkpoint,
 )
 from flexq.testing.plans import check_conformance, scale_like
 
@@ -44,4 +46,5 @@ __all__ = [
     "same_bits",
     "scale_like",
     "source_to_paddle",
+    "write_checkpoint",
 ]

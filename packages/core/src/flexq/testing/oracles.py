@@ -10,6 +10,7 @@ convention, :func:`same_bits` compares bits (NaN payloads aside), and
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -67,6 +68,20 @@ def fixture_of(value: Any, name: str) -> Any:
         return value
 
     return pytest.fixture(scope="session", name=name)(fixture)
+
+
+def write_checkpoint(
+    directory: str | Path,
+    tensors: Mapping[str, Any],
+    config: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Path:
+    """:func:`flexq.save_checkpoint` with the config as the third argument: what a
+    conftest's ``build`` fixture hands its tests (``build = fixture_of(write_checkpoint,
+    "build")``)."""
+    from flexq.io.writer import save_checkpoint
+
+    return save_checkpoint(directory, tensors, config=config, **options)
 
 
 def load_script(path: str | Path) -> ModuleType:
