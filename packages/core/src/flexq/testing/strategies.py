@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 
 @st.composite
@@ -32,6 +34,29 @@ def case_and_box(
     case = draw(st.integers(0, len(shapes) - 1))
     offset, local = draw(box_in(shapes[case]))
     return case, offset, local
+
+
+@st.composite
+def codes_and_scale(
+    draw: st.DrawFn,
+    *,
+    side: int,
+    rank: int,
+    scales: st.SearchStrategy[float],
+    band: int,
+    fewer_scale_dims: bool = False,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(codes, scale, band)`` for a property test of a table-times-scale decode: uint8
+    codes of any shape (up to ``rank`` dims of up to ``side``), a float32 scale that
+    broadcasts to it (each dim 1 or the codes' size; with ``fewer_scale_dims``, sometimes
+    fewer leading dims) drawn from ``scales``, and a band size in codes up to ``band``."""
+    shape = tuple(draw(st.lists(st.integers(1, side), min_size=1, max_size=rank)))
+    codes = draw(hnp.arrays(np.uint8, shape))
+    scale_shape = tuple(draw(st.sampled_from([1, n])) for n in shape)
+    if fewer_scale_dims:
+        scale_shape = scale_shape[draw(st.integers(0, len(shape) - 1)) :]
+    scale = draw(hnp.arrays(np.float32, scale_shape, elements=scales))
+    return codes, scale, draw(st.integers(1, band))
 
 
 @st.composite
