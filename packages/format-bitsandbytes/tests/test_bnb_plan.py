@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import flexq
 from flexq import TargetSlice
 from flexq.testing import local_and_whole
-from flexq.testing.strategies import box_case, examples
+from flexq.testing.strategies import any_shape, box_case, examples
 
 FORMATS = ["bitsandbytes"]
 Build = Callable[..., Path]
@@ -101,8 +101,7 @@ def test_force_global_gives_the_whole_tensor(tmp_path: Path, build: Build, kit: 
 
 @st.composite
 def cases(draw: st.DrawFn) -> dict[str, Any]:
-    rank = draw(st.integers(1, 3))
-    shape = tuple(draw(st.integers(1, 12 if rank > 1 else 300)) for _ in range(rank))
+    shape = draw(any_shape(side=12, row=300))
     return {
         "shape": shape,
         "quant_type": draw(st.sampled_from(["nf4", "fp4"])),

@@ -36,6 +36,13 @@ def case_and_box(
     return case, offset, local
 
 
+def any_shape(*, side: int, row: int, rank: int = 3) -> st.SearchStrategy[tuple[int, ...]]:
+    """A tensor shape of 1 to ``rank`` dims: up to ``side`` per dim, or one dim of up to
+    ``row`` (a long flat run: blocks that cross rows are the flat layouts' hard case)."""
+    many = hnp.array_shapes(min_dims=2, max_dims=rank, min_side=1, max_side=side)
+    return many | hnp.array_shapes(min_dims=1, max_dims=1, min_side=1, max_side=row)
+
+
 @st.composite
 def codes_and_scale(
     draw: st.DrawFn,
