@@ -102,51 +102,35 @@ nv = fixture_of(nv_tensors, "nv")
 build = fixture_of(write_checkpoint, "build")
 
 
-CT_CONFIG = {
-    "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "compressed-tensors",
-        "format": "nvfp4-pack-quantized",
-        "config_groups": {
-            "group_0": {
-                "format": "nvfp4-pack-quantized",
-                "targets": ["Linear"],
-                "weights": {
-                    "num_bits": 4,
-                    "type": "float",
-                    "group_size": 16,
-                    "strategy": "tensor_group",
-                },
-            }
-        },
-        "ignore": ["lm_head", "re:.*mlp\\.gate$"],
-    },
-}
+def bf16_config(method: str, **fields: Any) -> dict[str, Any]:
+    """A bfloat16 model's config.json with ``quantization_config`` of ``method``."""
+    return {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": method, **fields}}
 
-MO_CONFIG = {
-    "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "modelopt",
-        "quant_algo": "NVFP4",
-        "ignore": ["lm_head", "model.layers.1.self_attn*"],
-    },
-}
 
+CT_GROUP = {"num_bits": 4, "type": "float", "group_size": 16, "strategy": "tensor_group"}
+CT_CONFIG = bf16_config(
+    "compressed-tensors",
+    format="nvfp4-pack-quantized",
+    config_groups={
+        "group_0": {"format": "nvfp4-pack-quantized", "targets": ["Linear"], "weights": CT_GROUP}
+    },
+    ignore=["lm_head", "re:.*mlp\\.gate$"],
+)
+MO_CONFIG = bf16_config(
+    "modelopt", quant_algo="NVFP4", ignore=["lm_head", "model.layers.1.self_attn*"]
+)
 #: What auto-round 0.15.1 writes for scheme="NVFP4" in its own format (format="auto_round").
-AR_CONFIG = {
-    "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "auto-round",
-        "packing_format": "auto_round:llm_compressor",
-        "data_type": "nv_fp",
-        "bits": 4,
-        "group_size": 16,
-        "sym": True,
-        "act_bits": 4,
-        "act_data_type": "nv_fp4_with_static_gs",
-        "act_group_size": 16,
-    },
-}
+AR_CONFIG = bf16_config(
+    "auto-round",
+    packing_format="auto_round:llm_compressor",
+    data_type="nv_fp",
+    bits=4,
+    group_size=16,
+    sym=True,
+    act_bits=4,
+    act_data_type="nv_fp4_with_static_gs",
+    act_group_size=16,
+)
 
 CONFIGS = {CT: CT_CONFIG, MO: MO_CONFIG, AR: AR_CONFIG}
 
