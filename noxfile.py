@@ -96,7 +96,9 @@ def typecheck(session: nox.Session) -> None:
     for member in MEMBERS:
         if wanted and str(Path(member).resolve()) not in wanted:
             continue
-        dirs = [str(Path(member) / d) for d in ("src", "tests") if (Path(member) / d).is_dir()]
+        # bench/ and interop/: its dequantize bench, its own producers and interop rows
+        parts = ("src", "tests", "bench", "interop")
+        dirs = [str(Path(member) / d) for d in parts if (Path(member) / d).is_dir()]
         session.run("mypy", *dirs, env=env)
     if not wanted:
         session.run("mypy", "tests", "bench", "noxfile.py", env=env)
@@ -173,14 +175,25 @@ def fuzz(session: nox.Session) -> None:
 
 
 #: The producer libraries the interop session checks flexq against: versions that
-#: install together with torch 2.13.0 (CPU) and keep it.
+#: install together with torch 2.13.0 (CPU) and keep it. A format package names its own
+#: producers in its pyproject (``[tool.flexq.interop] producers = [...]``) and carries
+#: their rows in its ``interop/*_schemes.py`` (interop/schemes.py collects them).
 PRODUCERS = [
     "llmcompressor==0.14.0.1",
     "compressed-tensors==0.19.0",
     "transformers==5.17.0",
     "auto-round==0.15.1",
     "nvidia-modelopt==0.47.0",
-    "amd-quark==0.13",
+    # and every format package's own: its pyproject's [tool.flexq.interop] producers
+    *(
+        pin
+        for member in MEMBERS
+        for pin in nox.project.load_toml(Path(member) / "pyproject.toml")
+        .get("tool", {})
+        .get("flexq", {})
+        .get("interop", {})
+        .get("producers", [])
+    ),
 ]
 #: GGUF's producer (llama.cpp, vendored); sdist only: pip builds it with cmake + ninja.
 LLAMA_CPP = "llama-cpp-python==0.3.36"

@@ -1,11 +1,15 @@
 """The expectation table: producer scheme -> builder, the flexq format that decodes it,
 and the quantization method a refusal must name when that format is not installed.
+
+The rows of the producers here, and those a format package carries itself: every
+``packages/*/interop/*_schemes.py`` module's ``SCHEMES`` (a new format's interop rows
+live in its own directory; its producer pin is its pyproject's ``[tool.flexq.interop]``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib.util
+import sys
 from pathlib import Path
 
 from .producers import autoawq_schemes as awq
@@ -13,33 +17,13 @@ from .producers import autoround_schemes as ar
 from .producers import bitsandbytes_schemes as bnb
 from .producers import llmcompressor_schemes as lc
 from .producers import modelopt_schemes as mo
-from .producers import quark_schemes as quark
-from .producers.base import Built
+from .scheme import Product, Scheme
 
-Builder = Callable[[Path, Path], Built]
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """One row of the table.
-
-    :ivar fmt: the flexq format (entry-point name) that must decode it.
-    :ivar method: what a refusal names when ``fmt`` is missing (a ``quant_method``
-        or a compressed-tensors ``format``).
-    :ivar tolerance: bound on ||reference - original|| / ||original|| per weight,
-        a check of the oracle itself (a wrong zero point or pack order is far off).
-    """
-
-    name: str
-    build: Builder
-    fmt: str
-    method: str
-    tolerance: float
-
+__all__ = ["BY_NAME", "SCHEMES", "Product", "Scheme"]
 
 #: Tolerances: FP8 ~0.03, 8-bit int ~0.007, 4-bit ~0.1 (GPTQ on 4 random samples
 #: and AWQ, which also rescales input columns, up to ~0.2) on this model.
-SCHEMES = (
+_HERE = (
     Scheme("llmc-fp8-tensor", lc.fp8_tensor, "fp8", "float-quantized", 0.05),
     Scheme("llmc-fp8-channel", lc.fp8_channel, "fp8", "float-quantized", 0.05),
     Scheme("llmc-fp8-block", lc.fp8_block, "fp8", "float-quantized", 0.05),
@@ -66,18 +50,24 @@ SCHEMES = (
     Scheme("bnb-nf4-double-quant", bnb.nf4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-fp4", bnb.fp4, "bitsandbytes", "bitsandbytes", 0.15),
     Scheme("bnb-int8", bnb.int8, "bitsandbytes", "bitsandbytes", 0.02),
-    Scheme("quark-fp8-tensor", quark.fp8_tensor, "quark", "quark", 0.05),
-    Scheme("quark-fp8-channel", quark.fp8_channel, "quark", "quark", 0.05),
-    Scheme("quark-int4-g128", quark.int4_g128, "quark", "quark", 0.2),
-    Scheme("quark-uint4-g128", quark.uint4_g128, "quark", "quark", 0.15),
-    Scheme("quark-mxfp4", quark.mxfp4, "quark", "quark", 0.15),
 )
+
+
+def package_schemes(root: Path) -> list[Scheme]:
+    """The rows every format package under ``root/packages`` carries in its
+    ``interop/*_schemes.py`` (imported by path: the directories are not packages)."""
+    rows: list[Scheme] = []
+    for path in sorted(root.glob("packages/*/interop/*_schemes.py")):
+        name = f"{__package__}._{path.parent.parent.name.replace('-', '_')}_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None, path
+        assert spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        rows.extend(module.SCHEMES)
+    return rows
+
+
+SCHEMES: tuple[Scheme, ...] = (*_HERE, *package_schemes(Path(__file__).resolve().parents[1]))
 BY_NAME = {s.name: s for s in SCHEMES}
-
-
-@dataclass(frozen=True)
-class Product:
-    """A scheme and the checkpoint its producer built for this session."""
-
-    scheme: Scheme
-    built: Built

@@ -2,7 +2,8 @@
 
 The format sentence of README.md and docs/user-guide.md, and the user guide's install
 commands, are rebuilt from ``flexq.list_formats()`` (flexq.cli.doc_blocks); these tests
-fail when the text is stale. ~1 s.
+fail when the text is stale, and so does the core's table of first-party formats
+(flexq/plugin/published.py). ~1 s.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import flexq
-from flexq.cli.doc_blocks import FILES, block_names, render
+from flexq.cli.doc_blocks import FILES, block_names, generated_files, render
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMAT_PACKAGES = sorted(ROOT.glob("packages/format-*/pyproject.toml"))
@@ -33,6 +34,53 @@ def test_generated_blocks_are_current(name: str) -> None:
     assert render(text, flexq.list_formats()) == text, (
         f"{name} is stale: run `python -m flexq.cli.doc_blocks .` from the repository root"
     )
+
+
+def test_every_generated_file_is_current() -> None:
+    """README/docs blocks, docs/formats.md and the core's first-party table
+    (flexq/plugin/published.py) read as ``python -m flexq.cli.doc_blocks .`` writes them."""
+    stale = [
+        str(path.relative_to(ROOT))
+        for path, text in generated_files(ROOT, flexq.list_formats()).items()
+        if path.read_text() != text
+    ]
+    assert stale == [], f"{stale} stale: run `python -m flexq.cli.doc_blocks .` from the root"
+
+
+def test_the_published_table_is_what_the_repos_format_packages_claim() -> None:
+    """The generated table names, for every config method an installed first-party format
+    claims, exactly those formats, and every package directory's distribution."""
+    from flexq.plugin import published
+
+    rows = flexq.list_formats()
+    dists = {
+        tomllib.loads(p.read_text())["project"]["name"]
+        for p in ROOT.glob("packages/*/pyproject.toml")
+    }
+    assert dists == published.DISTRIBUTIONS
+    claims = {(m, r.name) for r in rows if r.distribution in dists for m in r.methods}
+    table = {(m, name) for m, pairs in published.PUBLISHED.items() for name, _ in pairs}
+    assert table == claims
+    assert published.PUBLISHED["quark"] == (("quark", "flexq-format-quark"),)
+
+
+def test_a_new_format_package_changes_only_generated_text(tmp_path: Path) -> None:
+    """A format package the table does not know yet (a copy of the repository's layout
+    with one more distribution) makes the table stale, and the regenerated table names it:
+    so adding a format edits no hand-kept line in the core."""
+    from flexq.cli.published import published_module
+
+    rows = flexq.list_formats()
+    extra = flexq.plugin.manager.FormatInfo(
+        "new-x", "0.1.0", "flexq-format-new-x", "entry point", "a new format", methods=("new-x",)
+    )
+    dists = sorted({*flexq.plugin.published.DISTRIBUTIONS, "flexq-format-new-x"})
+    text = published_module([*rows, extra], dists)
+    assert text != (ROOT / "packages/core/src/flexq/plugin/published.py").read_text()
+    namespace: dict[str, object] = {}
+    exec(compile(text, "published.py", "exec"), namespace)
+    assert namespace["PUBLISHED"]["new-x"] == (("new-x", "flexq-format-new-x"),)  # type: ignore[index]
+    assert "flexq-format-new-x" in namespace["DISTRIBUTIONS"]  # type: ignore[operator]
 
 
 def test_a_hand_edited_count_is_caught_as_stale() -> None:

@@ -1,9 +1,10 @@
 """The core's hand-kept tables of formats, tied to what the installed formats declare.
 
-A new format package adds lines to ``plugin/known.py`` (so a checkpoint of its method
-names the distribution to install when it is missing) and may need a name in
-``passthrough.QUANT_COMPANIONS`` (so its checkpoint is refused, not passed through,
-when it is missing). These tests fail when either table and the formats disagree.
+A new format package's methods reach ``plugin/known.py``'s PUBLISHED through the
+generated ``plugin/published.py`` (``python -m flexq.cli.doc_blocks .``; so a checkpoint
+of its method names the distribution to install when it is missing) and it may need a
+name in ``passthrough.QUANT_COMPANIONS`` (so its checkpoint is refused, not passed
+through, when it is missing). These tests fail when either table and the formats disagree.
 """
 
 from __future__ import annotations
@@ -139,3 +140,25 @@ def test_a_forced_global_plan_asks_the_formats_plan_once(tmp_path: Path) -> None
         "lin.weight_q": ((0, 0), (8, 8)),
         "lin.weight_qscale": ((0,), (8,)),
     }
+
+
+def test_a_format_packages_interop_pins_and_rows_live_in_its_own_directory() -> None:
+    """A package that names interop producers in its pyproject carries their rows in its
+    ``interop/*_schemes.py`` (and the other way round); the root lists neither: the
+    noxfile and interop/schemes.py collect them by glob."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    for pyproject in sorted(root.glob("packages/*/pyproject.toml")):
+        table = tomllib.loads(pyproject.read_text()).get("tool", {}).get("flexq", {})
+        pins = table.get("interop", {}).get("producers", [])
+        rows = sorted(pyproject.parent.glob("interop/*_schemes.py"))
+        assert bool(pins) == bool(rows), pyproject.parent
+        for path in rows:
+            assert "\nSCHEMES = (" in path.read_text(), path
+        for pin in pins:
+            assert pin not in (root / "noxfile.py").read_text(), f"{pin} also in noxfile.py"
+            name = pin.split("=")[0]
+            assert name not in (root / "pyproject.toml").read_text(), name
+    quark = tomllib.loads((root / "packages/format-quark/pyproject.toml").read_text())
+    assert quark["tool"]["flexq"]["interop"]["producers"] == ["amd-quark==0.13"]

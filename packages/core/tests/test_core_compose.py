@@ -78,22 +78,26 @@ def test_two_formats_claiming_one_logical_tensor_is_an_error(
         flexq.compose(scaled_ckpt)
 
 
-def test_a_component_used_by_two_logical_tensors_is_an_error(
-    scaled_ckpt: Path, registered: list[str]
-) -> None:
-    class Greedy:
+def claiming(shapes: dict[str, tuple[int, ...]], sources: list[str]) -> object:
+    """An inline format whose logical tensors (float32 of ``shapes``) are each built from
+    ``sources``: to provoke the composer's checks of what formats claim."""
+
+    class Claiming:
         @flexq.hookimpl
         def flexq_logical_metadata(self) -> dict[str, flexq.LogicalTensor]:
-            return {
-                "x": flexq.LogicalTensor((3, 4), "float32"),
-                "y": flexq.LogicalTensor((3, 4), "float32"),
-            }
+            return {k: flexq.LogicalTensor(shape, "float32") for k, shape in shapes.items()}
 
         @flexq.hookimpl
         def flexq_source_keys(self) -> list[str]:
-            return ["a.q", "a.s"]
+            return sources
 
-    add(registered, Greedy(), "greedy")
+    return Claiming()
+
+
+def test_a_component_used_by_two_logical_tensors_is_an_error(
+    scaled_ckpt: Path, registered: list[str]
+) -> None:
+    add(registered, claiming({"x": (3, 4), "y": (3, 4)}, ["a.q", "a.s"]), "greedy")
     with pytest.raises(PluginError, match="'a.q' is a component of both 'x'"):
         flexq.compose(scaled_ckpt, formats=["greedy"])
 
@@ -101,16 +105,7 @@ def test_a_component_used_by_two_logical_tensors_is_an_error(
 def test_claiming_a_tensor_that_does_not_exist_names_the_plugin(
     scaled_ckpt: Path, registered: list[str]
 ) -> None:
-    class Ghost:
-        @flexq.hookimpl
-        def flexq_logical_metadata(self) -> dict[str, flexq.LogicalTensor]:
-            return {"g": flexq.LogicalTensor((1,), "float32")}
-
-        @flexq.hookimpl
-        def flexq_source_keys(self) -> list[str]:
-            return ["ghost.q"]
-
-    add(registered, Ghost(), "ghost")
+    add(registered, claiming({"g": (1,)}, ["ghost.q"]), "ghost")
     with pytest.raises(PluginError, match="format 'ghost'.*'ghost.q', which is not in"):
         flexq.compose(scaled_ckpt, formats=["ghost"])
 

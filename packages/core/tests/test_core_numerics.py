@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import paddle
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -17,6 +17,7 @@ import flexq
 from flexq.errors import TargetError
 from flexq.formatkit import NumpyOps, PaddleOps
 from flexq.formatkit.rounding import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from flexq.testing.strategies import codes_and_scale, examples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -203,18 +204,11 @@ def test_lut_mul_in_bands_equals_lookup_then_multiply(rows_scaled: bool) -> None
 
 @st.composite
 def banded_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
-    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=4)))
-    codes = draw(hnp.arrays(np.uint8, shape))
-    # each scale dim is 1 (broadcast) or the codes' size; sometimes fewer dims
-    scale_shape = tuple(draw(st.sampled_from([1, n])) for n in shape)
-    scale_shape = scale_shape[draw(st.integers(0, len(shape) - 1)) :]
-    scale = draw(hnp.arrays(np.float32, scale_shape, elements=st.floats(-8, 8, width=32)))
-    return codes, scale, draw(st.integers(1, 40))
+    finite = st.floats(-8, 8, width=32)
+    return draw(codes_and_scale(side=9, rank=4, scales=finite, band=40, fewer_scale_dims=True))
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(200)
 @given(case=banded_cases())
 def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
     case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch

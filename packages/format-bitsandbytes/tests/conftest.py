@@ -112,6 +112,15 @@ def random_4bit(
     return case
 
 
+def drawn_4bit(params: dict[str, Any]) -> dict[str, Any]:
+    """:func:`random_4bit` of a hypothesis-drawn ``params`` (its ``seed``, ``shape``,
+    ``quant_type``, ``blocksize``, ``nested`` and, if drawn, ``nested_blocksize`` and
+    ``dtype``)."""
+    names = ("quant_type", "blocksize", "nested", "nested_blocksize", "dtype")
+    chosen = {k: params[k] for k in names if k in params}
+    return random_4bit(np.random.default_rng(params["seed"]), params["shape"], **chosen)
+
+
 def tensors_4bit(key: str, case: dict[str, Any]) -> dict[str, RawTensor]:
     """The checkpoint tensors of ``case`` under parameter name ``key`` (bnb's names)."""
     state: dict[str, Any] = {

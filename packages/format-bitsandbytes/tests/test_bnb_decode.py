@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 import paddle
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq import RawTensor
+from flexq.testing.strategies import any_shape, examples
 
 Build = Callable[..., Path]
 
@@ -50,10 +51,8 @@ def test_worked_example_high_nibble_first_and_nested_absmax(
 
 @st.composite
 def four_bit_cases(draw: st.DrawFn) -> dict[str, Any]:
-    rank = draw(st.integers(1, 3))
-    shape = tuple(draw(st.integers(1, 9 if rank > 1 else 200)) for _ in range(rank))
     return {
-        "shape": shape,
+        "shape": draw(any_shape(side=9, row=200)),
         "quant_type": draw(st.sampled_from(["nf4", "fp4"])),
         "blocksize": draw(st.sampled_from([1, 2, 3, 5, 8, 16, 32, 64, 128])),
         "nested": draw(st.booleans()),
@@ -63,20 +62,12 @@ def four_bit_cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(80)
 @given(params=four_bit_cases())
 def test_four_bit_decodes_bit_exact_against_the_oracle(
     params: dict[str, Any], build: Build, kit: Any
 ) -> None:
-    case = kit.random_4bit(
-        np.random.default_rng(params["seed"]),
-        params["shape"],
-        params["quant_type"],
-        params["blocksize"],
-        params["nested"],
-        params["nested_blocksize"],
-        params["dtype"],
-    )
+    case = kit.drawn_4bit(params)
     want = kit.reference_4bit(case)
     with tempfile.TemporaryDirectory() as tmp:
         path = build(Path(tmp) / "c", kit.tensors_4bit(KEY, case), kit.config_4bit())
@@ -91,7 +82,7 @@ def test_four_bit_decodes_bit_exact_against_the_oracle(
         ct.checkpoint.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(30)
 @given(rows=st.integers(1, 12), cols=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
 def test_int8_decodes_bit_exact_against_the_oracle(
     rows: int, cols: int, seed: int, build: Build, kit: Any

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
+from flexq.testing.strategies import examples
 from flexq_bitsandbytes import quantization_config, quantize
 from flexq_bitsandbytes.codebook import dynamic_map
 from flexq_bitsandbytes.plugin import plugin
@@ -76,7 +77,7 @@ def test_dynamic_map_is_bnbs() -> None:
     )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(40)
 @given(
     mode=st.sampled_from(["nf4", "fp4"]),
     double_quant=st.booleans(),

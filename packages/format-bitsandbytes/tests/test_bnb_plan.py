@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import paddle
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq import TargetSlice
 from flexq.testing import local_and_whole
-from flexq.testing.strategies import box_case
+from flexq.testing.strategies import any_shape, box_case, examples
 
 FORMATS = ["bitsandbytes"]
 Build = Callable[..., Path]
@@ -40,11 +40,19 @@ def test_aligned_row_range_reads_exactly_its_blocks(tmp_path: Path, build: Build
     }
 
 
+def composed_4bit(
+    tmp_path: Path, build: Build, kit: Any, seed: int, shape: tuple[int, int], quant_type: str
+) -> tuple[dict[str, Any], flexq.ComposedTransform]:
+    """A checkpoint of one random 4-bit tensor ``KEY`` (blocks of 64, not nested), composed."""
+    case = kit.random_4bit(np.random.default_rng(seed), shape, quant_type, 64, False)
+    ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
+    return case, ct
+
+
 def test_unaligned_rows_read_one_covering_block_at_each_end(
     tmp_path: Path, build: Build, kit: Any
 ) -> None:
-    case = kit.random_4bit(np.random.default_rng(1), (10, 40), "fp4", 64, False)
-    ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
+    case, ct = composed_4bit(tmp_path, build, kit, 1, (10, 40), "fp4")
     plan = ct.plan(KEY, TargetSlice((10, 40), (3, 40), (2, 0), "float32"))
     # rows 2..5 = flat [80, 200) -> blocks 1..4 (elements [64, 256)) -> bytes [32, 128).
     assert dict(plan.source_slices)[KEY] == ((32, 0), (96, 1))
@@ -60,8 +68,7 @@ def test_column_slice_reads_the_whole_rows_of_its_box(
     tmp_path: Path, build: Build, kit: Any
 ) -> None:
     # The documented limit: blocks run along flattened rows, so columns are not local.
-    case = kit.random_4bit(np.random.default_rng(2), (6, 64), "nf4", 64, False)
-    ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
+    case, ct = composed_4bit(tmp_path, build, kit, 2, (6, 64), "nf4")
     plan = ct.plan(KEY, TargetSlice((6, 64), (6, 32), (0, 32), "float32"))
     assert dict(plan.source_slices)[KEY] == ((0, 0), (192, 1))
     local = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
@@ -94,8 +101,7 @@ def test_force_global_gives_the_whole_tensor(tmp_path: Path, build: Build, kit: 
 
 @st.composite
 def cases(draw: st.DrawFn) -> dict[str, Any]:
-    rank = draw(st.integers(1, 3))
-    shape = tuple(draw(st.integers(1, 12 if rank > 1 else 300)) for _ in range(rank))
+    shape = draw(any_shape(side=12, row=300))
     return {
         "shape": shape,
         "quant_type": draw(st.sampled_from(["nf4", "fp4"])),
@@ -106,19 +112,12 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(80)
 @given(case=cases())
 def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
     case: dict[str, Any], build: Build, kit: Any
 ) -> None:
-    data = kit.random_4bit(
-        np.random.default_rng(case["seed"]),
-        case["shape"],
-        case["quant_type"],
-        case["blocksize"],
-        case["nested"],
-        case["nested_blocksize"],
-    )
+    data = kit.drawn_4bit(case)
     with tempfile.TemporaryDirectory() as tmp:
         ct = flexq.compose(build(Path(tmp) / "c", kit.tensors_4bit(KEY, data)), formats=FORMATS)
         local, sliced, read, plan, sources = local_and_whole(ct, KEY, case["offset"], case["local"])
@@ -141,7 +140,7 @@ def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
         ct.checkpoint.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(30)
 @given(
     rows=st.integers(1, 9),
     cols=st.integers(1, 30),

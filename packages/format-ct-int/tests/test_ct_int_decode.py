@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from flexq import TargetSlice, compose
+from flexq.testing.strategies import examples
 
 
 @st.composite
@@ -97,11 +98,7 @@ def planned_bytes(case: Any, o0: int, no: int, i0: int, ni: int) -> int:
     return total
 
 
-@settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@examples(120)
 @given(layout=layouts(), data=st.data())
 def test_whole_and_sliced_decodes_match_the_oracle_and_read_only_covering_data(
     oracle: Any, layout: dict[str, Any], data: Any

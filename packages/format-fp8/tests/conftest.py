@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from flexq import RawTensor
+from flexq.testing import fixture_of
 
 #: (codes uint8, stored scale, block per dim) -> float32 values.
 Reference = Callable[[np.ndarray, RawTensor, Sequence[int]], np.ndarray]
@@ -73,24 +74,11 @@ def random_scale(rng: np.random.Generator, grid: Sequence[int], dtype: str) -> R
     return RawTensor("F32", values)
 
 
-@pytest.fixture(scope="session")
-def reference() -> Reference:
-    return reference_dequant
-
-
-@pytest.fixture(scope="session")
-def rounder() -> Rounder:
-    return round_output
-
-
-@pytest.fixture(scope="session")
-def make_codes() -> CodeMaker:
-    return random_codes
-
-
-@pytest.fixture(scope="session")
-def make_scale() -> ScaleMaker:
-    return random_scale
+# The oracle and the data makers as session fixtures (hypothesis tests use them too).
+reference = fixture_of(reference_dequant, "reference")
+rounder = fixture_of(round_output, "rounder")
+make_codes = fixture_of(random_codes, "make_codes")
+make_scale = fixture_of(random_scale, "make_scale")
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 import flexq.formatkit.bands as core_ops
 from flexq.formatkit import NumpyOps
 from flexq.testing import same_bits
+from flexq.testing.strategies import codes_and_scale, examples
 from flexq_fp8.decode import decode_scaled
 
 
@@ -41,19 +41,13 @@ SCALES = st.sampled_from([*SPECIAL, 0.0, -0.0, np.inf, -np.inf, np.nan]) | st.fl
 
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
-    shape = tuple(draw(st.lists(st.integers(1, 12), min_size=1, max_size=3)))
-    with_nan = draw(st.booleans())
-    codes = draw(hnp.arrays(np.uint8, shape))
-    if not with_nan:
+    codes, scale, band = draw(codes_and_scale(side=12, rank=3, scales=SCALES, band=50))
+    if not draw(st.booleans()):
         codes[(codes & 0x7F) == 0x7F] &= 0xF0  # no NaN code: the arithmetic path
-    scale_shape = tuple(draw(st.sampled_from([1, n])) for n in shape)
-    scale = draw(hnp.arrays(np.float32, scale_shape, elements=SCALES))
-    return codes, scale, draw(st.integers(1, 50))
+    return codes, scale, band
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(300)
 @given(case=cases())
 def test_decode_scaled_matches_ml_dtypes_for_every_code_and_scale(
     case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch

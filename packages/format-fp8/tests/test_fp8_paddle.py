@@ -34,8 +34,9 @@ def bits_with_one_nan(x: np.ndarray, out: str) -> np.ndarray:
     return np.where(nan, np.uint16(0x7FFF), bits)
 
 
-# (weight shape, block, scale dtype, stored scale shape or None for the grid)
-LAYOUTS = [
+#: (weight shape, block, scale dtype, stored scale shape or None for the grid)
+Layout = tuple[tuple[int, ...], tuple[int, ...], str, tuple[int, ...] | None]
+LAYOUTS: list[Layout] = [
     ((300, 260), (128, 128), "BF16", None),
     ((300, 260), (128, 128), "U8", None),
     ((300, 260), (64, 32), "F8_E8M0", None),
@@ -50,13 +51,11 @@ LAYOUTS = [
 
 def build(
     path: Path,
-    shape: tuple[int, ...],
-    block: tuple[int, ...],
-    scale_dtype: str,
-    stored: tuple[int, ...] | None,
+    layout: Layout,
     make_codes: Callable[..., np.ndarray],
     make_scale: Callable[..., RawTensor],
 ) -> flexq.ComposedTransform:
+    shape, block, scale_dtype, stored = layout
     rng = np.random.default_rng(3)
     grid = [-(-n // b) for n, b in zip(shape, block, strict=True)]
     scale = make_scale(rng, grid, scale_dtype)
@@ -71,14 +70,11 @@ def build(
     return flexq.compose(path, formats=["fp8"])
 
 
-@pytest.mark.parametrize(("shape", "block", "scale_dtype", "stored"), LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("out", ["float32", "bfloat16", "float16"])
 def test_paddle_sources_give_the_numpy_bits_for_local_and_global_plans(
     tmp_path: Path,
-    shape: tuple[int, ...],
-    block: tuple[int, ...],
-    scale_dtype: str,
-    stored: tuple[int, ...] | None,
+    layout: Layout,
     out: str,
     make_codes: Callable[..., np.ndarray],
     make_scale: Callable[..., RawTensor],
@@ -86,7 +82,8 @@ def test_paddle_sources_give_the_numpy_bits_for_local_and_global_plans(
 ) -> None:
     # Random E8M0 scales reach far beyond float16: both paths clamp them alike.
     monkeypatch.setenv(OVERFLOW_ENV, "saturate")
-    ct = build(tmp_path, shape, block, scale_dtype, stored, make_codes, make_scale)
+    ct = build(tmp_path, layout, make_codes, make_scale)
+    shape = layout[0]
     # a box that starts and ends inside blocks (and skips the first expert)
     offset = (1,) * (len(shape) - 2) + (70, 100)
     local = (2,) * (len(shape) - 2) + (min(150, shape[-2] - 70), min(131, shape[-1] - 100))
@@ -109,7 +106,7 @@ def test_upstream_apply_protocol_returns_a_paddle_tensor_with_the_numpy_bits(
     make_codes: Callable[..., np.ndarray],
     make_scale: Callable[..., RawTensor],
 ) -> None:
-    ct = build(tmp_path, (300, 260), (128, 128), "BF16", None, make_codes, make_scale)
+    ct = build(tmp_path, ((300, 260), (128, 128), "BF16", None), make_codes, make_scale)
     target = TargetSlice((300, 260), (64, 260), (192, 0), "bfloat16")
     plan = ct.read_plan("w", target)
     sources = {

@@ -119,27 +119,27 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_bytes(
         )
 
 
-def _block_checkpoint(
-    path: Path, make_codes: Callable[..., np.ndarray], make_scale: Callable[..., RawTensor]
+@pytest.fixture
+def block_ckpt(
+    tmp_path: Path, make_codes: Callable[..., np.ndarray], make_scale: Callable[..., RawTensor]
 ) -> flexq.ComposedTransform:
+    """A [300, 260] FP8 weight ``w`` with 128x128 blocks (F32 scales [3, 3]), composed."""
     rng = np.random.default_rng(7)
     flexq.save_checkpoint(
-        path,
+        tmp_path,
         {
             "w": RawTensor("F8_E4M3", make_codes(rng, (300, 260))),
             "w_scale_inv": make_scale(rng, (3, 3), "F32"),
         },
         config={"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
     )
-    return flexq.compose(path, formats=["fp8"])
+    return flexq.compose(tmp_path, formats=["fp8"])
 
 
 def test_shard_smaller_than_a_block_reads_one_scale_block(
-    tmp_path: Path,
-    make_codes: Callable[..., np.ndarray],
-    make_scale: Callable[..., RawTensor],
+    block_ckpt: flexq.ComposedTransform,
 ) -> None:
-    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+    ct = block_ckpt
     # tensor parallel with 64-row shards over 128-row blocks: rank 1 holds rows 64..127
     target = TargetSlice((300, 260), (64, 260), (64, 0), "bfloat16")
     plan = ct.plan("w", target)
@@ -149,11 +149,9 @@ def test_shard_smaller_than_a_block_reads_one_scale_block(
 
 
 def test_box_starting_and_ending_inside_blocks_covers_both_edge_blocks(
-    tmp_path: Path,
-    make_codes: Callable[..., np.ndarray],
-    make_scale: Callable[..., RawTensor],
+    block_ckpt: flexq.ComposedTransform,
 ) -> None:
-    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+    ct = block_ckpt
     target = TargetSlice((300, 260), (200, 10), (100, 250), "float32")
     plan = ct.plan("w", target)
     # rows 100..299 touch blocks 0, 1, 2; columns 250..259 the end of block 1 and
@@ -165,12 +163,8 @@ def test_box_starting_and_ending_inside_blocks_covers_both_edge_blocks(
     )
 
 
-def test_force_global_reads_whole_sources(
-    tmp_path: Path,
-    make_codes: Callable[..., np.ndarray],
-    make_scale: Callable[..., RawTensor],
-) -> None:
-    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+def test_force_global_reads_whole_sources(block_ckpt: flexq.ComposedTransform) -> None:
+    ct = block_ckpt
     plan = ct.plan("w", TargetSlice((300, 260), (64, 260), (64, 0), "float32"), force_global=True)
     assert plan.mode == "global"
     assert plan.target == TargetSlice.whole((300, 260), "float32")
@@ -193,11 +187,9 @@ def test_per_tensor_scalar_scale_is_read_whole_for_any_box(tmp_path: Path) -> No
 
 
 def test_empty_box_reads_nothing_and_gives_an_empty_result(
-    tmp_path: Path,
-    make_codes: Callable[..., np.ndarray],
-    make_scale: Callable[..., RawTensor],
+    block_ckpt: flexq.ComposedTransform,
 ) -> None:
-    ct = _block_checkpoint(tmp_path, make_codes, make_scale)
+    ct = block_ckpt
     plan = ct.plan("w", TargetSlice((300, 260), (0, 260), (300, 0), "float32"))
     before = ct.checkpoint.bytes_read
     got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")

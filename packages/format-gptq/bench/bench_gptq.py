@@ -9,14 +9,10 @@ both into outputs written before, alternating, median of 5.
 
 from __future__ import annotations
 
-import statistics
-import tempfile
-import time
-from collections.abc import Callable
-
 import numpy as np
 
-from flexq import ComposedTransform, RawTensor, ReadPlan, TargetSlice, compose, save_checkpoint
+from flexq import RawTensor
+from flexq.testing.throughput import Case, measure_cases, report
 from flexq_gptq import quantization_config
 
 OUT_FEATURES = 4096
@@ -52,56 +48,25 @@ def _tensors(bits: int, act_order: bool, rng: np.random.Generator) -> dict[str, 
     }
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure() -> dict[str, float]:
     """GB/s of float32 output: dequantize (each case) and np.copyto of the same bytes."""
     rng = np.random.default_rng(0)
-    out_bytes = OUT_FEATURES * IN_FEATURES * 4
-    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    dst = np.ones_like(src)
-    runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
-    times: dict[str, list[float]] = {name: [] for name in [*CASES, "memcpy"]}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, (bits, act_order) in CASES.items():
-            config = quantization_config(bits, GROUP_SIZE, desc_act=act_order)
-            path = save_checkpoint(
-                f"{tmp}/{name}",
-                _tensors(bits, act_order, rng),
-                config={"quantization_config": config},
-            )
-            ct = compose(path, ["gptq"])
-            plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            runs[name] = _dequantizer(ct, plan, ct.read_sources(plan))
-        for fn in runs.values():  # warm-up: page faults and allocator growth
-            fn()
-        for _ in range(ROUNDS):
-            for name, fn in runs.items():
-                times[name].append(_seconds(fn))
-    return {f"{name}_gbps": out_bytes / statistics.median(t) / 1e9 for name, t in times.items()}
-
-
-def _dequantizer(
-    ct: ComposedTransform, plan: ReadPlan, sources: dict[str, np.ndarray]
-) -> Callable[[], object]:
-    # Into an output written before, as a model's parameters are (and as memcpy's).
-    into = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    return lambda: ct.dequantize("fc.weight", sources, plan, "float32", out=into)
+    cases = {
+        name: Case(
+            _tensors(bits, act_order, rng),
+            "fc.weight",
+            {"quantization_config": quantization_config(bits, GROUP_SIZE, desc_act=act_order)},
+            bfloat16=False,
+        )
+        for name, (bits, act_order) in CASES.items()
+    }
+    return measure_cases("gptq", cases, ROUNDS)
 
 
 def main() -> None:
     """Print the figures of :func:`measure`."""
-    figures = measure()
-    print(
-        f"gptq dequantize {OUT_FEATURES}x{IN_FEATURES} g={GROUP_SIZE} -> float32 "
-        f"(median of {ROUNDS}):"
-    )
-    for name, value in figures.items():
-        print(f"  {name:24s} {value:7.2f} GB/s")
+    title = f"gptq dequantize {OUT_FEATURES}x{IN_FEATURES} g={GROUP_SIZE} (median of {ROUNDS})"
+    print(report(title, measure()))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexq import ComposedTransform, TargetSlice, compose
-from flexq.testing.strategies import box_in
+from flexq.testing import check_local_box
+from flexq.testing.strategies import case_and_box
 
 # (bits, out, in, group_size, g_idx kind, v1); boxes of every alignment are drawn over these.
 CASES = [
@@ -70,33 +71,15 @@ def expected_bytes(lin: Any, o0: int, no: int, i0: int, ni: int) -> int:
     return qweight + qzeros + 2 * ng * no + g_idx
 
 
-@st.composite
-def boxes(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
-    case = draw(st.integers(0, len(CASES) - 1))
-    _, out_f, in_f, *_ = CASES[case]
-    (o0, i0), (no, ni) = draw(box_in((out_f, in_f)))
-    return case, o0, no, i0, ni
-
-
 @settings(max_examples=120, deadline=None)
-@given(box=boxes(), dtype=st.sampled_from(["float32", "bfloat16"]))
+@given(box=case_and_box([c[1:3] for c in CASES]), dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_local_plan_equals_slice_of_global_and_reads_within_the_bound(
-    built: Built, oracle: Any, box: tuple[int, int, int, int, int], dtype: str
+    built: Built, box: tuple[int, tuple[int, int], tuple[int, int]], dtype: str
 ) -> None:
-    case, o0, no, i0, ni = box
+    case, (o0, i0), (no, ni) = box
     ct, whole, lin = built.items[case]
-    out_f, in_f = lin.shape
-    target = TargetSlice((out_f, in_f), (no, ni), (o0, i0), dtype)
-    before = ct.checkpoint.bytes_read
-    plan = ct.plan("fc.weight", target)
-    assert ct.checkpoint.bytes_read == before  # plans come from headers and config only
-    assert plan.mode == "local"
-    assert plan.target == target
-    before = ct.checkpoint.bytes_read
-    sources = ct.read_sources(plan)
-    assert ct.checkpoint.bytes_read - before == expected_bytes(lin, o0, no, i0, ni)
-    got = ct.dequantize("fc.weight", sources, plan, dtype)
-    oracle.same_bits(got, oracle.round_to(whole[o0 : o0 + no, i0 : i0 + ni], dtype))
+    target = TargetSlice(lin.shape, (no, ni), (o0, i0), dtype)
+    check_local_box(ct, "fc.weight", target, whole, expected_bytes(lin, o0, no, i0, ni))
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -148,13 +131,6 @@ def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Bu
     assert plan.mode == "global"
     got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
-
-
-def test_empty_box_gives_an_empty_result(built: Built) -> None:
-    ct, _, _ = built.items[1]
-    plan = ct.plan("fc.weight", TargetSlice((32, 96), (0, 5), (32, 3), "float32"))
-    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
-    assert got.shape == (0, 5)
 
 
 @pytest.mark.parametrize("band", [1, 100, 1 << 18])

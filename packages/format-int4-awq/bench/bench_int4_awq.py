@@ -9,14 +9,10 @@ before, alternating, median of 5.
 
 from __future__ import annotations
 
-import statistics
-import tempfile
-import time
-from collections.abc import Callable
-
 import numpy as np
 
-from flexq import ComposedTransform, RawTensor, ReadPlan, TargetSlice, compose, save_checkpoint
+from flexq import RawTensor
+from flexq.testing.throughput import Case, measure_cases, report
 from flexq_int4_awq import quantization_config
 
 OUT_FEATURES = 4096
@@ -48,60 +44,25 @@ def _tensors(version: str, rng: np.random.Generator) -> dict[str, RawTensor]:
     }
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure() -> dict[str, float]:
     """GB/s of float32 output: dequantize (GEMM, GEMV) and np.copyto of the same bytes."""
     rng = np.random.default_rng(0)
-    out_bytes = OUT_FEATURES * IN_FEATURES * 4
-    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    dst = np.ones_like(src)
-    times: dict[str, list[float]] = {"gemm": [], "gemv": [], "memcpy": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
-        for version in ("gemm", "gemv"):
-            path = save_checkpoint(
-                f"{tmp}/{version}",
-                _tensors(version, rng),
-                config={"quantization_config": quantization_config(GROUP_SIZE, version)},
-            )
-            ct = compose(path, ["int4-awq"])
-            whole = TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32")
-            plan = ct.plan("fc.weight", whole)
-            runs[version] = _dequantizer(ct, plan, ct.read_sources(plan))
-        for name in runs:  # warm-up: page faults and allocator growth
-            runs[name]()
-        for _ in range(ROUNDS):
-            for name, fn in runs.items():
-                times[name].append(_seconds(fn))
-    return {
-        "int4_awq_gemm_gbps": out_bytes / statistics.median(times["gemm"]) / 1e9,
-        "int4_awq_gemv_gbps": out_bytes / statistics.median(times["gemv"]) / 1e9,
-        "memcpy_gbps": out_bytes / statistics.median(times["memcpy"]) / 1e9,
+    cases = {
+        f"int4_awq_{version}": Case(
+            _tensors(version, rng),
+            "fc.weight",
+            {"quantization_config": quantization_config(GROUP_SIZE, version)},
+            bfloat16=False,
+        )
+        for version in ("gemm", "gemv")
     }
-
-
-def _dequantizer(
-    ct: ComposedTransform, plan: ReadPlan, sources: dict[str, np.ndarray]
-) -> Callable[[], object]:
-    # Into an output written before, as a model's parameters are (and as memcpy's).
-    into = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    return lambda: ct.dequantize("fc.weight", sources, plan, "float32", out=into)
+    return measure_cases("int4-awq", cases, ROUNDS)
 
 
 def main() -> None:
     """Print the figures of :func:`measure`."""
-    figures = measure()
-    print(
-        f"int4-awq dequantize {OUT_FEATURES}x{IN_FEATURES} g={GROUP_SIZE} -> float32 "
-        f"(median of {ROUNDS}):"
-    )
-    for name, value in figures.items():
-        print(f"  {name:22s} {value:7.2f} GB/s")
+    title = f"int4-awq dequantize {OUT_FEATURES}x{IN_FEATURES} g={GROUP_SIZE} (median of {ROUNDS})"
+    print(report(title, measure()))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexq import ComposedTransform, TargetSlice, compose
-from flexq.testing.strategies import box_in
+from flexq.testing import check_local_box
+from flexq.testing.strategies import case_and_box
 
 # (version, out, in, group_size); boxes of every alignment are drawn over these.
 CASES = [
@@ -62,42 +63,31 @@ def expected_bytes(version: str, g: int, o0: int, no: int, i0: int, ni: int) -> 
     return 4 * no * cover(i0, ni, 8) + 4 * no * nz + 2 * no * ng
 
 
-@st.composite
-def boxes(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
-    case = draw(st.integers(0, len(CASES) - 1))
-    _, out_f, in_f, _ = CASES[case]
-    (o0, i0), (no, ni) = draw(box_in((out_f, in_f)))
-    return case, o0, no, i0, ni
+#: The (out, in) shape of every case, for drawing boxes.
+SHAPES = [(out_f, in_f) for _, out_f, in_f, _ in CASES]
 
 
 @settings(max_examples=100, deadline=None)
-@given(box=boxes(), dtype=st.sampled_from(["float32", "bfloat16"]))
+@given(box=case_and_box(SHAPES), dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_local_plan_equals_slice_of_global_and_reads_only_covering_words(
-    built: Built, oracle: Any, box: tuple[int, int, int, int, int], dtype: str
+    built: Built, box: tuple[int, tuple[int, int], tuple[int, int]], dtype: str
 ) -> None:
-    case, o0, no, i0, ni = box
+    case, (o0, i0), (no, ni) = box
     version, out_f, in_f, group = CASES[case]
     ct, whole, _ = built.items[case]
     target = TargetSlice((out_f, in_f), (no, ni), (o0, i0), dtype)
-    plan = ct.plan("fc.weight", target)
-    assert plan.mode == "local"
-    assert plan.target == target
-    before = ct.checkpoint.bytes_read
-    sources = ct.read_sources(plan)
     g = in_f if group == -1 else group
-    assert ct.checkpoint.bytes_read - before == expected_bytes(version, g, o0, no, i0, ni)
-    got = ct.dequantize("fc.weight", sources, plan, dtype)
-    oracle.same_bits(got, oracle.round_to(whole[o0 : o0 + no, i0 : i0 + ni], dtype))
+    check_local_box(ct, "fc.weight", target, whole, expected_bytes(version, g, o0, no, i0, ni))
 
 
 @settings(max_examples=25, deadline=None)
-@given(box=boxes())
+@given(box=case_and_box(SHAPES))
 def test_paddle_sources_of_a_local_plan_match_numpy(
-    built: Built, oracle: Any, box: tuple[int, int, int, int, int]
+    built: Built, oracle: Any, box: tuple[int, tuple[int, int], tuple[int, int]]
 ) -> None:
     from flexq.testing import source_to_paddle
 
-    case, o0, no, i0, ni = box
+    case, (o0, i0), (no, ni) = box
     _, out_f, in_f, _ = CASES[case]
     ct, whole, _ = built.items[case]
     plan = ct.plan("fc.weight", TargetSlice((out_f, in_f), (no, ni), (o0, i0), "float32"))
@@ -147,13 +137,6 @@ def test_gemm_column_slice_reads_qweight_rows_and_whole_groups(built: Built) -> 
     }
     got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, whole[:, 30:40])
-
-
-def test_empty_box_gives_an_empty_result(built: Built) -> None:
-    ct, _, _ = built.items[4]
-    plan = ct.plan("fc.weight", TargetSlice((24, 128), (0, 5), (24, 3), "float32"))
-    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
-    assert got.shape == (0, 5)
 
 
 @pytest.mark.parametrize("band", [1, 200, 1 << 18])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
+from flexq.testing import fixture_of, write_checkpoint
 
 RefDecode = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 Build = Callable[..., Path]
@@ -32,10 +33,8 @@ def reference_decode(packed: np.ndarray, scales: np.ndarray, n: int) -> np.ndarr
     return out
 
 
-@pytest.fixture(scope="session")
-def ref_decode() -> RefDecode:
-    """The reference decoder (session-scoped so hypothesis tests can use it)."""
-    return reference_decode
+#: The reference decoder (session-scoped so hypothesis tests can use it).
+ref_decode = fixture_of(reference_decode, "ref_decode")
 
 
 def random_mx(
@@ -54,17 +53,9 @@ def random_mx(
     return packed, scales
 
 
-@pytest.fixture(scope="session")
-def random_mx_data() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
-    return random_mx
-
-
-@pytest.fixture(scope="session")
-def build() -> Build:
-    """Writes tensors (and a config.json when given: the third argument) as a checkpoint."""
-    return lambda directory, tensors, config=None, **kw: flexq.save_checkpoint(
-        directory, tensors, config=config, **kw
-    )
+random_mx_data = fixture_of(random_mx, "random_mx_data")
+#: Writes tensors (and a config.json when given: the third argument) as a checkpoint.
+build = fixture_of(write_checkpoint, "build")
 
 
 GPT_OSS_CONFIG = {

@@ -9,11 +9,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq.formatkit import E2M1_PAIRS, E8M0_TO_FLOAT32
+from flexq.testing.strategies import examples
 from flexq_mxfp4.decode import dequantize
 
 FORMATS = ["mxfp4"]
@@ -180,9 +181,7 @@ def test_natural_dtype_follows_the_model_config(tmp_path: Path, build: Build) ->
     assert flexq.compose(path, formats=FORMATS).entries["w"].dtype == "bfloat16"
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(150)
 @given(
     lead=st.lists(st.integers(1, 5), min_size=0, max_size=2),
     blocks=st.integers(1, 6),

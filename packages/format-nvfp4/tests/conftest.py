@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
+from flexq.testing import fixture_of, write_checkpoint
 
 RefDecode = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 Build = Callable[..., Path]
@@ -55,10 +56,8 @@ def reference_decode(
     return out
 
 
-@pytest.fixture(scope="session")
-def ref_decode() -> RefDecode:
-    """The reference decoder (session-scoped so hypothesis tests can use it)."""
-    return reference_decode
+#: The reference decoder (session-scoped so hypothesis tests can use it).
+ref_decode = fixture_of(reference_decode, "ref_decode")
 
 
 def random_nv(
@@ -78,9 +77,7 @@ def random_nv(
     return packed, scales, glob
 
 
-@pytest.fixture(scope="session")
-def random_nv_data() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    return random_nv
+random_nv_data = fixture_of(random_nv, "random_nv_data")
 
 
 def nv_tensors(
@@ -100,64 +97,40 @@ def nv_tensors(
     }
 
 
-@pytest.fixture(scope="session")
-def nv() -> Callable[..., dict[str, flexq.RawTensor]]:
-    return nv_tensors
+nv = fixture_of(nv_tensors, "nv")
+#: Writes tensors (and a config.json when given: the third argument) as a checkpoint.
+build = fixture_of(write_checkpoint, "build")
 
 
-@pytest.fixture(scope="session")
-def build() -> Build:
-    """Writes tensors (and a config.json when given: the third argument) as a checkpoint."""
-    return lambda directory, tensors, config=None, **kw: flexq.save_checkpoint(
-        directory, tensors, config=config, **kw
-    )
+def bf16_config(method: str, **fields: Any) -> dict[str, Any]:
+    """A bfloat16 model's config.json with ``quantization_config`` of ``method``."""
+    return {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": method, **fields}}
 
 
-CT_CONFIG = {
-    "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "compressed-tensors",
-        "format": "nvfp4-pack-quantized",
-        "config_groups": {
-            "group_0": {
-                "format": "nvfp4-pack-quantized",
-                "targets": ["Linear"],
-                "weights": {
-                    "num_bits": 4,
-                    "type": "float",
-                    "group_size": 16,
-                    "strategy": "tensor_group",
-                },
-            }
-        },
-        "ignore": ["lm_head", "re:.*mlp\\.gate$"],
+CT_GROUP = {"num_bits": 4, "type": "float", "group_size": 16, "strategy": "tensor_group"}
+CT_CONFIG = bf16_config(
+    "compressed-tensors",
+    format="nvfp4-pack-quantized",
+    config_groups={
+        "group_0": {"format": "nvfp4-pack-quantized", "targets": ["Linear"], "weights": CT_GROUP}
     },
-}
-
-MO_CONFIG = {
-    "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "modelopt",
-        "quant_algo": "NVFP4",
-        "ignore": ["lm_head", "model.layers.1.self_attn*"],
-    },
-}
-
+    ignore=["lm_head", "re:.*mlp\\.gate$"],
+)
+MO_CONFIG = bf16_config(
+    "modelopt", quant_algo="NVFP4", ignore=["lm_head", "model.layers.1.self_attn*"]
+)
 #: What auto-round 0.15.1 writes for scheme="NVFP4" in its own format (format="auto_round").
-AR_CONFIG = {
-    "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "auto-round",
-        "packing_format": "auto_round:llm_compressor",
-        "data_type": "nv_fp",
-        "bits": 4,
-        "group_size": 16,
-        "sym": True,
-        "act_bits": 4,
-        "act_data_type": "nv_fp4_with_static_gs",
-        "act_group_size": 16,
-    },
-}
+AR_CONFIG = bf16_config(
+    "auto-round",
+    packing_format="auto_round:llm_compressor",
+    data_type="nv_fp",
+    bits=4,
+    group_size=16,
+    sym=True,
+    act_bits=4,
+    act_data_type="nv_fp4_with_static_gs",
+    act_group_size=16,
+)
 
 CONFIGS = {CT: CT_CONFIG, MO: MO_CONFIG, AR: AR_CONFIG}
 

@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import paddle
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
+from flexq.testing.strategies import examples
 from flexq_nvfp4 import decode
 
 CT, MO, AR = "compressed-tensors", "modelopt", "auto-round"
@@ -116,7 +117,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(80)
 @given(case=cases())
 def test_decode_matches_the_reference_decoder(
     case: dict[str, Any],

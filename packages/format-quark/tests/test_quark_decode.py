@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
 from flexq import RawTensor, compose
 from flexq.testing import decode_box
+from flexq.testing.strategies import examples
 
 KINDS = ["fp8-tensor", "fp8-channel", "int4-group", "uint4-group", "mxfp4"]
 
@@ -56,9 +57,7 @@ def test_int4_codes_are_signed_nibbles(oracle: Any, write_checkpoint: Any) -> No
 _BUILT: dict[tuple[str, int, int], tuple[Any, Any]] = {}
 
 
-@settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(20)
 @given(
     kind=st.sampled_from(KINDS),
     rows=st.integers(1, 3).map(lambda n: 8 * n),

@@ -3,8 +3,9 @@
 For the maintainers: counts and lists of formats are not typed by hand (they went stale:
 "three of seven"); each lives between ``<!-- generated: NAME -->`` and ``<!-- end
 generated: NAME -->`` and is rebuilt from :func:`flexq.list_formats` with every format
-package of the repository installed. ``python -m flexq.cli.doc_blocks`` rewrites them
-(``nox -s docs`` checks them: tests/test_doc_blocks.py).
+package of the repository installed. ``python -m flexq.cli.doc_blocks .`` rewrites them,
+docs/formats.md and the core's first-party table (:func:`generated_files`; ``nox -s docs``
+checks them: tests/test_doc_blocks.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from flexq.plugin.manager import FormatInfo
 
 #: The files that hold generated blocks, relative to the repository root.
-FILES = ("README.md", "docs/user-guide.md")
+FILES = ("README.md", "docs/user-guide.md", "docs/index.md")
 _BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
     re.S,
@@ -46,7 +47,7 @@ def format_sentence(rows: Sequence[FormatInfo]) -> str:
 def install_block(rows: Sequence[FormatInfo]) -> str:
     """The user guide's install commands: the core and every format package."""
     found = _packaged(rows)
-    packages = " ".join(f"packages/{r.distribution.removeprefix('flexq-')}" for r in found)
+    packages = " ".join(_directory(r) for r in found)
     return (
         "```bash\n"
         'pip install paddlepaddle==3.3.1   # the CPU build; for GPUs see "GPU install" below\n'
@@ -57,9 +58,42 @@ def install_block(rows: Sequence[FormatInfo]) -> str:
     )
 
 
+def _directory(row: FormatInfo) -> str:
+    """The package directory of a first-party format: ``packages/format-fp8``."""
+    return f"packages/{row.distribution.removeprefix('flexq-')}"
+
+
+def _summary(row: FormatInfo) -> str:
+    """The distribution's one-line summary (its pyproject ``description``), without the
+    ``flexq format plugin:`` / ``for flexq.`` wrapping some of them carry."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        text = metadata(row.distribution)["Summary"] or _what(row)
+    except PackageNotFoundError:
+        text = _what(row)
+    text = text.removeprefix("flexq format plugin: ").removesuffix(".")
+    return text.removesuffix(" for flexq").rstrip(",")
+
+
+def package_table(rows: Sequence[FormatInfo]) -> str:
+    """README's table of the format packages: directory, distribution, summary."""
+    lines = ["| format package | what it decodes |", "|---|---|"]
+    lines += [f"| `{_directory(r)}` | `{r.distribution}`: {_summary(r)} |" for r in _packaged(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def format_links(rows: Sequence[FormatInfo]) -> str:
+    """docs/index.md's line of links to every format package's README."""
+    links = ", ".join(f"[{r.name}](../{_directory(r)}/README.md)" for r in _packaged(rows))
+    return f"- Formats: {links}.\n"
+
+
 BLOCKS: dict[str, Callable[[Sequence[FormatInfo]], str]] = {
     "format-sentence": format_sentence,
     "install-formats": install_block,
+    "format-packages": package_table,
+    "format-links": format_links,
 }
 
 
@@ -80,18 +114,28 @@ def block_names(text: str) -> list[str]:
     return [m["name"] for m in _BLOCK.finditer(text)]
 
 
+def generated_files(root: Path, rows: Sequence[FormatInfo]) -> dict[Path, str]:
+    """Every generated text under ``root`` as it should read: the blocks of :data:`FILES`,
+    docs/formats.md and the core's table of first-party formats
+    (:mod:`flexq.plugin.published`). A new format package changes these and nothing
+    else outside its directory."""
+    from flexq.cli.documents import formats_page
+    from flexq.cli.published import MODULE, published_module, workspace_distributions
+
+    texts = {root / name: render((root / name).read_text(), rows) for name in FILES}
+    texts[root / "docs" / "formats.md"] = formats_page(list(rows))
+    texts[root / MODULE] = published_module(rows, workspace_distributions(root))
+    return texts
+
+
 def main(root: Path) -> int:
-    """Rewrite the generated blocks of :data:`FILES` under ``root``; prints what changed."""
+    """Rewrite every generated text under ``root``; prints what changed."""
     from flexq.plugin.manager import list_formats
 
-    rows = list_formats()
-    for name in FILES:
-        path = root / name
-        text = path.read_text()
-        new = render(text, rows)
-        if new != text:
+    for path, new in generated_files(root, list_formats()).items():
+        if not path.is_file() or path.read_text() != new:
             path.write_text(new)
-            print(f"rewrote the generated blocks of {name}")
+            print(f"rewrote {path.relative_to(root)}")
     return 0
 
 

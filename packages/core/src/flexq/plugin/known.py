@@ -5,6 +5,9 @@ format claims, the composer says which distribution decodes it; and for the
 registry, which keeps a first-party format when another distribution offers
 the same name. Which formats are installed is always read from the registry,
 never from here.
+
+``PUBLISHED`` (config method -> the (format, distribution) pairs that decode it)
+is re-exported from the generated :mod:`flexq.plugin.published`.
 """
 
 from __future__ import annotations
@@ -12,43 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_FP8 = ("fp8", "flexq-format-fp8")
-_MXFP4 = ("mxfp4", "flexq-format-mxfp4")
-_AWQ = ("int4-awq", "flexq-format-int4-awq")
-_GPTQ = ("gptq", "flexq-format-gptq")
-_CT_INT = ("ct-int", "flexq-format-ct-int")
-_NVFP4 = ("nvfp4", "flexq-format-nvfp4")
-_BNB = ("bitsandbytes", "flexq-format-bitsandbytes")
-_QUARK = ("quark", "flexq-format-quark")
+# PUBLISHED is generated from the installed first-party formats (flexq.cli.published:
+# `python -m flexq.cli.doc_blocks .`), so a new format package writes no line here.
+from flexq.plugin.published import DISTRIBUTIONS, PUBLISHED
 
-#: config method -> the (format name, distribution) pairs that decode it; several
-#: for a method whose producer writes several element formats (auto-round: integer
-#: GPTQ-style weights, FP8 and NVFP4; ModelOpt: FP8 and NVFP4).
-PUBLISHED: dict[str, tuple[tuple[str, str], ...]] = {
-    "fp8": (_FP8,),
-    "fbgemm_fp8": (_FP8,),
-    "compressed-tensors/float-quantized": (_FP8,),
-    "compressed-tensors/mxfp8-quantized": (_FP8,),
-    "mxfp4": (_MXFP4,),
-    "compressed-tensors/mxfp4-pack-quantized": (_MXFP4,),
-    "awq": (_AWQ,),
-    "gptq": (_GPTQ,),
-    "auto-round": (_GPTQ, _FP8, _NVFP4),
-    "intel/auto-round": (_GPTQ,),
-    "compressed-tensors/pack-quantized": (_CT_INT,),
-    "compressed-tensors/int-quantized": (_CT_INT,),
-    "compressed-tensors/nvfp4-pack-quantized": (_NVFP4,),
-    "modelopt": (_FP8, _NVFP4),
-    "bitsandbytes": (_BNB,),
-    "quark": (_QUARK,),
-}
+__all__ = ["FIRST_PARTY", "PUBLISHED", "config_methods", "install_hint"]
 
 #: The distributions this workspace ships: when another distribution offers a format
 #: of the same name, the registry keeps these (a name clash never disables flexq's own).
-FIRST_PARTY: frozenset[str] = frozenset(
-    {"flexq", *(dist for pairs in PUBLISHED.values() for _, dist in pairs)}
-    | {"flexq-format-gguf"}  # a container format: no config method names it
-)
+FIRST_PARTY: frozenset[str] = DISTRIBUTIONS
 
 
 def install_hint(dist: str) -> str:

@@ -2,32 +2,49 @@
 
 - :class:`FormatConformance`: subclass it in a format's tests (three class names) and
   pytest runs the checks the core promises of every format (:mod:`.conformance`);
-- :func:`decode_box`, :func:`source_to_paddle`, :func:`local_and_whole`: decode one box
-  of a logical tensor as a load does, with numpy or Paddle sources, or beside the
-  slice of the whole tensor with the bytes read (:mod:`.boxes`);
-- :func:`round_to`, :func:`same_bits`, :func:`load_script`, :func:`helpers`: the oracle's
-  one rounding, bit equality, a bench script imported by path, a conftest's oracle
-  functions as one fixture (:mod:`.oracles`);
+- :func:`decode_box`, :func:`source_to_paddle`, :func:`local_and_whole`,
+  :func:`check_local_box`: decode one box of a logical tensor as a load does, with numpy
+  or Paddle sources, or beside the slice of the whole tensor with the bytes read, or
+  check a box's plan, read count and bits at once (:mod:`.boxes`);
+- :func:`round_to`, :func:`same_bits`, :func:`same_bfloat16`, :func:`load_script`,
+  :func:`helpers`, :func:`fixture_of`, :func:`write_checkpoint`: the oracle's one
+  rounding, bit equality (of bfloat16 bits too, NaN payloads aside), a bench script
+  imported by path, a conftest's oracle functions as one fixture or each as its own,
+  the checkpoint writer a ``build`` fixture hands out (:mod:`.oracles`);
+- :mod:`.strategies` (hypothesis: ``box_in``, ``box_case``, ``examples``) and
+  :mod:`.throughput` (the benches' timing loop) are imported by their module name;
 - :func:`check_conformance`, :func:`scale_like`: plans declare every scale they read
   (:mod:`.plans`; also in :mod:`flexq.formatkit`).
 """
 
 from __future__ import annotations
 
-from flexq.testing.boxes import decode_box, local_and_whole, source_to_paddle
+from flexq.testing.boxes import check_local_box, decode_box, local_and_whole, source_to_paddle
 from flexq.testing.conformance import FormatConformance
-from flexq.testing.oracles import helpers, load_script, round_to, same_bits
+from flexq.testing.oracles import (
+    fixture_of,
+    helpers,
+    load_script,
+    round_to,
+    same_bfloat16,
+    same_bits,
+    write_checkpoint,
+)
 from flexq.testing.plans import check_conformance, scale_like
 
 __all__ = [
     "FormatConformance",
     "check_conformance",
+    "check_local_box",
     "decode_box",
+    "fixture_of",
     "helpers",
     "load_script",
     "local_and_whole",
     "round_to",
+    "same_bfloat16",
     "same_bits",
     "scale_like",
     "source_to_paddle",
+    "write_checkpoint",
 ]

@@ -58,6 +58,29 @@ def decode_box(
     return ct.dequantize(logical_key, sources, plan, output_dtype)
 
 
+def check_local_box(
+    ct: ComposedTransform, logical_key: str, target: TargetSlice, whole: np.ndarray, read: int
+) -> None:
+    """A property test's check of one box: its plan comes from headers and config alone (no
+    byte read), is local and for ``target``; its sources take exactly ``read`` bytes (the
+    format's own count of the words, blocks and groups that cover the box) and decode to
+    the bits of the float32 ``whole`` tensor's slice, rounded once to the target's dtype."""
+    from flexq.testing.oracles import round_to, same_bits
+
+    before = ct.checkpoint.bytes_read
+    plan = ct.plan(logical_key, target)
+    assert ct.checkpoint.bytes_read == before, "a plan read tensor bytes"
+    assert plan.mode == "local", plan
+    assert plan.target == target
+    sources = ct.read_sources(plan)
+    assert ct.checkpoint.bytes_read - before == read
+    got = ct.dequantize(logical_key, sources, plan, target.dtype)
+    box = tuple(
+        slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
+    )
+    same_bits(got, round_to(whole[box], target.dtype))
+
+
 def local_and_whole(
     ct: ComposedTransform, logical_key: str, offset: Sequence[int], shape: Sequence[int]
 ) -> tuple[Any, np.ndarray, int, ReadPlan, dict[str, Any]]:

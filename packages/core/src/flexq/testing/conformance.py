@@ -13,9 +13,9 @@ For format authors. A format package's tests run it with a few lines::
 
 pytest collects the ``test_*`` methods below as the package's own tests: the entry
 point resolves to the plugin, it claims exactly ``methods``, ``flexq list-formats``
-shows its row, a local box equals
-the slice of the whole tensor, numpy and Paddle inputs give the same bits, a local
-read is bounded by its box, an orphaned component and a missing companion are errors
+shows its row, a local box equals the slice of the whole tensor, an empty box decodes
+to an empty array, numpy and Paddle inputs give the same bits, a local read is bounded
+by its box, an orphaned component and a missing companion are errors
 naming the module, and every plan declares its scales. The checkpoint is the format's
 own encoder over :attr:`FormatConformance.weights` (override
 :meth:`FormatConformance.write_checkpoint` for a format without one).
@@ -130,6 +130,17 @@ class FormatConformance:
             box = decode_box(ct, key, offset, shape)
             index = tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))
             same_bits(np.asarray(box), np.ascontiguousarray(whole[index]))
+
+    def test_an_empty_box_decodes_to_an_empty_result(self, tmp_path: Path) -> None:
+        """A rank whose shard of a tensor is empty (more ranks than rows) gets an empty
+        array of the box's shape, whatever the box's offset."""
+        _, ct = self._checkpoint(tmp_path)
+        for key in self._owned(ct):
+            shape = ct.entry(key).shape
+            offset, local = middle_box(shape)
+            empty = (0, *local[1:])
+            box = decode_box(ct, key, offset, empty)
+            assert np.asarray(box).shape == empty, key
 
     def test_numpy_and_paddle_sources_give_the_same_bits(self, tmp_path: Path) -> None:
         _, ct = self._checkpoint(tmp_path)

@@ -10,6 +10,7 @@ convention, :func:`same_bits` compares bits (NaN payloads aside), and
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -42,6 +43,45 @@ def same_bits(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_array_equal(
         np.ascontiguousarray(got).view(width)[~nan], np.ascontiguousarray(want).view(width)[~nan]
     )
+
+
+def same_bfloat16(got_bits: np.ndarray, want_bits: np.ndarray) -> None:
+    """:func:`same_bits` for bfloat16 given as uint16 bits: every value bit for bit, NaN
+    positions alike whatever their payload (Paddle's float32 -> bfloat16 cast writes every
+    NaN as 0x7FFF, a numpy rounding keeps the sign: 0x7FC0/0xFFC0)."""
+    import ml_dtypes
+
+    def widened(bits: np.ndarray) -> np.ndarray:  # exact: bfloat16 is float32's top half
+        wide: np.ndarray = np.asarray(bits, np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
+        return wide
+
+    same_bits(widened(got_bits), widened(want_bits))
+
+
+def fixture_of(value: Any, name: str) -> Any:
+    """A session-scoped pytest fixture that returns ``value`` (a conftest's oracle
+    function or data maker: ``ref_decode = fixture_of(reference_decode, "ref_decode")``;
+    pytest finds it under ``name``)."""
+    import pytest
+
+    def fixture() -> Any:
+        return value
+
+    return pytest.fixture(scope="session", name=name)(fixture)
+
+
+def write_checkpoint(
+    directory: str | Path,
+    tensors: Mapping[str, Any],
+    config: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Path:
+    """:func:`flexq.save_checkpoint` with the config as the third argument: what a
+    conftest's ``build`` fixture hands its tests (``build = fixture_of(write_checkpoint,
+    "build")``)."""
+    from flexq.io.writer import save_checkpoint
+
+    return save_checkpoint(directory, tensors, config=config, **options)
 
 
 def load_script(path: str | Path) -> ModuleType:
