@@ -98,6 +98,17 @@ def test_transposing_an_fp8_block_weight_transposes_values_and_the_scale_grid(fp
     assert np.array_equal(qt.scales.numpy(), s.T)
 
 
+def test_heads_that_share_a_block_are_checked_together(fp8: Path) -> None:
+    """fused_qkv moves one box a head: q's four 16-row heads share its 32-row blocks two
+    a block, so they are joined and stay kept; the result is the dequantized fuse's."""
+    statements = ["q, k, v -> qkv, fused_qkv, num_heads=4, num_key_value_groups=1, axis=0"]
+    qt, plain = load_both(fp8, statements, "qkv", (128, 64))
+    assert np.array_equal(bits(dequantized(qt)), bits(plain))
+    with Checkpoint(fp8) as ckpt:
+        q, k, v = (ckpt.read(n) for n in "qkv")
+    assert np.array_equal(qt.values.view(paddle.uint8).numpy(), np.concatenate([q, k, v]))
+
+
 def test_a_fused_ffn_shard_gets_its_chunk_of_gate_then_up_reading_only_those_blocks(
     fp8: Path,
 ) -> None:

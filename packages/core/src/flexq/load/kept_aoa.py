@@ -13,6 +13,7 @@ logical layout), and (checked by the caller) a box that cuts a block.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -56,6 +57,11 @@ def boxes(
 ) -> list[KeptBox]:
     """The boxes of kept values that fill ``values`` (this rank's box of target ``key``)."""
     statements = list((options.aoa_config or {}).get("aoa_statements", [])) if options else []
+    statements = leading_to(statements, [key])
+    if statements and options is not None:
+        options = replace(
+            options, aoa_config={**(options.aoa_config or {}), "aoa_statements": statements}
+        )
     if not statements:
         return [KeptBox(form_of(ct, key), values.offset, values.local_shape, values.offset)]
     from flexq.load.aoa import plan_pieces
@@ -136,7 +142,41 @@ def boxes(
         shape = _narrow(tuple(p.src_desc.local_shape), f, where)
         at = _narrow(tuple(p.dst_desc.global_offset), f, where)
         out.append(KeptBox(form, src, shape, at, transposed, said))
+    return _joined(out)
+
+
+def _joined(found: list[KeptBox]) -> list[KeptBox]:
+    """``found`` with each run of boxes that continue one another (one source, contiguous
+    along one axis both in the source and where they land) as one box: a fuse moves one
+    box a head (fused_qkv's ``Q_0, Q_1, ...``), and heads that stay together are checked
+    against the block together, as a 128-row block holding two 64-row heads is."""
+    out: list[KeptBox] = []
+    for box in found:
+        axis = _continued(out[-1], box) if out else None
+        if axis is None:
+            out.append(box)
+            continue
+        shape = list(out[-1].shape)
+        shape[axis] += box.shape[axis]
+        out[-1] = replace(out[-1], shape=tuple(shape))
     return out
+
+
+def _continued(a: KeptBox, b: KeptBox) -> int | None:
+    """The one axis along which ``b`` starts where ``a`` ends, in source and target
+    (boxes of one source and statement, neither transposed)."""
+    if a.transposed or b.transposed or (a.form.key, a.statement) != (b.form.key, b.statement):
+        return None
+    for d in range(len(a.shape)):
+        rest = [e for e in range(len(a.shape)) if e != d]
+        if (
+            all(a.offset[e] == b.offset[e] and a.at[e] == b.at[e] for e in rest)
+            and all(a.shape[e] == b.shape[e] for e in rest)
+            and a.offset[d] + a.shape[d] == b.offset[d]
+            and a.at[d] + a.shape[d] == b.at[d]
+        ):
+            return d
+    return None
 
 
 def _own_form(ct: ComposedTransform, key: str) -> KeptForm | None:
@@ -169,6 +209,61 @@ def _narrow(dims: tuple[int, ...], f: int, where: str) -> tuple[int, ...]:
 def _statement(statements: list[str], key: str, source: str) -> str:
     """The statement that names the source (or the target), for messages; "" when none
     does (the target is its own logical tensor, untouched by the statements)."""
-    return next(
-        (s for s in statements if source in s), next((s for s in statements if key in s), "")
-    )
+
+    def naming(name: str) -> str | None:
+        for s in statements:
+            left, _, right = s.partition("->")
+            said = [t.strip().removesuffix("^T") for t in (*left.split(","), *right.split(","))]
+            if any(t == name or names(t).fullmatch(name) for t in said):
+                return s
+        return None
+
+    return naming(source) or naming(key) or ""
+
+
+#: an AOA macro (``$LAYER_ID``, ``$EXPERT_ID``) as re.escape writes it; it stands for an index.
+_MACRO = re.compile(r"\\\$[A-Z_]+")
+#: the bare attributes of Paddle's fuse macros (what ends a statement's destinations).
+_FUSES = {"fused_qkv", "fused_qkv_old", "fused_ffn"}
+
+
+def names(pattern: str) -> re.Pattern[str]:
+    """The keys an AOA name (``model.layers.$LAYER_ID.q_proj.weight``) stands for."""
+    return re.compile(_MACRO.sub(r"\\d+", re.escape(pattern)))
+
+
+def leading_to(statements: list[str], keys: list[str]) -> list[str]:
+    """The statements on the way to ``keys``: those whose destinations name one and, back
+    to front, those that write a source of one already taken (a scratch name). A kept
+    target is planned alone, and Paddle's chain resolver loops on a fuse into another
+    tensor of its own name (Phi-3's ``qkv_proj.weight^T -> qkv_proj.weight,
+    fused_qkv_old``) when that tensor is not among the targets: each plan takes only the
+    statements on the way to its own targets."""
+    wanted = set(keys)
+    out = []
+    for statement in reversed(statements):
+        left, arrow, right = statement.partition("->")
+        dests = []
+        for item in (i.strip() for i in right.split(",")):
+            if "=" in item or item in _FUSES:
+                break
+            dests.append(item)
+        patterns = [names(d) for d in dests]
+        if arrow and (
+            any(d in wanted for d in dests) or any(p.fullmatch(w) for p in patterns for w in wanted)
+        ):
+            out.append(statement)
+            wanted.update(s.strip().removesuffix("^T") for s in left.split(","))
+    return out[::-1]
+
+
+def for_ordinary(options: LoadOptions, kept: list[str], rest: list[str]) -> LoadOptions:
+    """``options`` for the ordinary targets ``rest`` of a load beside kept targets
+    ``kept``: without the statements that lead only to kept targets (see :func:`leading_to`)."""
+    statements = list((options.aoa_config or {}).get("aoa_statements", []))
+    if not statements or not kept:
+        return options
+    to_kept = set(leading_to(statements, kept))
+    to_rest = set(leading_to(statements, rest))
+    mine = [s for s in statements if s not in to_kept or s in to_rest]
+    return replace(options, aoa_config={**(options.aoa_config or {}), "aoa_statements": mine})

@@ -12,10 +12,17 @@ stores it and as ``fp8_gemm_blockwise`` takes it.
 
 gpt-oss's MXFP4 stacked experts are kept too (:mod:`flexq.nn.experts`).
 
+A linear that a fuse rule lays out from several pieces (PaddleFormers' ``fused_qkv``
+with its head-group interleave, ``fused_ffn``, Phi-3's ``fused_qkv_old``) is kept
+under the model's own key: the rule, adjusted by :func:`~flexq.nn.rules.for_kept`,
+moves values and scales together through the kept AOA fuse
+(:mod:`flexq.load.kept_aoa`), and the load refuses, before any read, a piece that
+cuts a block (a :class:`~flexq.errors.TargetError` naming the statement).
+
 Refused, before anything is read (a :class:`~flexq.errors.TargetError` naming the
 tensor): a quantized logical tensor that lands on neither a linear nor gpt-oss
-experts, a linear fed by several pieces (fused qkv / gate_up re-layouts), a kept
-linear form other than 2-D FP8.
+experts, a fuse of quantized and unquantized pieces or of scale grids that do not
+combine (per-tensor scales, different blocks), a kept linear form other than 2-D FP8.
 """
 
 from __future__ import annotations
@@ -47,15 +54,19 @@ class KeptLinear:
     """One linear to keep quantized.
 
     :ivar prefix: the layer's name in the model (``llama.layers.0.self_attn.q_proj``).
-    :ivar logical_key: the checkpoint's logical weight it holds.
+    :ivar logical_key: the key its :class:`flexq.QuantizedTarget` loads by: the
+        checkpoint's logical weight it holds, or for a fused linear the model's own key
+        (``....qkv_proj.weight``), which the model's fuse rule fills from ``sources``.
     :ivar form: how the weight is kept.
     :ivar bias: whether the layer has a bias.
+    :ivar sources: a fused linear's logical weights (empty otherwise).
     """
 
     prefix: str
     logical_key: str
     form: KeptForm
     bias: bool
+    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,26 +104,60 @@ def plan(
             continue
         prefix, _, leaf = key.rpartition(".")
         layer = layers.get(prefix)
-        if len(quantized) > 1 or len(pieces) > 1:
-            raise TargetError(
-                f"keep_quantized: {key!r} is laid out from {len(pieces)} pieces of "
-                f"{quantized} (a fuse or re-layout rule, such as PaddleFormers' fused_qkv / "
-                "fused_ffn); kept weights do not follow those yet: load without keep_quantized"
-            )
-        (piece,) = pieces
-        if _is_stacked_mxfp4(ct, quantized[0], piece):
+        if len(pieces) == 1 and _is_stacked_mxfp4(ct, quantized[0], pieces[0]):
             out.append(KeptExperts(prefix, leaf, quantized[0]))
             continue
-        if leaf != "weight" or layer is None or not _is_linear(layer) or piece.axes != [1, 0]:
+        if (
+            leaf != "weight"
+            or layer is None
+            or not _is_linear(layer)
+            or any(p.axes != [1, 0] for p in pieces)
+        ):
             raise TargetError(
-                f"keep_quantized: the quantized tensor {quantized[0]!r} ({piece.owner}) loads "
-                f"into {key!r}, which is not the weight of a linear layer; only linears are "
-                "kept, and gpt-oss MXFP4 experts: load without keep_quantized"
+                f"keep_quantized: the quantized tensor {quantized[0]!r} ({pieces[0].owner}) "
+                f"loads into {key!r}, which is not the weight of a linear layer; only "
+                "linears are kept, and gpt-oss MXFP4 experts: load without keep_quantized"
             )
-        out.append(
-            KeptLinear(prefix, quantized[0], _form(ct, quantized[0]), layer.bias is not None)
-        )
+        if len(pieces) == 1:
+            form = _form(ct, quantized[0])
+            out.append(KeptLinear(prefix, quantized[0], form, layer.bias is not None))
+            continue
+        out.append(_fused(ct, key, prefix, pieces, layer.bias is not None))
     return out
+
+
+def _fused(
+    ct: ComposedTransform, key: str, prefix: str, pieces: list[Piece], bias: bool
+) -> KeptLinear:
+    """A linear whose weight a fuse rule (fused_qkv, fused_ffn, fused_qkv_old) lays out
+    from several pieces: kept under the model's own key, the form the sources share.
+    Whether each piece falls on the block is checked by the load (:mod:`flexq.load.kept`),
+    before anything is read."""
+    sources = sorted({p.logical_key for p in pieces})
+    plain = [s for s in sources if ct.entries[s].is_passthrough]
+    if plain:
+        raise TargetError(
+            f"keep_quantized: {key!r} is fused from quantized {sorted(set(sources) - set(plain))} "
+            f"and unquantized {plain}; a kept weight is quantized throughout: load without "
+            "keep_quantized"
+        )
+    forms = {s: _form(ct, s) for s in sources}
+    stored = {s: form_of(ct, s) for s in sources}
+    blocks = {f.block for f in stored.values()}
+    if len(blocks) != 1 or any(f.per_tensor for f in stored.values()):
+        said = ", ".join(
+            f"{s}: {'one scale a tensor' if f.per_tensor else f'block {list(f.block)}'}"
+            for s, f in stored.items()
+        )
+        raise TargetError(
+            f"keep_quantized: {key!r} is fused from {sources}, whose scales ({said}) do not "
+            "combine into one grid (per-tensor scales never do): load without keep_quantized"
+        )
+    k, n = (int(d) for d in pieces[0].target.global_shape)  # Paddle's [in, out]
+    first = forms[sources[0]]
+    if first.block == (1, first.in_features):
+        return KeptLinear(prefix, key, fp8_form(n, k, "channel"), bias, tuple(sources))
+    return KeptLinear(prefix, key, fp8_form(n, k, "block", first.block), bias, tuple(sources))
 
 
 def _is_stacked_mxfp4(ct: ComposedTransform, key: str, piece: Piece) -> bool:
