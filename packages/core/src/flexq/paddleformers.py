@@ -106,7 +106,7 @@ def from_pretrained(
     with no_init_weights(_enable=True), paddle.LazyGuard(), dtype_guard(dtype):
         model = cls(config, *(config["init_args"] or ()), **model_kwargs)
     if keep_quantized:
-        _keep_quantized(model, checkpoint, dtype, tp)
+        _keep_quantized(model, checkpoint, dtype)
     load(model, checkpoint.path, progress=progress)
     return model
 
@@ -141,13 +141,9 @@ def load(model: Any, path: str | os.PathLike[str], *, progress: bool = False) ->
     )
 
 
-def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str, tp: int) -> None:
-    """Swap in a QuantizedLinear for each linear whose weight the checkpoint quantized."""
-    if tp > 1:
-        raise FlexqError(
-            f"keep_quantized with tensor_model_parallel_size={tp}: kept linears are not "
-            "tensor-parallel layers yet; load with tensor_model_parallel_size=1"
-        )
+def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str) -> None:
+    """Swap in a QuantizedLinear for each linear whose weight the checkpoint quantized
+    (under tensor parallelism, holding this rank's shard: :mod:`flexq.nn.parallel`)."""
     ct = compose(checkpoint.path)
     try:
         kept = swap.plan(model, ct, type(model)._gen_aoa_config(model.config))

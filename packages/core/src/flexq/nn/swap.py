@@ -37,13 +37,14 @@ from flexq.load.kept import QuantizedTarget
 from flexq.load.kept_forms import form_of
 from flexq.load.report import LoadOptions
 from flexq.load.targets import describe
-from flexq.nn import experts
+from flexq.nn import experts, parallel
 from flexq.nn.forms import KeptForm, fp8_form
 from flexq.nn.linear import QuantizedLinear
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
     from flexq.load.aoa import Piece
+    from flexq.nn.parallel import Split
 
 #: a staging bound no tensor reaches.
 _UNBOUNDED = 1 << 62
@@ -60,6 +61,7 @@ class KeptLinear:
     :ivar form: how the weight is kept.
     :ivar bias: whether the layer has a bias.
     :ivar sources: a fused linear's logical weights (empty otherwise).
+    :ivar split: its tensor-parallel shard (None on one rank): ``form`` is the shard's.
     """
 
     prefix: str
@@ -67,6 +69,7 @@ class KeptLinear:
     form: KeptForm
     bias: bool
     sources: tuple[str, ...] = ()
+    split: Split | None = None
 
 
 @dataclass(frozen=True)
@@ -118,46 +121,20 @@ def plan(
                 f"loads into {key!r}, which is not the weight of a linear layer; only "
                 "linears are kept, and gpt-oss MXFP4 experts: load without keep_quantized"
             )
-        if len(pieces) == 1:
-            form = _form(ct, quantized[0])
-            out.append(KeptLinear(prefix, quantized[0], form, layer.bias is not None))
-            continue
-        out.append(_fused(ct, key, prefix, pieces, layer.bias is not None))
+        sources = tuple(sorted({p.logical_key for p in pieces}))
+        fused = len(pieces) > 1
+        form = _form(ct, key, sources, *parallel.local_shape(pieces[0].target))
+        out.append(
+            KeptLinear(
+                prefix,
+                key if fused else sources[0],
+                form,
+                layer.bias is not None,
+                sources if fused else (),
+                parallel.split_of(layer, pieces[0].target),
+            )
+        )
     return out
-
-
-def _fused(
-    ct: ComposedTransform, key: str, prefix: str, pieces: list[Piece], bias: bool
-) -> KeptLinear:
-    """A linear whose weight a fuse rule (fused_qkv, fused_ffn, fused_qkv_old) lays out
-    from several pieces: kept under the model's own key, the form the sources share.
-    Whether each piece falls on the block is checked by the load (:mod:`flexq.load.kept`),
-    before anything is read."""
-    sources = sorted({p.logical_key for p in pieces})
-    plain = [s for s in sources if ct.entries[s].is_passthrough]
-    if plain:
-        raise TargetError(
-            f"keep_quantized: {key!r} is fused from quantized {sorted(set(sources) - set(plain))} "
-            f"and unquantized {plain}; a kept weight is quantized throughout: load without "
-            "keep_quantized"
-        )
-    forms = {s: _form(ct, s) for s in sources}
-    stored = {s: form_of(ct, s) for s in sources}
-    blocks = {f.block for f in stored.values()}
-    if len(blocks) != 1 or any(f.per_tensor for f in stored.values()):
-        said = ", ".join(
-            f"{s}: {'one scale a tensor' if f.per_tensor else f'block {list(f.block)}'}"
-            for s, f in stored.items()
-        )
-        raise TargetError(
-            f"keep_quantized: {key!r} is fused from {sources}, whose scales ({said}) do not "
-            "combine into one grid (per-tensor scales never do): load without keep_quantized"
-        )
-    k, n = (int(d) for d in pieces[0].target.global_shape)  # Paddle's [in, out]
-    first = forms[sources[0]]
-    if first.block == (1, first.in_features):
-        return KeptLinear(prefix, key, fp8_form(n, k, "channel"), bias, tuple(sources))
-    return KeptLinear(prefix, key, fp8_form(n, k, "block", first.block), bias, tuple(sources))
 
 
 def _is_stacked_mxfp4(ct: ComposedTransform, key: str, piece: Piece) -> bool:
@@ -177,21 +154,44 @@ def _is_linear(layer: Any) -> bool:
     ) and getattr(weight, "ndim", 0) == 2
 
 
-def _form(ct: ComposedTransform, key: str) -> KeptForm:
-    """The layer form of logical weight ``key``, from the checkpoint's kept form."""
-    stored = form_of(ct, key)
-    if stored.kind != "fp8" or len(stored.shape) != 2:
+def _form(ct: ComposedTransform, key: str, sources: tuple[str, ...], n: int, k: int) -> KeptForm:
+    """The form of the ``[n, k]`` weight (this rank's shard) that target ``key`` holds,
+    from the kept forms of the logical weights it is laid out from: one, or those a
+    fuse rule (fused_qkv, fused_ffn, fused_qkv_old) combines, which must share one
+    scale grid. Whether each piece falls on the block is checked by the load
+    (:mod:`flexq.load.kept`), before anything is read."""
+    plain = [s for s in sources if ct.entries[s].is_passthrough]
+    if plain:
         raise TargetError(
-            f"keep_quantized: {key!r} is a {stored.kind} {list(stored.shape)} weight "
-            f"({stored.owner}); only 2-D FP8 linears are kept by from_pretrained so far: "
-            "load without keep_quantized"
+            f"keep_quantized: {key!r} is fused from quantized "
+            f"{sorted(set(sources) - set(plain))} and unquantized {plain}; a kept weight is "
+            "quantized throughout: load without keep_quantized"
         )
-    n, k = stored.shape
-    if stored.per_tensor:
+    stored = {s: form_of(ct, s) for s in sources}
+    for s, f in stored.items():
+        if f.kind != "fp8" or len(f.shape) != 2:
+            raise TargetError(
+                f"keep_quantized: {s!r} is a {f.kind} {list(f.shape)} weight ({f.owner}); "
+                "only 2-D FP8 linears are kept by from_pretrained so far: load without "
+                "keep_quantized"
+            )
+    blocks = {f.block for f in stored.values()}
+    if len(sources) > 1 and (len(blocks) != 1 or any(f.per_tensor for f in stored.values())):
+        said = ", ".join(
+            f"{s}: {'one scale a tensor' if f.per_tensor else f'block {list(f.block)}'}"
+            for s, f in stored.items()
+        )
+        raise TargetError(
+            f"keep_quantized: {key!r} is fused from {list(sources)}, whose scales ({said}) "
+            "do not combine into one grid (per-tensor scales never do): load without "
+            "keep_quantized"
+        )
+    first = stored[sources[0]]
+    if first.per_tensor:
         return fp8_form(n, k, "tensor")
-    if stored.block == (1, k):
+    if first.block == (1, first.shape[1]):
         return fp8_form(n, k, "channel")
-    return fp8_form(n, k, "block", (stored.block[0], stored.block[1]))
+    return fp8_form(n, k, "block", (first.block[0], first.block[1]))
 
 
 def swap(model: Any, kept: list[KeptLinear | KeptExperts], bias_dtype: str) -> None:
@@ -203,7 +203,7 @@ def swap(model: Any, kept: list[KeptLinear | KeptExperts], bias_dtype: str) -> N
             continue
         parent_name, _, child = k.prefix.rpartition(".")
         parent = model if not parent_name else dict(model.named_sublayers())[parent_name]
-        layer = QuantizedLinear(k.form, bias=k.bias, bias_dtype=bias_dtype)
+        layer = QuantizedLinear(k.form, bias=k.bias, bias_dtype=bias_dtype, split=k.split)
         layer.logical_key = k.logical_key
         setattr(parent, child, layer)
 
