@@ -12,6 +12,8 @@ Run by ``nox -s paddleformers``.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -198,3 +200,36 @@ def test_gpt_oss_mxfp4_experts_are_kept(checkpoints: Checkpoints) -> None:
         if k.endswith(("experts.gate_up_proj", "experts.down_proj"))
     )
     assert parameter_bytes(kept) == parameter_bytes(ref) - 4 * dense + dense // 2 + dense // 32
+
+
+def test_a_failure_in_the_kept_experts_leaves_every_parameter_as_it_was(
+    checkpoints: Checkpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpt-oss's kept experts load in the same call as everything else: a copy of the
+    MXFP4 twin with other norms and a NaN E8M0 scale in the last layer's experts fails
+    (non-finite scales made errors, as users can ask), and no parameter (attention, norms, embeddings, the experts of every layer) has
+    changed, bit for bit."""
+    name = "GptOssForCausalLM"
+    twin = checkpoints.twin(name, "mxfp4")
+    model = flexq.paddleformers.from_pretrained(
+        model_class(name), twin, dtype="float32", keep_quantized=True
+    )
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    bad = tmp_path / "bad"
+    shutil.copytree(twin, bad)
+    with flexq.Checkpoint(twin) as ckpt:
+        norm = ckpt.info("model.layers.0.input_layernorm.weight")
+        scales = ckpt.info("model.layers.1.mlp.experts.down_proj_scales")
+    with (bad / norm.file).open("r+b") as f:
+        f.seek(norm.start)
+        f.write(np.full(norm.nbytes // 2, 0x4000, "<u2").tobytes())  # bf16 2.0: a new norm
+    with (bad / scales.file).open("r+b") as f:
+        f.seek(scales.start + scales.nbytes - 1)
+        f.write(b"\xff")  # E8M0 NaN
+    monkeypatch.setenv("FLEXQ_NONFINITE_SCALES", "error")
+    with pytest.raises(flexq.FlexqError, match=r"down_proj"):
+        flexq.paddleformers.load(model, bad)
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    for k, v in before.items():
+        assert after[k].numpy().tobytes() == v.tobytes(), k

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,16 +128,9 @@ def load(model: Any, path: str | os.PathLike[str], *, progress: bool = False) ->
         )
     aoa = rules(model.config)
     targets = swap.targets(model, _own_heads(model.config, model.sharded_state_dict()))
-    # Kept gpt-oss experts load by their logical names and without AOA (kept_aoa keeps
-    # them only as stored): their own call, after the rest has loaded.
-    alone = {k: targets.pop(k) for k in swap.stacked(model)}
-    report = load_state_dict(targets, path, aoa_config=for_kept(aoa, targets), progress=progress)
-    if not alone:
-        return report
-    more = load_state_dict(alone, path, progress=progress)
-    return replace(
-        report, pieces=report.pieces + more.pieces, bytes_read=report.bytes_read + more.bytes_read
-    )
+    # One call for everything, kept gpt-oss experts included: a failure anywhere leaves
+    # every parameter as it was (the load checks all before its first write).
+    return load_state_dict(targets, path, aoa_config=for_kept(aoa, targets), progress=progress)
 
 
 def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str) -> None:

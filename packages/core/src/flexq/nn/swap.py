@@ -223,12 +223,3 @@ def targets(model: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
             scales = out.pop(f"{prefix}.{stack.scales_name}")
             out[stack.logical_key] = QuantizedTarget(values, scales)
     return out
-
-
-def stacked(model: Any) -> list[str]:
-    """The logical keys of ``model``'s kept stacked experts (:func:`flexq.nn.experts.keep`)."""
-    return [
-        stack.logical_key
-        for _, layer in model.named_sublayers()
-        for stack in getattr(layer, experts.KEPT, {}).values()
-    ]
