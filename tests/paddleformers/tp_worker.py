@@ -2,7 +2,7 @@
 
 For tests/paddleformers/test_parallel.py. ``argv[1]`` is a JSON spec:
 ``{"model": class name, "hybrid": fleet hybrid_configs, "forward": bool, "out": dir,
-"cases": [{"label", "twin", "dequantized", "dtype", "kwargs", "keep"}]}``. For every case,
+"cases": [{"label", "twin", "dequantized", "dtype", "kwargs", "keep", "model"}]}``. For every case,
 in one process: ``flexq.paddleformers.from_pretrained`` of the quantized twin
 with PaddleFormers' own parallel settings (``kwargs``), then PaddleFormers' own
 ``from_pretrained`` of the twin's dequantized copy with the same settings; each
@@ -10,7 +10,8 @@ rank writes ``<label>-rank<r>.npz`` with both models' local parameters (``got/``
 ``ref/``, raw bits), the box every parameter declares (``box/``: offset, local
 shape, global shape) and, when ``forward``, both models' logits (this rank's
 vocabulary shard). A ``keep`` case loads the twin with ``keep_quantized=True`` beside
-flexq's dequantized load of it instead (:func:`kept_case`).
+flexq's dequantized load of it instead (:func:`kept_case`; its ``model`` may differ from
+the spec's, so one launch serves several models).
 
 TEST-ONLY shims, for this worker alone (flexq ships none of them):
 - 3.3.1's reshard communicators call ``.cuda()`` unconditionally, which PaddleFormers'
@@ -86,7 +87,7 @@ def main() -> None:
     rank = dist.get_rank()
     for case in spec["cases"]:
         if case.get("keep"):
-            kept_case(cls, spec, case, rank)
+            kept_case(getattr(pft, case.get("model", spec["model"])), spec, case, rank)
             continue
         lsd._metadata_manager.clear()
         got = flexq.paddleformers.from_pretrained(
@@ -139,8 +140,8 @@ def kept_case(cls: Any, spec: dict[str, Any], case: dict[str, Any], rank: int) -
             split = layer.split
             arrays[f"at/{name}"] = np.array(split.offset if split else (0, 0))
             arrays[f"style/{name}"] = np.array(split.style if split else "")
-    arrays["logits/got"] = logits(got, spec["model"])
-    arrays["logits/ref"] = logits(ref, spec["model"])
+    arrays["logits/got"] = logits(got, cls.__name__)
+    arrays["logits/ref"] = logits(ref, cls.__name__)
     np.savez(out.with_suffix(".npz"), **arrays)
 
 

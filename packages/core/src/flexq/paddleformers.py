@@ -138,7 +138,8 @@ def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str) -> None:
     (under tensor parallelism, holding this rank's shard: :mod:`flexq.nn.parallel`)."""
     ct = compose(checkpoint.path)
     try:
-        kept = swap.plan(model, ct, type(model)._gen_aoa_config(model.config))
+        weights = _own_heads(model.config, model.sharded_state_dict())
+        kept = swap.plan(model, ct, type(model)._gen_aoa_config(model.config), weights)
     finally:
         ct.checkpoint.close()
     swap.swap(model, kept, dtype)

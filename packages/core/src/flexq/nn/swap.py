@@ -85,13 +85,17 @@ class KeptExperts:
 
 
 def plan(
-    model: Any, ct: ComposedTransform, aoa_config: dict[str, Any] | None
+    model: Any,
+    ct: ComposedTransform,
+    aoa_config: dict[str, Any] | None,
+    weights: dict[str, Any] | None = None,
 ) -> list[KeptLinear | KeptExperts]:
     """The linears of ``model`` whose weights the checkpoint quantized, with their forms.
 
+    :param weights: the targets the load will fill (default ``model.sharded_state_dict()``).
     :raises TargetError: on a quantized tensor that cannot be kept (see the module doc).
     """
-    weights = model.sharded_state_dict()
+    weights = model.sharded_state_dict() if weights is None else weights
     # No byte bound: one piece per (logical tensor, target) pair, never cut for staging.
     options = LoadOptions(aoa_config, _UNBOUNDED, False, None, False, {})
     by_target: dict[str, list[Piece]] = defaultdict(list)
