@@ -81,9 +81,10 @@ def from_pretrained(
         checkpoint, PaddleFormers' own quantization must not run on top).
     :param keep_quantized: build each linear the checkpoint quantized as a
         :class:`flexq.nn.QuantizedLinear` holding the checkpoint's own values and scales
-        (FP8 linears, and gpt-oss's MXFP4 experts as :mod:`flexq.nn.experts` keeps
-        them; see :mod:`flexq.nn.swap` for what is refused); ``dtype`` applies to
-        everything else.
+        (FP8 linears, fused ones included, and gpt-oss's MXFP4 experts as
+        :mod:`flexq.nn.experts` keeps them; under ``tensor_model_parallel_size`` each
+        rank's block-aligned shard, :mod:`flexq.nn.parallel`; see :mod:`flexq.nn.swap`
+        for what is refused); ``dtype`` applies to everything else.
     :param progress: a bar of the bytes read on stderr, as PaddleFormers' own loading
         shows one (``False``: none).
     :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
