@@ -4,8 +4,9 @@ One ``paddle.distributed.launch --nproc_per_node 2`` of tp_worker.py (its ``keep
 cases) for every model: Llama, ERNIE-4.5 (fused q, k, v and gate, up) and Phi-3
 (stored-fused qkv_proj / gate_up_proj) from their FP8 16x16-block twins (one tiny
 head a block, as a real model's 128 blocks are one 128-wide head), gpt-oss from its
-MXFP4 twin (kept experts) and Llama from its FP8 128-block twin (one block covers a
-tiny tensor: a per-tensor scale). Pinned here:
+MXFP4 twin (kept experts) and its FP8 twin (kept attention, with biases), and Llama
+from its FP8 128-block twin (one block covers a tiny tensor: a per-tensor scale).
+Pinned here:
 
 - each rank's QuantizedLinear holds its block-aligned shard of the checkpoint's own
   bytes and scale blocks: column-parallel q/k/v/gate/up its rows (Shard on N),
@@ -51,6 +52,9 @@ CASES = {
     "ernie": ("Ernie4_5ForCausalLM", HEAD_BLOCKS),
     "phi3": ("Phi3ForCausalLM", HEAD_BLOCKS),
     "gpt-oss": ("GptOssForCausalLM", "mxfp4"),
+    # attention biases: split with a column-parallel linear, added after the all-reduce
+    # of a row-parallel one
+    "gpt-oss-fp8": ("GptOssForCausalLM", "fp8"),
     "llama-per-tensor": (LLAMA, "fp8"),
     "llama-b32": (LLAMA, "fp8-b32"),  # refused
 }
@@ -110,13 +114,13 @@ def rank_part(
     return rank_slice(full.T, key, box, r, [p // unit for p in parts]).T
 
 
-@pytest.mark.parametrize("label", ["llama", "ernie", "phi3", "llama-per-tensor"])
+@pytest.mark.parametrize("label", ["llama", "ernie", "phi3", "llama-per-tensor", "gpt-oss-fp8"])
 def test_each_rank_holds_its_block_aligned_kept_shard(
     checkpoints: Checkpoints, launched: Path, one_rank: dict[str, Any], label: str
 ) -> None:
     name, fmt = CASES[label]
     single = {n: m for n, m in one_rank[label].named_sublayers() if isinstance(m, QuantizedLinear)}
-    sharded = 0
+    sharded = biased = 0
     for r, got in enumerate(ranks(launched, label)):
         layers = [k.removeprefix("values/") for k in got if k.startswith("values/")]
         assert sorted(layers) == sorted(single), (label, r)
@@ -141,8 +145,15 @@ def test_each_rank_holds_its_block_aligned_kept_shard(
                 np.testing.assert_array_equal(
                     scales, rank_part(grid, key, at, scales.shape, r, parts, b)
                 )
+            if one.bias is not None:
+                # column-parallel: the shard's outputs; row-parallel: whole, added once
+                bias = one.bias.numpy()
+                want_bias = bias[at[0] : at[0] + values.shape[0]] if style == "column" else bias
+                np.testing.assert_array_equal(got[f"bias/{layer}"], want_bias)
+                biased += 1
             sharded += int(values.shape != full.shape)
     assert sharded == 2 * len(single)  # every kept linear is split
+    assert biased == (2 * len(single) if label == "gpt-oss-fp8" else 0)
     if fmt == HEAD_BLOCKS and label == "llama":
         # and those are the checkpoint's own bytes, the one-rank kept model holds
         with flexq.Checkpoint(checkpoints.twin(name, fmt)) as ckpt:

@@ -140,6 +140,8 @@ def kept_case(cls: Any, spec: dict[str, Any], case: dict[str, Any], rank: int) -
             split = layer.split
             arrays[f"at/{name}"] = np.array(split.offset if split else (0, 0))
             arrays[f"style/{name}"] = np.array(split.style if split else "")
+            if layer.bias is not None:
+                arrays[f"bias/{name}"] = layer.bias.numpy()
     arrays["logits/got"] = logits(got, cls.__name__)
     arrays["logits/ref"] = logits(ref, cls.__name__)
     np.savez(out.with_suffix(".npz"), **arrays)
