@@ -10,7 +10,9 @@ keyed by their logical names, and :func:`flexq.nn.rules.for_kept` drops the ``^T
 the statements that move them: a kept weight stays ``[out, in]``, as the checkpoint
 stores it and as ``fp8_gemm_blockwise`` takes it.
 
-gpt-oss's MXFP4 stacked experts are kept too (:mod:`flexq.nn.experts`).
+gpt-oss's MXFP4 stacked experts are kept too (:mod:`flexq.nn.experts`). Under
+tensor parallelism a kept linear takes the place of Paddle's column- or row-parallel
+linear and holds this rank's shard (:mod:`flexq.nn.parallel`).
 
 A linear that a fuse rule lays out from several pieces (PaddleFormers' ``fused_qkv``
 with its head-group interleave, ``fused_ffn``, Phi-3's ``fused_qkv_old``) is kept
