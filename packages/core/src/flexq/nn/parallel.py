@@ -81,7 +81,7 @@ class Split:
         }
         scale = layer.scales
         key = f"{prefix}{layer.scale_name}"
-        if tuple(scale.shape) in ((), (1,)) and form.block == local:
+        if form.per_tensor:
             out[key] = ShardedWeight(
                 key, scale, tuple(scale.shape), tuple(scale.shape), (0,) * len(scale.shape)
             )
