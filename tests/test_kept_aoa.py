@@ -193,3 +193,20 @@ def test_gpt_oss_experts_keyed_by_their_name_load_beside_statements_for_other_te
         flexq.load_state_dict(
             {"experts": renamed}, path, aoa_config={"aoa_statements": [f"{key} -> experts"]}
         )
+
+
+def test_a_plan_takes_the_statements_on_the_way_to_its_targets_scratch_names_included() -> None:
+    """Paddle's chain resolver loops on a fuse into another tensor of its own name when
+    that tensor is not planned (Phi-3's qkv_proj): each plan takes only its own chain."""
+    from flexq.load.kept_aoa import leading_to
+
+    qkv = "model.layers.$LAYER_ID.self_attn.qkv_proj.weight"
+    statements = [
+        "model.norm.weight -> model.norm.weight",
+        f"{qkv} -> {qkv}_kept_tmp",
+        f"{qkv}_kept_tmp -> {qkv}, fused_qkv_old, num_heads=4, num_key_value_groups=2, axis=0",
+        "model.layers.$LAYER_ID.mlp.down_proj.weight^T -> model.layers.$LAYER_ID.mlp.down_proj.weight",
+    ]
+    assert leading_to(statements, ["model.layers.1.self_attn.qkv_proj.weight"]) == statements[1:3]
+    assert leading_to(statements, ["model.layers.0.mlp.down_proj.weight"]) == statements[3:]
+    assert leading_to(statements, ["lm_head.weight"]) == []

@@ -240,6 +240,9 @@ def leading_to(statements: list[str], keys: list[str]) -> list[str]:
     fused_qkv_old``) when that tensor is not among the targets: each plan takes only the
     statements on the way to its own targets."""
     wanted = set(keys)
+    # One search over every wanted name a line, not a match per name: a model has
+    # thousands of keys, its rules a few macro statements.
+    lines = "\n".join(wanted)
     out = []
     for statement in reversed(statements):
         left, arrow, right = statement.partition("->")
@@ -248,12 +251,15 @@ def leading_to(statements: list[str], keys: list[str]) -> list[str]:
             if "=" in item or item in _FUSES:
                 break
             dests.append(item)
-        patterns = [names(d) for d in dests]
+        macros = [d for d in dests if "$" in d]
         if arrow and (
-            any(d in wanted for d in dests) or any(p.fullmatch(w) for p in patterns for w in wanted)
+            any(d in wanted for d in dests)
+            or any(re.search(f"^{names(d).pattern}$", lines, re.MULTILINE) for d in macros)
         ):
             out.append(statement)
-            wanted.update(s.strip().removesuffix("^T") for s in left.split(","))
+            new = {s.strip().removesuffix("^T") for s in left.split(",")} - wanted
+            wanted |= new
+            lines = "\n".join([lines, *new])
     return out[::-1]
 
 
