@@ -198,7 +198,7 @@ def test_gpt_oss_experts_keyed_by_their_name_load_beside_statements_for_other_te
 def test_a_plan_takes_the_statements_on_the_way_to_its_targets_scratch_names_included() -> None:
     """Paddle's chain resolver loops on a fuse into another tensor of its own name when
     that tensor is not planned (Phi-3's qkv_proj): each plan takes only its own chain."""
-    from flexq.load.kept_aoa import leading_to
+    from flexq.load.kept_chains import leading_to
 
     qkv = "model.layers.$LAYER_ID.self_attn.qkv_proj.weight"
     statements = [

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from flexq.load import kept, kept_read
 from flexq.load.agree import compose_on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, NativeEngine, choose
-from flexq.load.kept_aoa import for_ordinary
+from flexq.load.kept_chains import for_ordinary
 from flexq.load.progress import read_progress
 from flexq.load.report import LoadOptions, LoadReport
 from flexq.load.targets import flatten

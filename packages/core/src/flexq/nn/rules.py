@@ -13,7 +13,7 @@ from typing import Any
 
 from flexq.errors import TargetError
 from flexq.load.kept import QuantizedTarget
-from flexq.load.kept_aoa import names
+from flexq.load.kept_chains import names
 
 
 def for_kept(aoa_config: dict[str, Any], state_dict: dict[str, Any]) -> dict[str, Any]:
