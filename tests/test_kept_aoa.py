@@ -98,6 +98,17 @@ def test_transposing_an_fp8_block_weight_transposes_values_and_the_scale_grid(fp
     assert np.array_equal(qt.scales.numpy(), s.T)
 
 
+def test_heads_that_share_a_block_are_checked_together(fp8: Path) -> None:
+    """fused_qkv moves one box a head: q's four 16-row heads share its 32-row blocks two
+    a block, so they are joined and stay kept; the result is the dequantized fuse's."""
+    statements = ["q, k, v -> qkv, fused_qkv, num_heads=4, num_key_value_groups=1, axis=0"]
+    qt, plain = load_both(fp8, statements, "qkv", (128, 64))
+    assert np.array_equal(bits(dequantized(qt)), bits(plain))
+    with Checkpoint(fp8) as ckpt:
+        q, k, v = (ckpt.read(n) for n in "qkv")
+    assert np.array_equal(qt.values.view(paddle.uint8).numpy(), np.concatenate([q, k, v]))
+
+
 def test_a_fused_ffn_shard_gets_its_chunk_of_gate_then_up_reading_only_those_blocks(
     fp8: Path,
 ) -> None:
@@ -182,3 +193,20 @@ def test_gpt_oss_experts_keyed_by_their_name_load_beside_statements_for_other_te
         flexq.load_state_dict(
             {"experts": renamed}, path, aoa_config={"aoa_statements": [f"{key} -> experts"]}
         )
+
+
+def test_a_plan_takes_the_statements_on_the_way_to_its_targets_scratch_names_included() -> None:
+    """Paddle's chain resolver loops on a fuse into another tensor of its own name when
+    that tensor is not planned (Phi-3's qkv_proj): each plan takes only its own chain."""
+    from flexq.load.kept_chains import leading_to
+
+    qkv = "model.layers.$LAYER_ID.self_attn.qkv_proj.weight"
+    statements = [
+        "model.norm.weight -> model.norm.weight",
+        f"{qkv} -> {qkv}_kept_tmp",
+        f"{qkv}_kept_tmp -> {qkv}, fused_qkv_old, num_heads=4, num_key_value_groups=2, axis=0",
+        "model.layers.$LAYER_ID.mlp.down_proj.weight^T -> model.layers.$LAYER_ID.mlp.down_proj.weight",
+    ]
+    assert leading_to(statements, ["model.layers.1.self_attn.qkv_proj.weight"]) == statements[1:3]
+    assert leading_to(statements, ["model.layers.0.mlp.down_proj.weight"]) == statements[3:]
+    assert leading_to(statements, ["lm_head.weight"]) == []

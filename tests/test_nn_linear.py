@@ -225,3 +225,27 @@ def test_a_lazy_layer_is_allocated_and_filled_by_a_kept_load(tmp_path: Any) -> N
     with flexq.Checkpoint(path) as ckpt:
         assert layer.weight.view(paddle.uint8).numpy().tobytes() == ckpt.read(key).tobytes()
         np.testing.assert_array_equal(layer.weight_scale_inv.numpy(), ckpt.read(key + "_scale_inv"))
+
+
+def test_a_shard_of_exactly_one_block_keeps_its_one_block_grid(tmp_path: Any) -> None:
+    """A tensor-parallel rank's shard may be one block (rows 32..64 of a 64 x 32 weight
+    with 32x32 blocks): its scales stay a [1, 1] grid, not a per-tensor [], and the
+    layer computes with the shard's block."""
+    from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+
+    w = np.random.default_rng(5).standard_normal((64, 32)).astype(np.float32)
+    path = save_fp8_checkpoint(tmp_path / "fp8", {"w": w}, layout="block", block_size=(32, 32))
+    form = fp8_form(32, 32, "block", (32, 32))
+    assert form.scales_shape == (1, 1)
+    assert fp8_form(32, 32, "tensor").scales_shape == ()
+    layer = QuantizedLinear(form)
+    qt = flexq.QuantizedTarget(
+        ShardedWeight("w", layer.weight, (32, 32), (64, 32), (32, 0)),
+        ShardedWeight("s", layer.weight_scale_inv, (1, 1), (2, 1), (1, 0)),
+    )
+    flexq.load_state_dict({"w": qt}, path)
+    whole = paddle.zeros([64, 32])
+    flexq.load_state_dict({"w": whole}, path)
+    x = paddle.to_tensor(np.random.default_rng(6).standard_normal((3, 32)).astype(np.float32))
+    want = paddle.nn.functional.linear(x, whole[32:].t())
+    assert np.array_equal(layer(x).numpy(), want.numpy())

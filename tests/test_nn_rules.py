@@ -48,3 +48,51 @@ def test_a_statement_moving_kept_and_ordinary_weights_is_refused() -> None:
     }
     with pytest.raises(TargetError, match="moves kept weights .* and ordinary ones"):
         for_kept(RULES, state)
+
+
+QKV = "model.layers.$LAYER_ID.self_attn.{}_proj.weight"
+FUSE = "num_heads=4, num_key_value_groups=2"
+
+
+def test_a_kept_fuse_loses_every_transpose_and_fuses_along_the_outputs() -> None:
+    """PaddleFormers fuses [in, out] weights along axis 1 (the default); kept [out, in]
+    weights fuse the same outputs along axis 0."""
+    dest = "model.layers.$LAYER_ID.self_attn.qkv_proj.weight"
+    rules = {
+        "aoa_statements": [
+            f"{QKV.format('q')}^T, {QKV.format('k')}^T, {QKV.format('v')}^T -> {dest}, "
+            f"fused_qkv, {FUSE}",
+            "model.layers.$LAYER_ID.mlp.gate_proj.weight^T, "
+            "model.layers.$LAYER_ID.mlp.up_proj.weight^T -> "
+            "model.layers.$LAYER_ID.mlp.up_gate_proj.weight, axis=1, fused_ffn",
+        ]
+    }
+    state = {
+        "model.layers.0.self_attn.qkv_proj.weight": _kept(),
+        "model.layers.0.mlp.up_gate_proj.weight": _kept(),
+    }
+    got = for_kept(rules, state)["aoa_statements"]
+    assert got == [
+        f"{QKV.format('q')}, {QKV.format('k')}, {QKV.format('v')} -> {dest}, fused_qkv, "
+        f"{FUSE}, axis=0",
+        "model.layers.$LAYER_ID.mlp.gate_proj.weight, model.layers.$LAYER_ID.mlp.up_proj.weight "
+        "-> model.layers.$LAYER_ID.mlp.up_gate_proj.weight, fused_ffn, axis=0",
+    ]
+
+
+def test_a_kept_fuse_into_its_own_name_goes_through_a_scratch_name() -> None:
+    """Phi-3's ``qkv_proj.weight^T -> qkv_proj.weight, fused_qkv_old``: AOA refuses X -> X
+    (^T went through Paddle's own X_transpose_tmp), so an identity permute names it apart."""
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    rules = {"aoa_statements": [f"{qkv}^T -> {qkv}, fused_qkv_old, {FUSE}, axis=1"]}
+    got = for_kept(rules, {qkv: _kept()})["aoa_statements"]
+    assert got == [
+        f'{qkv} -> {qkv}_kept_tmp, permute = "[0, 1]"',
+        f"{qkv}_kept_tmp -> {qkv}, fused_qkv_old, {FUSE}, axis=0",
+    ]
+
+
+def test_a_kept_fuse_transposing_some_sources_only_is_refused() -> None:
+    rules = {"aoa_statements": ["a^T, b -> ab, axis=1"]}
+    with pytest.raises(TargetError, match="transposes some of the sources"):
+        for_kept(rules, {"ab": _kept()})

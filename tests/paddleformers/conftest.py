@@ -14,7 +14,8 @@ not install beside paddleformers 1.2.0 (it pins transformers 5.3 and numpy
 quantizes follows the published checkpoints of the model family:
 
 - ``fp8``: every ``*proj.weight`` linear, 128x128 blocks (``weight_scale_inv``,
-  DeepSeek / Qwen3-FP8 layout); gpt-oss: its attention linears;
+  DeepSeek / Qwen3-FP8 layout); gpt-oss: its attention linears; ``fp8-b16`` / ``fp8-b32``
+  the same with 16x16 / 32x32 blocks (for kept fused weights);
 - ``awq``: the same linears, GEMM layout, group 32;
 - ``mxfp4``: gpt-oss's own layout for its experts (``*_blocks`` / ``*_scales``
   over ``[E, out, in]``, logical ``[E, in, out]``; attention and router stay bf16, as openai/gpt-oss
@@ -137,6 +138,10 @@ def save_bf16(name: str, directory: Path, seed: int = 0) -> Path:
 
 
 FORMATS = ["fp8", "awq", "mxfp4"]
+#: FP8 twins ``fp8-b{B}`` with B x B blocks: ``fp8-b16`` has blocks one head (16) wide, as a
+#: real model's 128 blocks are one 128-wide head, so fused qkv / gate_up pieces fall on
+#: block edges; in ``fp8-b32`` one kv head is half a block.
+HEAD_BLOCKS = "fp8-b16"
 #: format name -> the flexq format package that encodes it.
 ENCODER = {"fp8": "fp8", "awq": "int4-awq", "mxfp4": "mxfp4"}
 GPT_OSS_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
@@ -167,7 +172,15 @@ def write_twin(bf16: Path, fmt: str, directory: Path) -> Path:
                 weights[key] = _float32(ckpt, key)
             else:
                 others[key] = flexq.RawTensor(info.dtype, ckpt.read(key))
-        registry.encode(ENCODER[fmt], directory, weights, others)
+        if fmt.startswith("fp8-b"):
+            from flexq_fp8 import save_fp8_checkpoint
+
+            b = int(fmt.removeprefix("fp8-b"))
+            save_fp8_checkpoint(
+                directory, weights, layout="block", block_size=(b, b), others=others
+            )
+        else:
+            registry.encode(ENCODER[fmt], directory, weights, others)
     written = json.loads((directory / "config.json").read_text())
     model_config["quantization_config"] = written["quantization_config"]
     (directory / "config.json").write_text(json.dumps(model_config, indent=2))

@@ -2,14 +2,16 @@
 
 For tests/paddleformers/test_parallel.py. ``argv[1]`` is a JSON spec:
 ``{"model": class name, "hybrid": fleet hybrid_configs, "forward": bool, "out": dir,
-"cases": [{"label", "twin", "dequantized", "dtype", "kwargs"}]}``. For every case,
+"cases": [{"label", "twin", "dequantized", "dtype", "kwargs", "keep", "model"}]}``. For every case,
 in one process: ``flexq.paddleformers.from_pretrained`` of the quantized twin
 with PaddleFormers' own parallel settings (``kwargs``), then PaddleFormers' own
 ``from_pretrained`` of the twin's dequantized copy with the same settings; each
 rank writes ``<label>-rank<r>.npz`` with both models' local parameters (``got/``,
 ``ref/``, raw bits), the box every parameter declares (``box/``: offset, local
 shape, global shape) and, when ``forward``, both models' logits (this rank's
-vocabulary shard).
+vocabulary shard). A ``keep`` case loads the twin with ``keep_quantized=True`` beside
+flexq's dequantized load of it instead (:func:`kept_case`; its ``model`` may differ from
+the spec's, so one launch serves several models).
 
 TEST-ONLY shims, for this worker alone (flexq ships none of them):
 - 3.3.1's reshard communicators call ``.cuda()`` unconditionally, which PaddleFormers'
@@ -84,6 +86,9 @@ def main() -> None:
     cls = getattr(pft, spec["model"])
     rank = dist.get_rank()
     for case in spec["cases"]:
+        if case.get("keep"):
+            kept_case(getattr(pft, case.get("model", spec["model"])), spec, case, rank)
+            continue
         lsd._metadata_manager.clear()
         got = flexq.paddleformers.from_pretrained(
             cls, case["twin"], dtype=case["dtype"], **case["kwargs"]
@@ -102,6 +107,44 @@ def main() -> None:
             arrays["logits/got"] = logits(got, spec["model"])
             arrays["logits/ref"] = logits(ref, spec["model"])
         np.savez(Path(spec["out"]) / f"{case['label']}-rank{rank}.npz", **arrays)
+
+
+def kept_case(cls: Any, spec: dict[str, Any], case: dict[str, Any], rank: int) -> None:
+    """``keep_quantized=True`` with the parallel settings, beside flexq's dequantized load
+    of the same twin: each kept linear's local values (bytes), scales and shard offset,
+    both models' logits; or, when the kept load is refused, its message."""
+    from paddle.distributed.flex_checkpoint.dcp import load_state_dict as lsd
+
+    import flexq
+    import flexq.paddleformers
+    from flexq.nn import QuantizedLinear
+
+    out = Path(spec["out"]) / f"{case['label']}-rank{rank}"
+    lsd._metadata_manager.clear()
+    try:
+        got = flexq.paddleformers.from_pretrained(
+            cls, case["twin"], dtype=case["dtype"], keep_quantized=True, **case["kwargs"]
+        )
+    except flexq.TargetError as exc:
+        out.with_suffix(".refused").write_text(str(exc))
+        return
+    lsd._metadata_manager.clear()
+    ref = flexq.paddleformers.from_pretrained(
+        cls, case["twin"], dtype=case["dtype"], **case["kwargs"]
+    )
+    arrays: dict[str, Any] = {}
+    for name, layer in got.named_sublayers():
+        if isinstance(layer, QuantizedLinear):
+            arrays[f"values/{name}"] = layer.weight.view(paddle.uint8).numpy()
+            arrays[f"scales/{name}"] = layer.scales.numpy()
+            split = layer.split
+            arrays[f"at/{name}"] = np.array(split.offset if split else (0, 0))
+            arrays[f"style/{name}"] = np.array(split.style if split else "")
+            if layer.bias is not None:
+                arrays[f"bias/{name}"] = layer.bias.numpy()
+    arrays["logits/got"] = logits(got, cls.__name__)
+    arrays["logits/ref"] = logits(ref, cls.__name__)
+    np.savez(out.with_suffix(".npz"), **arrays)
 
 
 if __name__ == "__main__":

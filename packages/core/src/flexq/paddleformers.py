@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,9 +81,10 @@ def from_pretrained(
         checkpoint, PaddleFormers' own quantization must not run on top).
     :param keep_quantized: build each linear the checkpoint quantized as a
         :class:`flexq.nn.QuantizedLinear` holding the checkpoint's own values and scales
-        (FP8 linears, and gpt-oss's MXFP4 experts as :mod:`flexq.nn.experts` keeps
-        them; see :mod:`flexq.nn.swap` for what is refused); ``dtype`` applies to
-        everything else.
+        (FP8 linears, fused ones included, and gpt-oss's MXFP4 experts as
+        :mod:`flexq.nn.experts` keeps them; under ``tensor_model_parallel_size`` each
+        rank's block-aligned shard, :mod:`flexq.nn.parallel`; see :mod:`flexq.nn.swap`
+        for what is refused); ``dtype`` applies to everything else.
     :param progress: a bar of the bytes read on stderr, as PaddleFormers' own loading
         shows one (``False``: none).
     :param kw: config overrides and model ``__init__`` arguments, as PaddleFormers takes them.
@@ -106,7 +106,7 @@ def from_pretrained(
     with no_init_weights(_enable=True), paddle.LazyGuard(), dtype_guard(dtype):
         model = cls(config, *(config["init_args"] or ()), **model_kwargs)
     if keep_quantized:
-        _keep_quantized(model, checkpoint, dtype, tp)
+        _keep_quantized(model, checkpoint, dtype)
     load(model, checkpoint.path, progress=progress)
     return model
 
@@ -129,28 +129,18 @@ def load(model: Any, path: str | os.PathLike[str], *, progress: bool = False) ->
         )
     aoa = rules(model.config)
     targets = swap.targets(model, _own_heads(model.config, model.sharded_state_dict()))
-    # Kept gpt-oss experts load by their logical names and without AOA (kept_aoa keeps
-    # them only as stored): their own call, after the rest has loaded.
-    alone = {k: targets.pop(k) for k in swap.stacked(model)}
-    report = load_state_dict(targets, path, aoa_config=for_kept(aoa, targets), progress=progress)
-    if not alone:
-        return report
-    more = load_state_dict(alone, path, progress=progress)
-    return replace(
-        report, pieces=report.pieces + more.pieces, bytes_read=report.bytes_read + more.bytes_read
-    )
+    # One call for everything, kept gpt-oss experts included: a failure anywhere leaves
+    # every parameter as it was (the load checks all before its first write).
+    return load_state_dict(targets, path, aoa_config=for_kept(aoa, targets), progress=progress)
 
 
-def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str, tp: int) -> None:
-    """Swap in a QuantizedLinear for each linear whose weight the checkpoint quantized."""
-    if tp > 1:
-        raise FlexqError(
-            f"keep_quantized with tensor_model_parallel_size={tp}: kept linears are not "
-            "tensor-parallel layers yet; load with tensor_model_parallel_size=1"
-        )
+def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str) -> None:
+    """Swap in a QuantizedLinear for each linear whose weight the checkpoint quantized
+    (under tensor parallelism, holding this rank's shard: :mod:`flexq.nn.parallel`)."""
     ct = compose(checkpoint.path)
     try:
-        kept = swap.plan(model, ct, type(model)._gen_aoa_config(model.config))
+        weights = _own_heads(model.config, model.sharded_state_dict())
+        kept = swap.plan(model, ct, type(model)._gen_aoa_config(model.config), weights)
     finally:
         ct.checkpoint.close()
     swap.swap(model, kept, dtype)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from flexq.load import kept, kept_read
 from flexq.load.agree import compose_on_every_rank, on_every_rank
 from flexq.load.engine import DEFAULT_MAX_INFLIGHT, EngineName, NativeEngine, choose
+from flexq.load.kept_chains import for_ordinary
 from flexq.load.progress import read_progress
 from flexq.load.report import LoadOptions, LoadReport
 from flexq.load.targets import flatten
@@ -138,6 +139,7 @@ def _load_with_kept(
 
     report = LoadReport("kept", 0, 0, 0, 0)
     if rest:
+        options = for_ordinary(options, [p.key for p in pieces], [str(k) for k in rest])
         chosen = choose(engine, ct, rest, options)
         if isinstance(chosen, NativeEngine):
             check_kept()  # Paddle's own loader has no hook before its first write

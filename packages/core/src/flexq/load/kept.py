@@ -206,7 +206,8 @@ def _check_box(key: str, values: Target, box: KeptBox, block: tuple[int, ...]) -
     for d, n in enumerate(box.dst_shape):
         o_s, o_d, s_end, d_end = src_off[d], box.at[d], src_shape[d], values.global_shape[d]
         checks = [(src_block[d], "the checkpoint's block")] if not form.per_tensor else []
-        checks.append((block[d], "the target's block"))
+        if not (form.per_tensor and block == form.shape):  # else one scale: nothing to cut
+            checks.append((block[d], "the target's block"))
         for b, what in checks:
             partial = (o_s + n) % b != 0 or (o_d + n) % b != 0
             if o_s % b or o_d % b or (partial and not (o_s + n == s_end and o_d + n == d_end)):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from flexq.errors import TargetError
+from flexq.load.kept_chains import leading_to, names
 from flexq.load.kept_forms import KeptForm, form_of
 
 if TYPE_CHECKING:
@@ -56,6 +57,11 @@ def boxes(
 ) -> list[KeptBox]:
     """The boxes of kept values that fill ``values`` (this rank's box of target ``key``)."""
     statements = list((options.aoa_config or {}).get("aoa_statements", [])) if options else []
+    statements = leading_to(statements, [key])
+    if statements and options is not None:
+        options = replace(
+            options, aoa_config={**(options.aoa_config or {}), "aoa_statements": statements}
+        )
     if not statements:
         return [KeptBox(form_of(ct, key), values.offset, values.local_shape, values.offset)]
     from flexq.load.aoa import plan_pieces
@@ -136,7 +142,41 @@ def boxes(
         shape = _narrow(tuple(p.src_desc.local_shape), f, where)
         at = _narrow(tuple(p.dst_desc.global_offset), f, where)
         out.append(KeptBox(form, src, shape, at, transposed, said))
+    return _joined(out)
+
+
+def _joined(found: list[KeptBox]) -> list[KeptBox]:
+    """``found`` with each run of boxes that continue one another (one source, contiguous
+    along one axis both in the source and where they land) as one box: a fuse moves one
+    box a head (fused_qkv's ``Q_0, Q_1, ...``), and heads that stay together are checked
+    against the block together, as a 128-row block holding two 64-row heads is."""
+    out: list[KeptBox] = []
+    for box in found:
+        axis = _continued(out[-1], box) if out else None
+        if axis is None:
+            out.append(box)
+            continue
+        shape = list(out[-1].shape)
+        shape[axis] += box.shape[axis]
+        out[-1] = replace(out[-1], shape=tuple(shape))
     return out
+
+
+def _continued(a: KeptBox, b: KeptBox) -> int | None:
+    """The one axis along which ``b`` starts where ``a`` ends, in source and target
+    (boxes of one source and statement, neither transposed)."""
+    if a.transposed or b.transposed or (a.form.key, a.statement) != (b.form.key, b.statement):
+        return None
+    for d in range(len(a.shape)):
+        rest = [e for e in range(len(a.shape)) if e != d]
+        if (
+            all(a.offset[e] == b.offset[e] and a.at[e] == b.at[e] for e in rest)
+            and all(a.shape[e] == b.shape[e] for e in rest)
+            and a.offset[d] + a.shape[d] == b.offset[d]
+            and a.at[d] + a.shape[d] == b.at[d]
+        ):
+            return d
+    return None
 
 
 def _own_form(ct: ComposedTransform, key: str) -> KeptForm | None:
@@ -169,6 +209,13 @@ def _narrow(dims: tuple[int, ...], f: int, where: str) -> tuple[int, ...]:
 def _statement(statements: list[str], key: str, source: str) -> str:
     """The statement that names the source (or the target), for messages; "" when none
     does (the target is its own logical tensor, untouched by the statements)."""
-    return next(
-        (s for s in statements if source in s), next((s for s in statements if key in s), "")
-    )
+
+    def naming(name: str) -> str | None:
+        for s in statements:
+            left, _, right = s.partition("->")
+            said = [t.strip().removesuffix("^T") for t in (*left.split(","), *right.split(","))]
+            if any(t == name or names(t).fullmatch(name) for t in said):
+                return s
+        return None
+
+    return naming(source) or naming(key) or ""

@@ -45,6 +45,9 @@ class KeptForm:
         for MXFP4, ``(1, 16)`` for NVFP4.
     :ivar scale_dtype: FP8 only: float32 scales or E8M0 exponents.
     :ivar producer: NVFP4 only: whose dequant convention the scales follow.
+    :ivar per_tensor: FP8 only: one scale ``[]`` for the tensor (a block form that is
+        one block, such as a tensor-parallel shard of exactly one block, keeps its
+        ``[1, 1]`` grid).
     """
 
     kind: Kind
@@ -53,6 +56,7 @@ class KeptForm:
     block: tuple[int, int]
     scale_dtype: Fp8Scales = "float32"
     producer: Producer = "compressed-tensors"
+    per_tensor: bool = False
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -74,7 +78,7 @@ class KeptForm:
     @property
     def scales_shape(self) -> tuple[int, ...]:
         """``[]`` for one FP8 scale per tensor, else the grid."""
-        if self.kind == "fp8" and self.block == (self.out_features, self.in_features):
+        if self.kind == "fp8" and self.per_tensor:
             return ()
         return self.grid
 
@@ -105,7 +109,8 @@ def fp8_form(
         block = (out_features, in_features)
     elif granularity == "channel":
         block = (1, in_features)
-    return KeptForm("fp8", out_features, in_features, block, scale_dtype)
+    tensor = granularity == "tensor"
+    return KeptForm("fp8", out_features, in_features, block, scale_dtype, per_tensor=tensor)
 
 
 def fp4_form(

@@ -16,12 +16,15 @@ holding the dequantized weight bit for bit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import paddle
 
 from flexq.errors import TargetError
 from flexq.nn.forms import KeptForm, dequantize
+
+if TYPE_CHECKING:
+    from flexq.nn.parallel import Split
 
 #: the one block shape ``fp8_gemm_blockwise`` takes for a weight.
 _KERNEL_BLOCK = (128, 128)
@@ -40,13 +43,22 @@ class QuantizedLinear(paddle.nn.Layer):  # type: ignore[misc]  # paddle ships no
 
     :param form: the kept form (:func:`flexq.nn.forms.fp8_form`, :func:`~flexq.nn.forms.fp4_form`).
     :param bias: whether the layer has a bias.
+    :param split: this rank's tensor-parallel shard (:mod:`flexq.nn.parallel`): ``form``
+        is then the shard's ``[N_local, K_local]``, a column-parallel bias the shard's
+        outputs, and the forward communicates as Paddle's parallel linears do.
     """
 
     def __init__(
-        self, form: KeptForm, *, bias: bool = False, bias_dtype: str | None = None
+        self,
+        form: KeptForm,
+        *,
+        bias: bool = False,
+        bias_dtype: str | None = None,
+        split: Split | None = None,
     ) -> None:
         super().__init__()
         self.form = form
+        self.split = split
         self.in_features = form.in_features
         self.out_features = form.out_features
         self.weight = self._frozen(form.values_shape, form.values_dtype)
@@ -100,12 +112,29 @@ class QuantizedLinear(paddle.nn.Layer):  # type: ignore[misc]  # paddle ships no
                 f"QuantizedLinear({self.in_features} -> {self.out_features}): input has "
                 f"{x.shape[-1]} features"
             )
+        split = self.split
+        # A row-parallel bias is added once, to the sum over the ranks.
+        row = split is not None and split.style == "row"
+        if split is not None:
+            x = split.enter(x)
         if self._kernel_applies(x):
-            return self._fp8_gemm(x)
-        weight = self.dequantized().t()  # [in, out], as paddle.nn.Linear holds it
-        bias = None if self.bias is None else self.bias.astype("float32")
-        y = paddle.nn.functional.linear(x.astype("float32"), weight, bias)
-        return y.astype(x.dtype)
+            y = self._fp8_gemm(x, None if row else self.bias)
+        else:
+            weight = self.dequantized().t()  # [in, out], as paddle.nn.Linear holds it
+            bias = None if self.bias is None or row else self.bias.astype("float32")
+            y = paddle.nn.functional.linear(x.astype("float32"), weight, bias).astype(x.dtype)
+        if split is None:
+            return y
+        y = split.leave(y)
+        return y + self.bias.astype(y.dtype) if row and self.bias is not None else y
+
+    def sharded_state_dict(self, structured_name_prefix: str = "") -> dict[str, Any]:
+        """The parameters as ShardedWeights: a tensor-parallel layer's as boxes of the
+        whole kept weight (:meth:`flexq.nn.parallel.Split.boxes`), as Paddle's parallel
+        linears declare theirs."""
+        if self.split is None:
+            return super().sharded_state_dict(structured_name_prefix)  # type: ignore[no-any-return]
+        return self.split.boxes(self, structured_name_prefix)
 
     def _kernel_applies(self, x: Any) -> bool:
         """Whether ``fp8_gemm_blockwise`` computes this forward (CUDA, FP8 128x128 float32)."""
@@ -120,7 +149,7 @@ class QuantizedLinear(paddle.nn.Layer):  # type: ignore[misc]  # paddle ships no
             and x.dtype in (paddle.bfloat16, paddle.float16)
         )
 
-    def _fp8_gemm(self, x: Any) -> Any:
+    def _fp8_gemm(self, x: Any, bias: Any) -> Any:
         """The CUDA path, laid out as Paddle's own 1x128 x 128x128 test does: the weight
         (128x128 decode scales, ``[N/128, K/128]``) as ``a``, the activations (1x128,
         scales transposed to ``[K/128, M]``) as ``b``, the ``[N, M]`` result transposed.
@@ -141,8 +170,8 @@ class QuantizedLinear(paddle.nn.Layer):  # type: ignore[misc]  # paddle ships no
             is_a_1d_scaled=False,
             is_b_1d_scaled=True,
         ).t()
-        if self.bias is not None:
-            y = y + self.bias.astype(x.dtype)  # the kernel takes no bias
+        if bias is not None:
+            y = y + bias.astype(x.dtype)  # the kernel takes no bias
         return y.reshape([*lead, self.out_features])
 
     def extra_repr(self) -> str:
