@@ -3,9 +3,10 @@
 - :class:`FormatConformance`: subclass it in a format's tests (three class names) and
   pytest runs the checks the core promises of every format (:mod:`.conformance`);
 - :func:`decode_box`, :func:`source_to_paddle`, :func:`local_and_whole`,
-  :func:`check_local_box`: decode one box of a logical tensor as a load does, with numpy
-  or Paddle sources, or beside the slice of the whole tensor with the bytes read, or
-  check a box's plan, read count and bits at once (:mod:`.boxes`);
+  :func:`check_local_box`, :func:`planned_box`: decode one box of a logical tensor as a
+  load does, with numpy or Paddle sources, or beside the slice of the whole tensor with
+  the bytes read, or check a box's plan, read count and bits at once, or its bits and
+  hand back its reads (:mod:`.boxes`);
 - :func:`round_to`, :func:`same_bits`, :func:`same_bfloat16`, :func:`load_script`,
   :func:`helpers`, :func:`fixture_of`, :func:`write_checkpoint`: the oracle's one
   rounding, bit equality (of bfloat16 bits too, NaN payloads aside), a bench script
@@ -19,7 +20,13 @@
 
 from __future__ import annotations
 
-from flexq.testing.boxes import check_local_box, decode_box, local_and_whole, source_to_paddle
+from flexq.testing.boxes import (
+    check_local_box,
+    decode_box,
+    local_and_whole,
+    planned_box,
+    source_to_paddle,
+)
 from flexq.testing.conformance import FormatConformance
 from flexq.testing.oracles import (
     fixture_of,
@@ -41,6 +48,7 @@ __all__ = [
     "helpers",
     "load_script",
     "local_and_whole",
+    "planned_box",
     "round_to",
     "same_bfloat16",
     "same_bits",

@@ -81,6 +81,26 @@ def check_local_box(
     same_bits(got, round_to(whole[box], target.dtype))
 
 
+def planned_box(
+    ct: ComposedTransform, logical_key: str, target: TargetSlice, whole: np.ndarray
+) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """A plan test's check: the box ``target`` decodes, through its owner's plan, to the
+    bits of the float32 ``whole`` tensor's slice rounded once to the target's dtype.
+
+    :return: the plan's source slices (source key -> (offset, shape)), for the test to
+        compare with the reads it expects.
+    """
+    from flexq.testing.oracles import round_to, same_bits
+
+    plan = ct.plan(logical_key, target)
+    got = ct.dequantize(logical_key, ct.read_sources(plan), plan, target.dtype)
+    box = tuple(
+        slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
+    )
+    same_bits(got, round_to(whole[box], target.dtype))
+    return {k: (tuple(o), tuple(sh)) for k, (o, sh) in plan.source_slices.items()}
+
+
 def local_and_whole(
     ct: ComposedTransform, logical_key: str, offset: Sequence[int], shape: Sequence[int]
 ) -> tuple[Any, np.ndarray, int, ReadPlan, dict[str, Any]]:
