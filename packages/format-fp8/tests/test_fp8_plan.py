@@ -137,29 +137,29 @@ def block_ckpt(
     return flexq.compose(tmp_path, formats=["fp8"])
 
 
-def test_shard_smaller_than_a_block_reads_one_scale_block(
-    block_ckpt: flexq.ComposedTransform,
-) -> None:
-    ct = block_ckpt
-    # tensor parallel with 64-row shards over 128-row blocks: rank 1 holds rows 64..127
-    target = TargetSlice((300, 260), (64, 260), (64, 0), "bfloat16")
-    assert planned_box(ct, "w", target, ct.load("w", "float32")) == {
-        "w": ((64, 0), (64, 260)),
-        "w_scale_inv": ((0, 0), (1, 3)),
-    }
+#: a box of the 300x260 weight with 128x128 blocks -> the reads its plan makes.
+BLOCK_BOXES = [
+    pytest.param(
+        # tensor parallel with 64-row shards over 128-row blocks: rank 1 holds rows 64..127
+        TargetSlice((300, 260), (64, 260), (64, 0), "bfloat16"),
+        {"w": ((64, 0), (64, 260)), "w_scale_inv": ((0, 0), (1, 3))},
+        id="shard smaller than a block reads one scale block",
+    ),
+    pytest.param(
+        # rows 100..299 touch blocks 0, 1, 2; columns 250..259 the end of block 1 and
+        # the partial edge block 2 (columns 256..259)
+        TargetSlice((300, 260), (200, 10), (100, 250), "float32"),
+        {"w": ((100, 250), (200, 10)), "w_scale_inv": ((0, 1), (3, 2))},
+        id="box starting and ending inside blocks covers both edge blocks",
+    ),
+]
 
 
-def test_box_starting_and_ending_inside_blocks_covers_both_edge_blocks(
-    block_ckpt: flexq.ComposedTransform,
+@pytest.mark.parametrize(("target", "reads"), BLOCK_BOXES)
+def test_a_box_reads_the_scale_blocks_that_cover_it(
+    block_ckpt: flexq.ComposedTransform, target: TargetSlice, reads: dict[str, Any]
 ) -> None:
-    ct = block_ckpt
-    target = TargetSlice((300, 260), (200, 10), (100, 250), "float32")
-    # rows 100..299 touch blocks 0, 1, 2; columns 250..259 the end of block 1 and
-    # the partial edge block 2 (columns 256..259)
-    assert planned_box(ct, "w", target, ct.load("w", "float32")) == {
-        "w": ((100, 250), (200, 10)),
-        "w_scale_inv": ((0, 1), (3, 2)),
-    }
+    assert planned_box(block_ckpt, "w", target, block_ckpt.load("w", "float32")) == reads
 
 
 def test_force_global_reads_whole_sources(block_ckpt: flexq.ComposedTransform) -> None:

@@ -88,26 +88,39 @@ def test_whole_weight_equals_the_oracle(built: Built, oracle: Any, case: int) ->
     oracle.same_bits(whole, lin.reference())
 
 
-def test_act_order_plan_reads_every_group_row_of_its_columns(built: Built) -> None:
-    ct, whole, _ = built.items[1]  # 4 bits, out 32, in 96, g 32, permuted
-    target = TargetSlice((32, 96), (10, 1), (8, 50), "float32")
-    assert planned_box(ct, "fc.weight", target, whole) == {
-        "fc.qweight": ((6, 8), (1, 10)),
-        "fc.qzeros": ((0, 1), (3, 2)),
-        "fc.scales": ((0, 8), (3, 10)),
-        "fc.g_idx": ((50,), (1,)),
-    }
+#: a case of CASES, a box of its ``fc.weight`` -> the reads its plan makes.
+GIDX_BOXES = [
+    pytest.param(
+        1,  # 4 bits, out 32, in 96, g 32, permuted
+        TargetSlice((32, 96), (10, 1), (8, 50), "float32"),
+        {
+            "fc.qweight": ((6, 8), (1, 10)),
+            "fc.qzeros": ((0, 1), (3, 2)),
+            "fc.scales": ((0, 8), (3, 10)),
+            "fc.g_idx": ((50,), (1,)),
+        },
+        id="act-order reads every group row of its columns",
+    ),
+    pytest.param(
+        0,  # 4 bits, out 24, in 64, g 16, g_idx = i // 16
+        TargetSlice((24, 64), (24, 10), (0, 30), "float32"),
+        {
+            "fc.qweight": ((3, 0), (2, 24)),
+            "fc.qzeros": ((1, 0), (2, 3)),
+            "fc.scales": ((1, 0), (2, 24)),
+            "fc.g_idx": ((30,), (10,)),
+        },
+        id="trivial g_idx reads only the covering groups",
+    ),
+]
 
 
-def test_trivial_g_idx_plan_reads_only_the_covering_groups(built: Built) -> None:
-    ct, whole, _ = built.items[0]  # 4 bits, out 24, in 64, g 16, g_idx = i // 16
-    target = TargetSlice((24, 64), (24, 10), (0, 30), "float32")
-    assert planned_box(ct, "fc.weight", target, whole) == {
-        "fc.qweight": ((3, 0), (2, 24)),
-        "fc.qzeros": ((1, 0), (2, 3)),
-        "fc.scales": ((1, 0), (2, 24)),
-        "fc.g_idx": ((30,), (10,)),
-    }
+@pytest.mark.parametrize(("case", "target", "reads"), GIDX_BOXES)
+def test_a_g_idx_plan_reads_only_the_groups_its_columns_use(
+    built: Built, case: int, target: TargetSlice, reads: dict[str, Any]
+) -> None:
+    ct, whole, _ = built.items[case]
+    assert planned_box(ct, "fc.weight", target, whole) == reads
 
 
 def test_three_bit_row_slice_reads_whole_three_word_units(built: Built) -> None:
