@@ -13,7 +13,7 @@ from flexq.errors import FormatError
 from flexq.formatkit import Analysis, per_checkpoint
 from flexq_format_gguf.checkpoint import GGUFCheckpoint, blocks_view
 from flexq_format_gguf.layout import NATURAL, STACK_AXIS, GGUFLayout, Part
-from flexq_format_gguf.names import STACKED, HFName, architecture, hf_name
+from flexq_format_gguf.names import HFName, architecture, hf_name
 
 if TYPE_CHECKING:
     from flexq import Checkpoint
@@ -47,7 +47,7 @@ def analyze(ckpt: Checkpoint) -> Analysis[GGUFLayout] | None:
 
 
 def _layout(ckpt: GGUFCheckpoint, key: str, parts: dict[int, tuple[str, HFName]]) -> GGUFLayout:
-    count = STACKED.get(key, 1)
+    count = next(iter(parts.values()))[1].of
     names = [parts[i][0] if i in parts else None for i in range(count)]
     if None in names:
         have = ", ".join(repr(n) for n in names if n is not None)
@@ -62,7 +62,7 @@ def _layout(ckpt: GGUFCheckpoint, key: str, parts: dict[int, tuple[str, HFName]]
         )
     shape = list(shapes.pop())
     shape[STACK_AXIS if count > 1 else 0] *= count
-    first = parts[0][1]
+    first = next(iter(parts.values()))[1]
     built = tuple(_part(ckpt, n) for n in names if n is not None)
     types = {p.type.name for p in built}
     dtype = NATURAL.get(types.pop(), "float32") if len(types) == 1 else "float32"

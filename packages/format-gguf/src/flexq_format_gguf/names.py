@@ -93,14 +93,13 @@ MOE_BLOCK = {
     "ffn_down_shexp": "mlp.shared_expert.down_proj",
 }
 #: llama.cpp's merged experts ``blk.N.<part>.weight`` -> (``model.layers.N.<HF name>``
-#: (HF's expert tensors have no ``.weight``), place among the tensors stacked into it).
+#: (HF's expert tensors have no ``.weight``), place among the GGUF tensors stacked along
+#: dimension 1 into it, how many those are).
 EXPERTS = {
-    "ffn_gate_exps": ("mlp.experts.gate_up_proj", 0),
-    "ffn_up_exps": ("mlp.experts.gate_up_proj", 1),
-    "ffn_down_exps": ("mlp.experts.down_proj", 0),
+    "ffn_gate_exps": ("mlp.experts.gate_up_proj", 0, 2),
+    "ffn_up_exps": ("mlp.experts.gate_up_proj", 1, 2),
+    "ffn_down_exps": ("mlp.experts.down_proj", 0, 1),
 }
-#: How many GGUF tensors each stacked expert tensor is made of (along dimension 1).
-STACKED = {"mlp.experts.gate_up_proj": 2}
 #: GGUF vectors HF keeps as one-row matrices (transformers' ``np.expand_dims``).
 ROW_VECTORS = frozenset({"ffn_gate_inp_shexp"})
 _BLOCK_NAME = re.compile(r"blk\.(?P<n>\d+)\.(?P<part>\w+)\.(?P<kind>weight|bias)")
@@ -113,14 +112,15 @@ class HFName:
     """The HF tensor a GGUF tensor is.
 
     :ivar heads: the heads llama.cpp permuted the rows in (None: not permuted).
-    :ivar part: its place among the GGUF tensors stacked along dimension 1 into ``name``
-        (0 for a tensor that is the whole of ``name``).
+    :ivar part: its place among the ``of`` GGUF tensors stacked along dimension 1 into
+        ``name`` (0 of 1 for a tensor that is the whole of ``name``).
     :ivar unsqueeze: leading dimensions of size 1 the HF tensor has and the GGUF one not.
     """
 
     name: str
     heads: int | None = None
     part: int = 0
+    of: int = 1
     unsqueeze: int = 0
 
 
@@ -146,8 +146,8 @@ def hf_name(name: str, arch: str, metadata: dict[str, Any], where: object) -> HF
     block = {**BLOCK, **MOE_BLOCK} if arch in MOE else BLOCK
     experts = EXPERTS if arch in MOE else {}
     if m is not None and m["part"] in experts and m["kind"] == "weight":
-        stacked, part = experts[m["part"]]
-        return HFName(f"model.layers.{m['n']}.{stacked}", part=part)
+        stacked, part, of = experts[m["part"]]
+        return HFName(f"model.layers.{m['n']}.{stacked}", part=part, of=of)
     if m is None or m["part"] not in block:
         raise FormatError(
             f"{where}: GGUF tensor {name!r} has no Hugging Face name for architecture "
