@@ -150,9 +150,9 @@ def check_block_scales(layout: GGUFLayout, sources: Sources) -> None:
             format_name="gguf",
             offset=(*offset[:-1], 0),
             why=(
-                f"(index: {', '.join([*dims, 'block'])}, field {'/'.join(fields)} of its "
-                f"{part.type.name} blocks of {part.type.block}) makes "
-                f"{layout.key!r} non-finite; download or quantize the file again"
+                f"makes {layout.key!r} non-finite (index: {', '.join([*dims, 'block'])}, field "
+                f"{'/'.join(fields)} of its {part.type.name} blocks of {part.type.block}; "
+                "download or quantize the file again)"
             ),
         )
 
