@@ -140,3 +140,23 @@ def test_llama_cpp_moe_files_load_bit_exact_with_transformers_and_keep_the_logit
     a, b = logits(original_model), logits(quantized)
     cosine = float(torch.nn.functional.cosine_similarity(a, b, dim=0))
     assert cosine >= MOE_COSINE[kind], (kind, arch, cosine)
+
+
+def test_llama3_rope_freqs_is_skipped_as_transformers_skips_it(
+    llama_cpp_tree: Path, tmp_path: Path
+) -> None:
+    """llama.cpp writes llama3-style rope scaling as a ``rope_freqs.weight`` tensor;
+    transformers has no parameter for it (it derives the factors from the config) and
+    skips it: flexq's tensors are exactly transformers' all the same."""
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
+    hf = llamacpp.build_hf(tmp_path / "hf", "llama", rope_scaling=rope)
+    f32 = llamacpp.convert(llama_cpp_tree, hf, tmp_path / "f32.gguf")
+    out = llamacpp.quantize(f32, tmp_path / "Q8_0.gguf", "Q8_0")
+    ct = flexq.compose(out)
+    assert ct.checkpoint.derived == ("rope_freqs.weight",)
+    ref = llamacpp.transformers_state_dict(out)
+    ours = {k: ct.load(k, "float32") for k in ct.logical_metadata()}
+    assert set(ours) == set(ref)
+    for key, want in ref.items():
+        np.testing.assert_array_equal(ours[key].view(np.uint32), want.numpy().view(np.uint32))

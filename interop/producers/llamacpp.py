@@ -86,8 +86,9 @@ def vendored_llama_cpp(directory: Path) -> Path:
     return next(directory.glob("*/vendor/llama.cpp"))
 
 
-def build_hf(directory: Path, arch: str) -> Path:
-    """A random tiny HF model of ``arch`` (float32) saved into ``directory``."""
+def build_hf(directory: Path, arch: str, **config: Any) -> Path:
+    """A random tiny HF model of ``arch`` (float32, ``config`` over the tiny defaults)
+    saved into ``directory``."""
     import transformers
 
     torch.manual_seed(0)
@@ -98,7 +99,7 @@ def build_hf(directory: Path, arch: str) -> Path:
     }  # fmt: skip
     if arch == "qwen3":
         common["head_dim"] = 64
-    common.update(_MOE.get(arch, {}))
+    common.update(_MOE.get(arch, {}), **config)
     cls = {**ARCHS, **MOE_ARCHS}[arch]
     config_cls = getattr(transformers, cls.replace("ForCausalLM", "Config"))
     model = getattr(transformers, cls)(config_cls(**common)).float()
