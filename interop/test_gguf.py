@@ -153,7 +153,10 @@ def test_llama3_rope_freqs_is_skipped_as_transformers_skips_it(
     hf = llamacpp.build_hf(tmp_path / "hf", "llama", rope_scaling=rope)
     f32 = llamacpp.convert(llama_cpp_tree, hf, tmp_path / "f32.gguf")
     out = llamacpp.quantize(f32, tmp_path / "Q8_0.gguf", "Q8_0")
+    from flexq_format_gguf.checkpoint import GGUFCheckpoint
+
     ct = flexq.compose(out)
+    assert isinstance(ct.checkpoint, GGUFCheckpoint)
     assert ct.checkpoint.derived == ("rope_freqs.weight",)
     ref = llamacpp.transformers_state_dict(out)
     ours = {k: ct.load(k, "float32") for k in ct.logical_metadata()}
