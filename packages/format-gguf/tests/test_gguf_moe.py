@@ -146,6 +146,13 @@ def test_convert_of_a_moe_gguf_writes_transformers_names_and_its_config(
     same_bits(ct.load(GATE_UP, "float32"), want[GATE_UP])
 
 
+def test_verify_deep_decodes_every_moe_tensor(build: Build) -> None:
+    report = flexq.verify(build("qwen3moe", "Q5_K"), deep=True)
+    assert report.problems == []
+    assert [(s.format, s.tensors) for s in report.summary] == [("gguf", 14)]
+    assert all(row.nonfinite == 0 for row in report.deep)
+
+
 def test_stacked_experts_with_a_half_missing_are_an_error_naming_it(write: Write) -> None:
     gate = np.ones((2, 32, 32), np.float32)
     path = write("m.gguf", "qwen3moe", {"blk.0.ffn_gate_exps.weight": (gate, "F32")})
