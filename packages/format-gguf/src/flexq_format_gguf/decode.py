@@ -49,12 +49,15 @@ def _low_high(packed: np.ndarray, group: int) -> np.ndarray:
 
 def _plane_bits(packed: np.ndarray, shifts: np.ndarray, mask: int) -> np.ndarray:
     """Fields of ``[n, m]`` bytes taken plane by plane: field k of every byte of a
-    32-byte group, k = 0.. (``[n, m * len(shifts)]``), as ggml's K-quants lay them."""
+    32-byte group, k = 0.. (``[n, m * len(shifts)]``), as ggml's K-quants lay them; each
+    plane written into its place from a contiguous copy, as :func:`_low_high` does."""
     n = packed.shape[0]
-    q = packed.reshape(n, -1, 1, 32) >> shifts.reshape(1, 1, -1, 1)
-    q &= mask
-    out: np.ndarray = q.reshape(n, -1)
-    return out
+    grouped = np.ascontiguousarray(packed).reshape(n, -1, 32)
+    out = np.empty((n, grouped.shape[1], len(shifts), 32), np.uint8)
+    for k, shift in enumerate(shifts.tolist()):
+        np.right_shift(grouped, shift, out=out[:, :, k])
+    out &= mask
+    return out.reshape(n, -1)
 
 
 def _high_bit_32(blocks: np.ndarray, at: int) -> np.ndarray:
@@ -134,7 +137,8 @@ def q3_k(blocks: np.ndarray) -> np.ndarray:
     ql = _plane_bits(blocks[:, 32:96], _CRUMBS, 3).reshape(n, 16, 16)
     # A clear mask bit subtracts 4 (ggml stores the complement).
     qh = (_plane_bits(blocks[:, :32], _BITS, 1).reshape(n, 16, 16) ^ 1) << 2
-    q = (ql.astype(np.int8) - qh.astype(np.int8)).astype(_F32)
+    q = ql.astype(_F32)
+    q -= qh  # 0 or 4: exact in float32
     q *= dl
     return q.reshape(n, QK_K)
 
@@ -180,8 +184,9 @@ def q6_k(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     ql = _low_high(blocks[:, :128], 64).reshape(n, -1, 32)
     qh = _plane_bits(blocks[:, 128:192], _CRUMBS, 3).reshape(n, -1, 32)
-    q: np.ndarray = ((ql | (qh << 4)).astype(np.int8) - np.int8(32)).reshape(n, 16, 16)
-    out = q.astype(_F32)
+    ql |= qh << 4
+    out: np.ndarray = ql.reshape(n, 16, 16).astype(_F32)
+    out -= 32
     out *= (_half(blocks, 208) * blocks[:, 192:208].view(np.int8).astype(_F32)).reshape(n, 16, 1)
     return out.reshape(n, QK_K)
 
