@@ -1,9 +1,10 @@
 """llama.cpp as the GGUF producer: its own convert_hf_to_gguf.py and quantizer.
 
-Tiny random HF models (llama, qwen2, qwen3; hidden 256 so the K-quants' 256-element
-super-blocks fit every row) are saved with transformers, converted to an F32 GGUF by
-the ``convert_hf_to_gguf.py`` that llama-cpp-python's sdist vendors (run against
-its vendored gguf-py, in a subprocess), and quantized with
+Tiny random HF models (llama, qwen2, qwen3, and the MoE qwen2moe / qwen3moe; hidden
+256 so the K-quants' 256-element super-blocks fit every row) are saved with
+transformers, converted to an F32 GGUF by the ``convert_hf_to_gguf.py`` that
+llama-cpp-python's sdist vendors (run against its vendored gguf-py, in a subprocess),
+and quantized with
 ``llama_cpp.llama_model_quantize`` to each type. The oracle is transformers' own GGUF
 loading of the same file (``from_pretrained(dir, gguf_file=...)``, which dequantizes
 with gguf-py and undoes llama's Q/K permutation), in float32.
@@ -43,13 +44,22 @@ FTYPES = {
 }
 VOCAB = 256
 ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+#: The MoE architectures (4 experts of 2 used, experts 256 wide, qwen2moe's shared
+#: expert 256 wide too).
+MOE_ARCHS = {"qwen2moe": "Qwen2MoeForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM"}
+_MOE: dict[str, dict[str, Any]] = {
+    "qwen2moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+                 "shared_expert_intermediate_size": 256},
+    "qwen3moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+                 "head_dim": 64},
+}  # fmt: skip
 #: Replaces the converter's set_vocab (see the module doc).
 _CONVERT = """
 import sys
 sys.argv = ["convert_hf_to_gguf.py", *sys.argv[1:]]
 import convert_hf_to_gguf as c
 from conversion.llama import LlamaModel
-from conversion.qwen import Qwen2Model, Qwen3Model
+from conversion.qwen import Qwen2Model, Qwen2MoeModel, Qwen3Model, Qwen3MoeModel
 
 def set_vocab(self):
     n = self.hparams["vocab_size"]
@@ -58,7 +68,7 @@ def set_vocab(self):
     self.gguf_writer.add_token_list([f"t{i}" for i in range(n)])
     self.gguf_writer.add_token_types([1] * n)
 
-for cls in (LlamaModel, Qwen2Model, Qwen3Model):
+for cls in (LlamaModel, Qwen2Model, Qwen3Model, Qwen2MoeModel, Qwen3MoeModel):
     cls.set_vocab = set_vocab
 c.main()
 """
@@ -76,8 +86,9 @@ def vendored_llama_cpp(directory: Path) -> Path:
     return next(directory.glob("*/vendor/llama.cpp"))
 
 
-def build_hf(directory: Path, arch: str) -> Path:
-    """A random tiny HF model of ``arch`` (float32) saved into ``directory``."""
+def build_hf(directory: Path, arch: str, **config: Any) -> Path:
+    """A random tiny HF model of ``arch`` (float32, ``config`` over the tiny defaults)
+    saved into ``directory``."""
     import transformers
 
     torch.manual_seed(0)
@@ -88,8 +99,10 @@ def build_hf(directory: Path, arch: str) -> Path:
     }  # fmt: skip
     if arch == "qwen3":
         common["head_dim"] = 64
-    config_cls = getattr(transformers, ARCHS[arch].replace("ForCausalLM", "Config"))
-    model = getattr(transformers, ARCHS[arch])(config_cls(**common)).float()
+    common.update(_MOE.get(arch, {}), **config)
+    cls = {**ARCHS, **MOE_ARCHS}[arch]
+    config_cls = getattr(transformers, cls.replace("ForCausalLM", "Config"))
+    model = getattr(transformers, cls)(config_cls(**common)).float()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or name.endswith(".bias"):
@@ -121,11 +134,15 @@ def quantize(src: Path, out: Path, kind: str) -> Path:
     return out
 
 
-def transformers_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """transformers' own load of the GGUF file ``path`` (float32)."""
-    from transformers import AutoModelForCausalLM
+def transformers_state_dict(path: Path, config: Path | None = None) -> dict[str, torch.Tensor]:
+    """transformers' own load of the GGUF file ``path`` (float32); with ``config`` (an HF
+    model directory), into a model of that directory's config instead of the one
+    transformers builds from the GGUF metadata (which has no expert sizes: MoE models
+    get the config class's defaults)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    kwargs = {} if config is None else {"config": AutoConfig.from_pretrained(config)}
     model = AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=torch.float32
+        path.parent, gguf_file=path.name, dtype=torch.float32, **kwargs
     )
     return {k: v.detach() for k, v in model.state_dict().items()}

@@ -514,5 +514,22 @@ CASES += [
          retarget=_float16_targets, atomic=True),
 ]  # fmt: skip
 
+# -- issue 28: GGUF block scales are checked before the first write too -------------
+GGUF_B = s.GGUF_KEYS[1]
+#: Q4_K blocks are 144 bytes, d at byte 0 and dmin at byte 2; the linear is [64, 256]: one
+#: block a row.
+Q4_K_BYTES = 144
+
+CASES += [
+    Case("gguf-block-scale-nan", FM, "GGUF Q4_K block scale d is NaN (second linear)", "gguf",
+         ScaleWarning, (s.GGUF_FILE, f"'{GGUF_B}'", "nan", "[5, 0, 0]", "Q4_K", "'gguf'"),
+         _call(s.set_gguf_half, GGUF_B, 5 * Q4_K_BYTES, float("nan")), stage="data",
+         escalate=True),
+    Case("gguf-block-dmin-inf", FM, "GGUF Q4_K block dmin is +inf (second linear, last row)",
+         "gguf", ScaleWarning, (s.GGUF_FILE, f"'{GGUF_B}'", "inf", "[63, 0, 1]", "d/dmin", "'gguf'"),
+         _call(s.set_gguf_half, GGUF_B, 63 * Q4_K_BYTES + 2, float("inf")), stage="data",
+         escalate=True),
+]  # fmt: skip
+
 BY_ID = {c.id: c for c in CASES}
 assert len(BY_ID) == len(CASES), "case ids must be unique"

@@ -36,6 +36,9 @@ GPTQ_PREFIX = "model.k_proj"
 NV_KEYS = ("model.a.weight", "model.b.weight")
 GPTQ_PREFIXES = ("model.k_proj", "model.v_proj")
 FAULTY_KEYS = ("model.x.weight", "model.y.weight")
+#: The GGUF model's file and its two linears (Q8_0, then Q4_K: the catalogue damages the second).
+GGUF_FILE = "model.gguf"
+GGUF_KEYS = ("blk.0.ffn_up.weight", "blk.0.ffn_down.weight")
 
 
 def _rng() -> np.random.Generator:
@@ -118,6 +121,31 @@ def gptq2(path: Path) -> Path:
     return flexq.save_checkpoint(path, tensors, config=config)
 
 
+def gguf_model(path: Path) -> Path:
+    """A llama GGUF model (gguf-py's writer) in ``path``/model.gguf: a Q8_0 linear [64, 256]
+    (gguf-py's quantizer), then a Q4_K linear [64, 256] (random blocks with finite
+    scales: gguf-py has no K-quant quantizer) and an F32 norm."""
+    import gguf
+
+    rng = _rng()
+    path.mkdir(parents=True)
+    w = gguf.GGUFWriter(str(path / GGUF_FILE), "llama")
+    w.add_block_count(1)
+    up = rng.standard_normal((64, 256)).astype(np.float32) * 0.05
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    w.add_tensor(GGUF_KEYS[0], gguf.quants.quantize(up, q8), raw_dtype=q8)
+    blocks = rng.integers(0, 256, (64, 144), dtype=np.uint8)
+    halves = (rng.standard_normal((64, 2)) / 128).astype(np.float16)
+    blocks[:, :4] = halves.view(np.uint8)
+    w.add_tensor(GGUF_KEYS[1], blocks, raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    w.add_tensor("output_norm.weight", np.linspace(0.5, 1.5, 256, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def faulty(path: Path) -> Path:
     """Two tensors of the faulty example format (``.fq`` int8 + ``.fs`` row scales)."""
     rng = _rng()
@@ -131,7 +159,7 @@ def faulty(path: Path) -> Path:
 
 BUILDERS = {"fp8": fp8, "mxfp4": mxfp4, "int4-awq": awq, "gptq": gptq}
 #: Builders only the catalogue uses (the fuzz tests run over :data:`BUILDERS`).
-CATALOGUE_BUILDERS = {**BUILDERS, "nvfp4": nvfp4, "gptq2": gptq2}
+CATALOGUE_BUILDERS = {**BUILDERS, "nvfp4": nvfp4, "gptq2": gptq2, "gguf": gguf_model}
 
 
 # -- whole files ---------------------------------------------------------------
@@ -237,3 +265,14 @@ def set_index_file(ckpt: Path, key: str, name: object) -> None:
     doc = json.loads(index.read_text())
     doc["weight_map"][key] = name
     index.write_text(json.dumps(doc))
+
+
+def set_gguf_half(ckpt: Path, key: str, at: int, value: float) -> None:
+    """Set the float16 at byte ``at`` of GGUF tensor ``key``'s data (a block's scale field)."""
+    import gguf
+
+    file = ckpt / GGUF_FILE
+    (start,) = [int(t.data_offset) for t in gguf.GGUFReader(file).tensors if t.name == key]
+    with open(file, "r+b") as fh:
+        fh.seek(start + at)
+        fh.write(np.float16(value).tobytes())

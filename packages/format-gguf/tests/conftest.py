@@ -72,6 +72,12 @@ def write_gguf(
     if "head_dim" in config:
         w.add_key_length(config["head_dim"])
         w.add_value_length(config["head_dim"])
+    if "num_experts" in config:
+        w.add_expert_count(config["num_experts"])
+        w.add_expert_used_count(config["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(config["moe_intermediate_size"])
+    if "shared_expert_intermediate_size" in config:
+        w.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
     for name, (data, type_name) in tensors.items():
         qtype = gguf.GGMLQuantizationType[type_name]
         if type_name in ("F32", "F16"):
@@ -88,6 +94,13 @@ def write_gguf(
 TINY = {
     "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1,
     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32,
+}  # fmt: skip
+#: The MoE architectures' expert sizes: 3 experts of 2 used, experts narrower than the
+#: dense size (so a config taking one for the other shows), a shared expert for qwen2moe.
+MOE_TINY: dict[str, dict[str, int]] = {
+    "qwen2moe": {"num_experts": 3, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+                 "shared_expert_intermediate_size": 512},
+    "qwen3moe": {"num_experts": 3, "num_experts_per_tok": 2, "moe_intermediate_size": 256},
 }  # fmt: skip
 
 
@@ -115,10 +128,31 @@ def tiny_model(
         "ffn_gate": (f, h), "ffn_up": (f, h), "ffn_down": (h, f),
     }.items():  # fmt: skip
         t[f"blk.0.{part}.weight"] = (random_blocks(rng, weight_type, (rows,), cols), weight_type)
-    if arch == "qwen2":
+    if arch in MOE_TINY:
+        moe = MOE_TINY[arch]
+        e, i = moe["num_experts"], moe["moe_intermediate_size"]
+        for part in ("ffn_gate", "ffn_up", "ffn_down"):
+            del t[f"blk.0.{part}.weight"]
+        t["blk.0.ffn_gate_inp.weight"] = norm(e * h)[0].reshape(e, h), "F32"
+        for part, (rows, cols) in {"ffn_gate_exps": (i, h), "ffn_up_exps": (i, h),
+                                   "ffn_down_exps": (h, i)}.items():  # fmt: skip
+            t[f"blk.0.{part}.weight"] = (
+                random_blocks(rng, weight_type, (e, rows), cols),
+                weight_type,
+            )
+        if "shared_expert_intermediate_size" in moe:
+            s = moe["shared_expert_intermediate_size"]
+            t["blk.0.ffn_gate_inp_shexp.weight"] = norm(h)
+            for part, (rows, cols) in {"ffn_gate_shexp": (s, h), "ffn_up_shexp": (s, h),
+                                       "ffn_down_shexp": (h, s)}.items():  # fmt: skip
+                t[f"blk.0.{part}.weight"] = (
+                    random_blocks(rng, weight_type, (rows,), cols),
+                    weight_type,
+                )
+    if arch in ("qwen2", "qwen2moe"):
         for part, n in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
             t[f"blk.0.{part}.bias"] = norm(n)
-    if arch == "qwen3":
+    if arch in ("qwen3", "qwen3moe"):
         t["blk.0.attn_q_norm.weight"] = norm(hd)
         t["blk.0.attn_k_norm.weight"] = norm(hd)
     return t
@@ -135,7 +169,9 @@ def build(tmp_path: Path) -> Build:
         arch: str, weight_type: str, name: str = "model.gguf", seed: int = 0, split: int = 0
     ) -> Path:
         rng = np.random.default_rng(seed)
-        config = {**TINY, "head_dim": 64} if arch == "qwen3" else TINY
+        config = {**TINY, **MOE_TINY.get(arch, {})}
+        if arch in ("qwen3", "qwen3moe"):
+            config["head_dim"] = 64
         tensors = tiny_model(rng, arch, weight_type, config)
         return write_gguf(tmp_path / name, arch, config, tensors, split)
 

@@ -14,8 +14,9 @@ import pytest
 import flexq
 from flexq.cli.main import main
 from flexq.plan import TargetSlice
-from flexq_format_gguf.checkpoint import GGUFCheckpoint
+from flexq_format_gguf.checkpoint import GGUFCheckpoint, blocks_view
 from flexq_format_gguf.decode import DECODERS
+from flexq_format_gguf.layout import SCALE_FIELDS
 from flexq_format_gguf.names import BLOCK, GLOBAL
 
 Build = Callable[..., Path]
@@ -93,7 +94,10 @@ def test_a_row_band_of_a_permuted_tensor_reads_only_its_heads_blocks(
     plan = ct.plan(key, target)
     sources = ct.read_sources(plan)
     info = ct.checkpoint.info("blk.0.attn_q.weight")
-    assert ct.checkpoint.bytes_read == 128 * info.shape[1]  # two heads of 64 rows
+    # two heads of 64 rows, and the scale fields of their blocks (the checks' few bytes)
+    blocks = ct.checkpoint.info(blocks_view("blk.0.attn_q.weight")).shape[1]
+    scale_bytes = 2 * len(SCALE_FIELDS[weight_type][1]) * blocks
+    assert ct.checkpoint.bytes_read == 128 * (info.shape[1] + scale_bytes)
     same_bits(np.asarray(ct.dequantize(key, sources, plan, "float32")), ref[50:110])
 
 

@@ -63,7 +63,7 @@ def test_a_box_reads_only_its_blocks_and_equals_gguf_py(
 ) -> None:
     from flexq.formatkit import Sources
     from flexq_format_gguf.checkpoint import GGUFCheckpoint
-    from flexq_format_gguf.layout import GGUFLayout, decode_box, local_plan
+    from flexq_format_gguf.layout import GGUFLayout, Part, decode_box, local_plan
 
     path, ref = boxed
     key = f"t.{type_name}"
@@ -75,7 +75,7 @@ def test_a_box_reads_only_its_blocks_and_equals_gguf_py(
         assert isinstance(opened, GGUFCheckpoint)
         ckpt = opened
         t = ckpt.gguf[key]
-        layout = GGUFLayout(t.shape, "float32", (key,), t.type)
+        layout = GGUFLayout(key, t.shape, "float32", (Part(key, t.shape, t.type),))
         target = TargetSlice((6, 512), (r1 - r0, c1 - c0), (r0, c0), "float32")
         plan = local_plan(layout, target)
         offset, shape = plan.source_slices[key]

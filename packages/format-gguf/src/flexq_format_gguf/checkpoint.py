@@ -5,7 +5,11 @@ header entry the core reads by box, exactly as a safetensors tensor: float and
 integer types in their own dtype and numpy shape; a block type as ``U8`` of shape
 ``[..., blocks * bytes_per_block]``, whose rows are whole blocks along the last
 numpy dimension, so a row range or a block-aligned column band of a quantized
-tensor reads only those blocks' bytes. Data is read by the core's reader
+tensor reads only those blocks' bytes. Each block-type tensor also has a blocks view
+(:func:`blocks_view`): the same bytes as ``U8 [..., blocks, bytes_per_block]``, through
+which a plan reads only the scale fields of its blocks for the checks before the first
+write. Tensors transformers derives instead of loading (``rope_freqs``) are left out
+of the inventory (``derived``; ``flexq inspect`` lists them). Data is read by the core's reader
 (``preadv``, counted in ``bytes_read``), headers through a memory map
 (:mod:`flexq_format_gguf.container`); nothing is written anywhere.
 """
@@ -29,6 +33,13 @@ from flexq_format_gguf.container import GGUFHeader, GGUFTensor, read_gguf_header
 SUFFIX = ".gguf"
 #: llama.cpp's split-set names: ``name-00001-of-00003.gguf``.
 SPLIT = re.compile(r"(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+#: What a GGUF tensor's blocks view is called (no GGUF name has an ``@``).
+BLOCKS_VIEW = "{}@blocks"
+
+
+def blocks_view(name: str) -> str:
+    """The key of the blocks view of block-type tensor ``name``."""
+    return BLOCKS_VIEW.format(name)
 
 
 def gguf_files(path: str) -> list[Path] | None:
@@ -99,7 +110,10 @@ class GGUFCheckpoint(Checkpoint):
     """A GGUF model as a checkpoint: ``path`` is its (first) file.
 
     :ivar metadata: the first file's metadata key-values.
-    :ivar gguf: tensor name -> its GGUF entry (ggml type, numpy shape).
+    :ivar gguf: tensor name -> its GGUF entry (ggml type, numpy shape), every tensor of
+        the files.
+    :ivar derived: the GGUF tensors that are no HF tensor
+        (:data:`flexq_format_gguf.names.DERIVED`): not in ``tensors``.
     :ivar config: the HF config.json built from the metadata
         (:func:`flexq_format_gguf.names.hf_config`), {} for an unknown architecture.
     """
@@ -112,6 +126,7 @@ class GGUFCheckpoint(Checkpoint):
         self._quant_file: dict[str, Any] = {}
         self._data: dict[str, DataFile] = {}
         self.gguf: dict[str, GGUFTensor] = {}
+        self.derived: tuple[str, ...] = ()
         self.tensors: dict[str, TensorInfo] = {}
         try:
             for f in files:
@@ -129,8 +144,13 @@ class GGUFCheckpoint(Checkpoint):
         self._local = threading.local()
 
     def stored_dtype(self, key: str) -> str:
-        """The ggml type of tensor ``key`` (``Q4_K``, ``F16``)."""
-        return self.gguf[key].type.name if key in self.gguf else super().stored_dtype(key)
+        """The ggml type of tensor ``key`` (``Q4_K``, ``F16``; ``Q4_K blocks view``)."""
+        if key in self.gguf:
+            return self.gguf[key].type.name
+        name = key.removesuffix(blocks_view(""))
+        if name != key and name in self.gguf:
+            return f"{self.gguf[name].type.name} blocks view"
+        return super().stored_dtype(key)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -138,6 +158,9 @@ class GGUFCheckpoint(Checkpoint):
         the tokenizer's long lists (their lengths instead)."""
         header = self._data_header(self.path.name)
         lines = [f"GGUF v{header.version}, {len(self._data)} file(s), {len(self.gguf)} tensors"]
+        if self.derived:
+            derived = ", ".join(self.derived)
+            lines.append(f"  derived from the config, not loaded (as transformers): {derived}")
         for key, value in self.metadata.items():
             shown = f"[{len(value)} items]" if isinstance(value, list) and len(value) > 8 else value
             lines.append(f"  {key} = {shown}")
@@ -149,17 +172,25 @@ class GGUFCheckpoint(Checkpoint):
         return df.gguf
 
     def _add(self, file: str, header: GGUFHeader) -> None:
+        from flexq_format_gguf.names import DERIVED
+
         for name, t in header.tensors.items():
             if name in self.gguf:
                 raise CheckpointError(f"{self.path}: tensor {name!r} is in two files of the set")
             self.gguf[name] = t
-            shape = (
-                t.shape
-                if t.type.plain
-                else (*t.shape[:-1], t.shape[-1] // t.type.block * t.type.nbytes)
-            )
-            self.tensors[name] = TensorInfo(
-                name, t.type.plain or "U8", shape, file, t.start, t.nbytes
+            if name in DERIVED:
+                self.derived += (name,)
+                continue
+            if t.type.plain:
+                info = TensorInfo(name, t.type.plain, t.shape, file, t.start, t.nbytes)
+                self.tensors[name] = info
+                continue
+            blocks = (*t.shape[:-1], t.shape[-1] // t.type.block)
+            shape = (*blocks[:-1], blocks[-1] * t.type.nbytes)
+            self.tensors[name] = TensorInfo(name, "U8", shape, file, t.start, t.nbytes)
+            view = blocks_view(name)
+            self.tensors[view] = TensorInfo(
+                view, "U8", (*blocks, t.type.nbytes), file, t.start, t.nbytes
             )
 
 

@@ -1,22 +1,36 @@
-"""One GGUF tensor as a logical tensor: its layout, the read plan of a box, its decode.
+"""One HF tensor made of GGUF tensors: its layout, the read plan of a box, its decode.
 
-For the format's plugin. A box of a logical tensor reads the whole blocks covering
-its last-dimension range and, for a tensor whose rows llama.cpp permuted, the whole
-heads covering its row range (the permutation moves rows only within a head); the
-decode dequantizes those bytes in float32, undoes the permutation and cuts the box.
+For the format's plugin. A logical tensor is one GGUF tensor (possibly with leading
+size-1 dimensions HF adds), or several stacked along dimension 1 (transformers'
+``gate_up_proj`` of llama.cpp's ``ffn_gate_exps`` and ``ffn_up_exps``). A box reads,
+of each part it meets, the whole blocks covering its last-dimension range and, for a
+tensor whose rows llama.cpp permuted, the whole heads covering its row range (the
+permutation moves rows only within a head); the decode dequantizes those bytes in
+float32, undoes the permutation and cuts the box.
+
+Every block type's float16 scales (``d``, and ``dmin`` / ``m`` where the type has
+one) are checked before the first write: the plan reads them through the blocks view
+of each part (:func:`flexq_format_gguf.checkpoint.blocks_view`) as a ``checks``
+source, a few bytes per block, and :func:`check_block_scales` warns (or fails under
+``FLEXQ_NONFINITE_SCALES=error``) naming the file, the GGUF tensor, its type and the
+block.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flexq.formatkit import check_scales
 from flexq.plan import ReadPlan, TargetSlice, block_cover
 from flexq_format_gguf.decode import decode_rows
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from flexq.formatkit import Sources
     from flexq_format_gguf.ggml import GGMLType
 
@@ -24,80 +38,178 @@ if TYPE_CHECKING:
 BAND_BYTES = 4 << 20
 #: Natural dtype of each float type (gguf-py dequantizes every other type to float32).
 NATURAL = {"F16": "float16", "BF16": "bfloat16"}
+#: The dimension stacked parts are concatenated along (``[E, 2I, H]`` from two ``[E, I, H]``).
+STACK_AXIS = 1
+#: Byte offset and names of each block type's float16 scale fields (ggml's block_q* structs).
+SCALE_FIELDS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "Q8_0": (0, ("d",)), "Q4_0": (0, ("d",)), "Q4_1": (0, ("d", "m")), "Q5_0": (0, ("d",)),
+    "Q5_1": (0, ("d", "m")), "Q2_K": (80, ("d", "dmin")), "Q3_K": (108, ("d",)),
+    "Q4_K": (0, ("d", "dmin")), "Q5_K": (0, ("d", "dmin")), "Q6_K": (208, ("d",)),
+    "IQ4_NL": (0, ("d",)), "IQ4_XS": (0, ("d",)),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Part:
+    """One GGUF tensor of a logical tensor.
+
+    :ivar shape: its numpy shape.
+    :ivar blocks: the key of its blocks view (block types only), whose scale fields the
+        plan's check reads.
+    """
+
+    source: str
+    shape: tuple[int, ...]
+    type: GGMLType
+    blocks: str | None = None
 
 
 @dataclass(frozen=True)
 class GGUFLayout:
-    """A logical tensor stored as one GGUF tensor.
+    """A logical tensor stored as GGUF tensors.
 
+    :ivar key: its HF name (for messages).
     :ivar shape: the HF (numpy) shape.
+    :ivar parts: its GGUF tensors, stacked along :data:`STACK_AXIS` when more than one.
     :ivar heads: the heads llama.cpp permuted its rows in, or None.
+    :ivar unsqueeze: leading size-1 dimensions of ``shape`` the parts do not have.
     """
 
+    key: str
     shape: tuple[int, ...]
     dtype: str
-    sources: tuple[str]
-    type: GGMLType
+    parts: tuple[Part, ...]
     heads: int | None = None
+    unsqueeze: int = 0
 
     @property
-    def source(self) -> str:
-        return self.sources[0]
+    def sources(self) -> tuple[str, ...]:
+        return tuple(k for p in self.parts for k in (p.source, p.blocks) if k is not None)
+
+
+def _pieces(
+    layout: GGUFLayout, offset: Sequence[int], shape: Sequence[int]
+) -> list[tuple[Part, list[int], list[int], int]]:
+    """Each part's share of the box ``offset`` + ``shape`` (logical coordinates): (part,
+    offset and shape in the part, where along the stack axis it starts in the box)."""
+    offset, shape = list(offset[layout.unsqueeze :]), list(shape[layout.unsqueeze :])
+    if len(layout.parts) == 1:
+        return [(layout.parts[0], offset, shape, 0)]
+    out, start, ax = [], 0, STACK_AXIS
+    for part in layout.parts:
+        n = part.shape[ax]
+        lo, hi = max(offset[ax], start), min(offset[ax] + shape[ax], start + n)
+        o, s = list(offset), list(shape)
+        o[ax], s[ax] = min(max(lo - start, 0), n), max(hi - lo, 0)
+        out.append((part, o, s, max(lo - offset[ax], 0)))
+        start += n
+    return out
 
 
 def local_plan(layout: GGUFLayout, target: TargetSlice) -> ReadPlan:
-    """The source box covering ``target``: whole blocks on the last dimension, whole
-    heads on the first when the rows are permuted."""
-    offset, shape = list(target.global_offset), list(target.local_shape)
-    if layout.heads is not None:
-        if len(layout.shape) == 1:  # a permuted bias: rows and blocks share the dim
-            offset, shape = [0], [layout.shape[0]]
-        else:
-            rows = layout.shape[0] // layout.heads
-            first, count = block_cover(offset[0], shape[0], rows, layout.shape[0])
-            offset[0], shape[0] = first * rows, count * rows
-    t = layout.type
-    first, count = block_cover(offset[-1], shape[-1], t.block, layout.shape[-1])
-    per = 1 if t.plain else t.nbytes  # stored items per block
-    offset[-1], shape[-1] = first * per, count * per
-    return ReadPlan("local", {layout.source: (tuple(offset), tuple(shape))}, target)
+    """The source boxes covering ``target``: whole blocks on the last dimension, whole
+    heads on the first when the rows are permuted; and the scale fields of those blocks."""
+    boxes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for part, offset, shape, _ in _pieces(layout, target.global_offset, target.local_shape):
+        if layout.heads is not None:
+            if len(part.shape) == 1:  # a permuted bias: rows and blocks share the dim
+                offset, shape = [0], [part.shape[0]]
+            else:
+                rows = part.shape[0] // layout.heads
+                first, count = block_cover(offset[0], shape[0], rows, part.shape[0])
+                offset[0], shape[0] = first * rows, count * rows
+        t = part.type
+        first, count = block_cover(offset[-1], shape[-1], t.block, part.shape[-1])
+        if part.blocks is not None:
+            at, fields = SCALE_FIELDS[t.name]
+            lead = (tuple(offset[:-1]), tuple(shape[:-1]))
+            boxes[part.blocks] = ((*lead[0], first, at), (*lead[1], count, 2 * len(fields)))
+        per = 1 if t.plain else t.nbytes  # stored items per block
+        offset[-1], shape[-1] = first * per, count * per
+        boxes[part.source] = (tuple(offset), tuple(shape))
+    checks = tuple(p.blocks for p in layout.parts if p.blocks is not None)
+    check = partial(check_block_scales, layout) if checks else None
+    return ReadPlan("local", boxes, target, checks=checks, check=check)
+
+
+def check_block_scales(layout: GGUFLayout, sources: Sources) -> None:
+    """Warn (or fail, as ``FLEXQ_NONFINITE_SCALES`` says) when a block's float16 scale
+    of ``layout``'s parts is NaN or infinite, naming the file, tensor, type and block."""
+    for part in layout.parts:
+        if part.blocks is None:
+            continue
+        fields = SCALE_FIELDS[part.type.name][1]
+        raw = np.ascontiguousarray(sources[part.blocks])
+        halves = raw.view("<f2").astype(np.float32)
+        offset = sources.offset(part.blocks)
+        dims = ["expert", "row"][max(0, 4 - halves.ndim) :][: halves.ndim - 2]
+        check_scales(
+            halves,
+            scale=sources.checkpoint.info(part.source),
+            logical_key=layout.key,
+            format_name="gguf",
+            offset=(*offset[:-1], 0),
+            why=(
+                f"makes {layout.key!r} non-finite (index: {', '.join([*dims, 'block'])}, field "
+                f"{'/'.join(fields)} of its {part.type.name} blocks of {part.type.block}; "
+                "download or quantize the file again)"
+            ),
+        )
 
 
 def decode_box(layout: GGUFLayout, sources: Sources, out: Any) -> np.ndarray:
     """The float32 box ``sources.target`` of ``layout``, from its planned bytes.
 
-    A 2-D box is decoded in bands of rows (whole heads when permuted) of about
-    :data:`BAND_BYTES` of float32 each, written straight into ``out`` (or a new
-    array): the decode's temporaries stay a band's, not a multiple of the tensor.
+    Each part's share is decoded in bands of rows (whole heads when permuted) of about
+    :data:`BAND_BYTES` of float32 each, written straight into ``out`` (or a new array):
+    the decode's temporaries stay a band's, not a multiple of the tensor.
     """
-    raw = np.asarray(sources[layout.source])
-    start = list(sources.offset(layout.source))
-    t = layout.type
-    if not t.plain:
-        start[-1] = start[-1] // t.nbytes * t.block
     target = sources.target
-    box = [
-        slice(o - s, o - s + n)
-        for o, s, n in zip(target.global_offset, start, target.local_shape, strict=True)
-    ]
     result = np.empty(target.local_shape, np.float32) if out is None else out
+    view = result[(0,) * layout.unsqueeze]
+    for part, offset, shape, at in _pieces(layout, target.global_offset, target.local_shape):
+        if 0 in shape:
+            continue
+        raw = np.asarray(sources[part.source])
+        start = list(sources.offset(part.source))
+        if not part.type.plain:
+            start[-1] = start[-1] // part.type.nbytes * part.type.block
+        box = [slice(o - s, o - s + n) for o, s, n in zip(offset, start, shape, strict=True)]
+        into = view
+        if len(layout.parts) > 1:
+            cut = [slice(None)] * view.ndim
+            cut[STACK_AXIS] = slice(at, at + shape[STACK_AXIS])
+            into = view[tuple(cut)]
+        _decode_part(part, layout.heads, raw, box, into)
+    return result
+
+
+def _decode_part(
+    part: Part, heads: int | None, raw: np.ndarray, box: list[slice], out: np.ndarray
+) -> None:
+    """Fill ``out`` with ``box`` of the float32 values of ``raw`` (one part's planned
+    bytes): a 2-D box in bands of rows, a higher one slab by slab of its first dimension."""
+    t = part.type
+    if raw.ndim > 2:
+        for i, lead in enumerate(range(box[0].start, box[0].stop)):
+            _decode_part(part, heads, raw[lead], box[1:], out[i])
+        return
     if raw.ndim != 2:
         values = _float32(t, raw)
-        if layout.heads is not None:
-            values = unpermute(values, layout.heads)
-        result[...] = values[tuple(box)]
-        return result
-    head = layout.shape[0] // layout.heads if layout.heads is not None else 1
+        if heads is not None:
+            values = unpermute(values, heads)
+        out[...] = values[tuple(box)]
+        return
+    head = part.shape[0] // heads if heads is not None else 1
     width = raw.shape[1] // (1 if t.plain else t.nbytes) * t.block
     band = max(1, BAND_BYTES // (4 * width * head)) * head
     rows, cols = box
     for lo in range(rows.start // band * band, rows.stop, band):
         chunk = _float32(t, raw[lo : lo + band])
-        if layout.heads is not None:
+        if heads is not None:
             chunk = unpermute(chunk, chunk.shape[0] // head)
         a, b = max(lo, rows.start), min(lo + band, rows.stop)
-        result[a - rows.start : b - rows.start] = chunk[a - lo : b - lo, cols]
-    return result
+        out[a - rows.start : b - rows.start] = chunk[a - lo : b - lo, cols]
 
 
 def _float32(t: GGMLType, raw: np.ndarray) -> np.ndarray:
