@@ -41,6 +41,7 @@ HEADING = "## The physical limit: cold and warm loads against the disk and memcp
 CASES = {"1gib": (16, BIG_SIDE), "x1": (BASE_TENSORS, SIDE)}
 COLD = ("read-buffered", "read-direct", "flexq", "flexq-no-readahead")
 WARM = ("flexq", "flexq-no-readahead", "memcpy")
+MB = 1 << 20
 #: the issue's bars
 COLD_BAR, WARM_BAR, DCP_BAR = 1.3, 1.2, 0.15
 
@@ -175,12 +176,14 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         "cores, 8 engineers' jobs running, whose caches the drops evict too): expect "
         "+-20% and more.",
         "",
-        "| series | seconds, median (range) | of the physical limit |",
-        "| --- | ---: | ---: |",
+        "| series | seconds, median (range) | of the physical limit | peak RSS above targets |",
+        "| --- | ---: | ---: | ---: |",
     ]
     for name, s in f["series"].items():
         share = "" if name.startswith("x1 ") else f"{s['seconds']['median'] / lim:.2f}x"
-        lines.append(f"| {name} | {report._range(s['seconds'], 1000)} | {share} |")
+        rss = s.get("peak_extra_rss")
+        peak = "" if rss is None else f"{rss['median'] / MB:.1f} MiB (max {rss['max'] / MB:.1f})"
+        lines.append(f"| {name} | {report._range(s['seconds'], 1000)} | {share} | {peak} |")
     lines += ["", "| goal | target | measured | met |", "| --- | --- | --- | --- |"]
     for g in goals(f).values():
         lines.append(f"| {g['goal']} | {g['target']} | {g['measured']} | {g['met']} |")
