@@ -12,7 +12,9 @@ files), every figure one fresh process (:mod:`bench.fresh`) or one ``dd`` per fi
 - cold, each after a drop of the page cache, in rotating order: ``dd`` of the files
   (``bs=16M``, buffered, and ``iflag=direct``: O_DIRECT, no read-ahead), the default
   load, and the default load with its read-ahead (:mod:`flexq.load.readahead`) switched
-  off (the baseline the read-ahead is measured against, in the same run);
+  off (the baseline the read-ahead is measured against, in the same run); each load also
+  reports the seconds it waited in its reads (``read_wait_s``), the part of a cold load
+  that did not overlap decoding;
 - warm (the files read into the page cache first): the default load, the same without
   read-ahead, and memcpy of the finished values into the same float32 Paddle targets.
 
@@ -59,18 +61,34 @@ def read_files(files: list[Path], direct: bool) -> float:
     return time.perf_counter() - start
 
 
-def child_no_readahead(ckpt: str, n: int, side: int) -> dict[str, Any]:
-    """A default load with the read-ahead window switched off (each piece read when its
-    decode asks for it): what the default did before issue 30, for the same run."""
+def child(ckpt: str, n: int, side: int, read_ahead: bool) -> dict[str, Any]:
+    """A default load (:func:`bench.fresh.child_flexq`), with its read-ahead window switched
+    off unless ``read_ahead`` (each piece then read when its decode asks for it: what the
+    default did before issue 30), and ``read_wait_s``: the seconds the load spent in its
+    source's reads, i.e. waiting for bytes instead of decoding them."""
+    from flexq.load import sources
     from flexq.load.readahead import ReadAhead
 
-    ReadAhead.before = lambda self, index: None  # type: ignore[method-assign]
-    return fresh.child_flexq(ckpt, n, side)
+    if not read_ahead:
+        ReadAhead.before = lambda self, index: None  # type: ignore[method-assign]
+    waited = [0.0]
+    real = sources.DirectSource.boxes
+
+    def timed(self: sources.DirectSource, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            waited[0] += time.perf_counter() - start
+
+    sources.DirectSource.boxes = timed  # type: ignore[method-assign]
+    return {**fresh.child_flexq(ckpt, n, side), "read_wait_s": waited[0]}
 
 
 def _load(kind: str, path: Path, n: int, side: int) -> dict[str, Any]:
-    if kind == "flexq-no-readahead":
-        return fresh.run_module("bench.physical", ["--child", str(path), str(n), str(side)])
+    if kind in ("flexq", "flexq-no-readahead"):
+        switch = "on" if kind == "flexq" else "off"
+        return fresh.run_module("bench.physical", ["--child", switch, str(path), str(n), str(side)])
     return fresh.run_child(kind, path, n, side)
 
 
@@ -176,14 +194,22 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         "cores, 8 engineers' jobs running, whose caches the drops evict too): expect "
         "+-20% and more.",
         "",
-        "| series | seconds, median (range) | of the physical limit | peak RSS above targets |",
-        "| --- | ---: | ---: | ---: |",
+        "Waiting on reads: the seconds a load spent in its source's reads (waiting for "
+        "bytes, not decoding them), median.",
+        "",
+        "| series | seconds, median (range) | of the physical limit | waiting on reads | "
+        "peak RSS above targets |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
     for name, s in f["series"].items():
         share = "" if name.startswith("x1 ") else f"{s['seconds']['median'] / lim:.2f}x"
         rss = s.get("peak_extra_rss")
         peak = "" if rss is None else f"{rss['median'] / MB:.1f} MiB (max {rss['max'] / MB:.1f})"
-        lines.append(f"| {name} | {report._range(s['seconds'], 1000)} | {share} | {peak} |")
+        wait = s.get("read_wait_s")
+        waited = "" if wait is None else _ms(wait["median"])
+        lines.append(
+            f"| {name} | {report._range(s['seconds'], 1000)} | {share} | {waited} | {peak} |"
+        )
     lines += ["", "| goal | target | measured | met |", "| --- | --- | --- | --- |"]
     for g in goals(f).values():
         lines.append(f"| {g['goal']} | {g['target']} | {g['measured']} | {g['met']} |")
@@ -192,8 +218,8 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
-        ckpt, n, side = argv[1], int(argv[2]), int(argv[3])
-        print(json.dumps(child_no_readahead(ckpt, n, side)))
+        switch, ckpt, n, side = argv[1], argv[2], int(argv[3]), int(argv[4])
+        print(json.dumps(child(ckpt, n, side, switch == "on")))
         return 0
     if os.geteuid() != 0:
         print("bench.physical: evicting the page cache needs root", file=sys.stderr)
