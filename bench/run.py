@@ -1,7 +1,8 @@
 """Run every flexq benchmark once and write the results, the chart and docs/performance.md.
 
 Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N]
-[--verify-rounds N] [--kept-rounds N] [scale | verify | formats-memory | kept]``
+[--verify-rounds N] [--kept-rounds N] [--physical-rounds N]
+[scale | verify | formats-memory | kept | physical]``
 (``nox -s bench`` runs it with torch installed for the DCP comparison; without
 torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
 multi-rank scale series (:mod:`bench.scale`) and writes its results and
@@ -15,7 +16,10 @@ keep-quantized series (:mod:`bench.kept_load`, with the PaddleFormers Llama of
 :mod:`bench.kept_pf` where paddleformers is installed: the bench session does not install
 it, so run ``python bench/run.py kept`` with the paddleformers session's interpreter for
 that case) and writes bench/results/<date>-kept.json and the kept section of
-docs/performance.md. The defaults a user gets are
+docs/performance.md; ``physical`` (root: it drops the page cache) runs
+only :mod:`bench.physical`, cold and warm default loads against ``dd`` read time and memcpy,
+and writes bench/results/<date>-physical.json and its section of docs/performance.md (in a
+whole run it fills the main table's physical-limit column). The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
 2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
@@ -47,6 +51,7 @@ from bench import (  # noqa: E402
     hotspots,
     kept_load,
     kept_pf,
+    physical,
     ranks,
     report,
     scale,
@@ -247,6 +252,22 @@ def _formats_memory(date: str) -> None:
         )
 
 
+def _physical(date: str, rounds: int) -> None:
+    """The physical-limit series (:mod:`bench.physical`) in its own scratch directory, its
+    results file and its section of docs/performance.md."""
+    with tempfile.TemporaryDirectory(prefix="flexq-bench-physical-") as tmp_name:
+        figures = physical.measure(Path(tmp_name), rounds, _log)
+    goals = physical.goals(figures)
+    results = {"date": date, "machine": _machine(), "figures": figures, "goals": goals}
+    json_path = report.write_json(results, f"{date}-physical")
+    doc = ROOT / "docs" / "performance.md"
+    rel = str(json_path.relative_to(ROOT))
+    report.replace_section(doc, physical.markdown(figures, rel))
+    _log(f"wrote {rel}, the physical section of {doc.relative_to(ROOT)}")
+    for g in goals.values():
+        _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
+
+
 def _verify(date: str, rounds: int) -> None:
     """flexq verify's cost (:mod:`bench.verify_cost`) in its own scratch directory (a
     1 GiB checkpoint), its results file and the verify section of docs/performance.md."""
@@ -294,9 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         "--verify-rounds", type=int, default=verify_cost.ROUNDS, help="rounds of the verify series"
     )
     parser.add_argument(
+        "--physical-rounds", type=int, default=5, help="rounds of the physical-limit series"
+    )
+    parser.add_argument(
         "only",
         nargs="?",
-        choices=["scale", "verify", "formats-memory", "kept"],
+        choices=["scale", "verify", "formats-memory", "kept", "physical"],
         help="run only this series",
     )
     args = parser.parse_args(argv)
@@ -314,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only == "kept":
         _kept(date, args.kept_rounds)
+        return 0
+    if args.only == "physical":
+        _physical(date, args.physical_rounds)
         return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
@@ -345,12 +372,17 @@ def main(argv: list[str] | None = None) -> int:
         results["ranks"] = ranks.measure(fp8, n, ["direct", "flexcheckpoint"])
         _log("keep-quantized load vs bf16 load, one fresh process each")
         results["kept"] = kept_load.measure(args.kept_rounds, _log)
+        if os.geteuid() == 0:
+            _log("the physical limit: cold and warm loads against dd and memcpy")
+            results["physical"] = physical.measure(tmp / "physical", args.physical_rounds, _log)
         _log("profile")
         prof_txt = ROOT / "bench" / "results" / f"{date}-profile.txt"
         prof_txt.parent.mkdir(parents=True, exist_ok=True)
         results["profile"] = hotspots.profile(fp8, n, 3, prof_txt)
     _scale(date, args.scale_repeats)
     results["goals"] = _goals(results)
+    if "physical" in results:
+        results["goals"] |= physical.goals(results["physical"])
     results["notes"] = _notes(results)
     results["run_seconds"] = time.perf_counter() - started
     json_path = report.write_json(results, date)

@@ -26,7 +26,7 @@ import numpy as np
 
 from flexq.errors import CheckpointError
 from flexq.io.datafile import DataFile
-from flexq.io.dtypes import byte_length, dtype
+from flexq.io.dtypes import DType, byte_length, dtype
 from flexq.io.header import TensorInfo, merge_headers
 from flexq.io.hub import locate
 from flexq.io.pages import PAGE, PageSet
@@ -142,27 +142,33 @@ class Checkpoint:
         :raises CheckpointError: when the box is out of bounds, or the file changed
             (was replaced, rewritten or truncated) since its header was read.
         """
-        info = self.info(key)
-        full = info.shape
-        offset = tuple(offset) if offset is not None else (0,) * len(full)
-        shape = tuple(shape) if shape is not None else tuple(full)
-        box = self._check_box(info, offset, shape)
-        sd = dtype(info.dtype)
-        if (sd.bits * sd.elems_per_item) % 8:
-            # F6 packs elements across byte boundaries: only whole reads are possible.
-            if box != tuple(slice(0, d) for d in full):
-                raise CheckpointError(f"{info.file}: tensor {key!r}: {info.dtype} cannot be sliced")
-            items: tuple[int, ...] = (info.nbytes,)
-            box = (slice(0, info.nbytes),)
-        else:
-            items = self._item_shape(info.shape, sd.elems_per_item)
-            box = self._item_box(box, sd.elems_per_item)
+        info, items, box, sd = self._locate(key, offset, shape)
         out = np.empty([s.stop - s.start for s in box], dtype=sd.numpy)
         if out.nbytes:
             self._read_box(info, items, box, out)
         self.bytes_read += out.nbytes
         self.bytes_read_by_file[info.file] += out.nbytes
         return out
+
+    def prefetch(
+        self,
+        key: str,
+        offset: Sequence[int] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> None:
+        """Have the kernel start fetching the pages a later :meth:`read` of the same box
+        reads, and return at once (nothing is read into this process, nothing counted).
+
+        For the load engine's read-ahead: queued while an earlier piece decodes, a cold
+        read of this box then finds its pages in the page cache or on their way. Exactly
+        the read's own page spans are asked for, never the pages around them.
+
+        :raises CheckpointError: when the box is out of bounds.
+        """
+        info, items, box, sd = self._locate(key, offset, shape)
+        if math.prod(s.stop - s.start for s in box):
+            starts, length = _runs(info.start, items, box, sd.numpy.itemsize)
+            self._data[info.file].prefetch(_span_ranges(starts, starts + length))
 
     def check_files(self, names: Iterable[str] | None = None) -> None:
         """Refuse when a data file (those named, or all) changed since it was opened:
@@ -189,6 +195,25 @@ class Checkpoint:
         self.close()
 
     # -- helpers -------------------------------------------------------------
+    def _locate(
+        self, key: str, offset: Sequence[int] | None, shape: Sequence[int] | None
+    ) -> tuple[TensorInfo, tuple[int, ...], tuple[slice, ...], DType]:
+        """Tensor ``key``'s header entry, its shape in storage items, the box in items and
+        its storage dtype: what a read (or a prefetch) of the box works from."""
+        info = self.info(key)
+        full = info.shape
+        offset = tuple(offset) if offset is not None else (0,) * len(full)
+        shape = tuple(shape) if shape is not None else tuple(full)
+        box = self._check_box(info, offset, shape)
+        sd = dtype(info.dtype)
+        if (sd.bits * sd.elems_per_item) % 8:
+            # F6 packs elements across byte boundaries: only whole reads are possible.
+            if box != tuple(slice(0, d) for d in full):
+                raise CheckpointError(f"{info.file}: tensor {key!r}: {info.dtype} cannot be sliced")
+            return info, (info.nbytes,), (slice(0, info.nbytes),), sd
+        items = self._item_shape(info.shape, sd.elems_per_item)
+        return info, items, self._item_box(box, sd.elems_per_item), sd
+
     def _check_box(
         self, info: TensorInfo, offset: tuple[int, ...], shape: tuple[int, ...]
     ) -> tuple[slice, ...]:
@@ -229,12 +254,9 @@ class Checkpoint:
         starts, length = _runs(info.start, items, box, out.itemsize)
         stops = starts + length
         rows = out.reshape(-1).view(np.uint8).reshape(len(starts), length)
-        # Runs whose gap holds no whole page are one span (the gap's pages are read
-        # anyway); a new span starts where reading the gap would cost a page.
-        cut = np.flatnonzero(starts[1:] // PAGE > (stops[:-1] - 1) // PAGE + 1) + 1
         alone: list[tuple[int, list[memoryview]]] = []
         bands: list[tuple[int, int]] = []
-        spans = list(zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True))
+        spans = _spans(starts, stops)
         for lo, hi in spans:
             while lo < hi:
                 # A band: the runs whose span fits the band buffer (at least one run).
@@ -248,7 +270,7 @@ class Checkpoint:
                 lo = top
         df = self._data[info.file]
         df.check()
-        df.prefetch((int(starts[lo]), int(stops[hi - 1])) for lo, hi in spans)
+        df.prefetch(_span_ranges(starts, stops, spans))
         df.read_spans(alone)
         for lo, hi in bands:
             first, span = int(starts[lo]), int(stops[hi - 1] - starts[lo])
@@ -264,6 +286,24 @@ class Checkpoint:
         if buf is None:
             buf = self._local.band = np.empty(BAND_BYTES, np.uint8)
         return buf
+
+
+def _spans(starts: np.ndarray, stops: np.ndarray) -> list[tuple[int, int]]:
+    """The runs [starts, stops) grouped into spans, as (first, past-last) run indexes.
+
+    Runs whose gap holds no whole page are one span (the gap's pages are read anyway);
+    a new span starts where reading the gap would cost a page.
+    """
+    cut = np.flatnonzero(starts[1:] // PAGE > (stops[:-1] - 1) // PAGE + 1) + 1
+    return list(zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True))
+
+
+def _span_ranges(
+    starts: np.ndarray, stops: np.ndarray, spans: list[tuple[int, int]] | None = None
+) -> list[tuple[int, int]]:
+    """The byte ranges [start, stop) of the spans of runs [starts, stops)."""
+    spans = _spans(starts, stops) if spans is None else spans
+    return [(int(starts[lo]), int(stops[hi - 1])) for lo, hi in spans]
 
 
 def _scatter(band: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> None:

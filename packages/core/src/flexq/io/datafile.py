@@ -7,7 +7,9 @@ or truncated since is a :class:`~flexq.errors.CheckpointError` naming it, never
 the old header's offsets over new bytes. Data is read with ``preadv`` straight
 into the caller's buffers (no memory map: a file truncated during a read is a
 short read and an error, never SIGBUS), and the kernel is told the access is
-random, so it reads the pages asked for and nothing around them.
+random, so it reads the pages asked for and nothing around them; the load's
+read-ahead (:mod:`flexq.load.readahead`) asks for the next pieces' spans early
+(:meth:`DataFile.prefetch`).
 """
 
 from __future__ import annotations

@@ -65,6 +65,10 @@ class Source(Protocol):
         the checks before the first write read them; hold them for the piece's own
         decode, so no box is read twice."""
 
+    def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
+        """``plans[index]``'s boxes (all, or those of ``keys``) will be asked for soon:
+        start fetching them now, holding nothing (a hint; a source may ignore it)."""
+
     def release(self) -> None:
         """A batch is done: let go of what it read."""
 
@@ -136,6 +140,13 @@ class DirectSource(_Opened):
             self._held[index] = held
         return held if keys is None else {k: held[k] for k in keys}
 
+    def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
+        # The kernel fetches the pages into its cache while the caller decodes: this
+        # process holds nothing more, and the later reads are the same spans.
+        slices = self._plans[index].source_slices
+        for k in slices if keys is None else keys:
+            self._ct.checkpoint.prefetch(k, *slices[k])
+
     def release(self) -> None:
         # Reads are copies the caller frees (nothing is mapped): nothing to let go.
         return None
@@ -168,6 +179,9 @@ class FlexCheckpointSource(_Opened):
         fetched, have = self._fetched[index], self._plans[index].source_slices
         wanted = plan.source_slices if keys is None else keys
         return host_to_numpy({k: _crop(fetched[k], have[k], plan.source_slices[k]) for k in wanted})
+
+    def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
+        return None  # every box was fetched when the source opened
 
     def release(self) -> None:
         return None

@@ -6,6 +6,8 @@ decodes straight into it where the box allows; otherwise one copy, AOA's
 transposes as numpy views); device targets and other dtypes through Paddle
 3.3.1's ``assign_sharded_slice``, which also applies AOA's transposes.
 
+While a piece decodes, the pieces after it are being read from disk
+(:mod:`flexq.load.readahead`, into the kernel's page cache, not this process).
 By default each piece is written as soon as it is decoded and its file pages
 are let go right after, so memory above the targets stays near one piece (the
 check before the first write decodes only the first rows of each format's
@@ -26,7 +28,9 @@ import numpy as np
 
 from flexq.interrupts import uninterrupted
 from flexq.io.dtypes import FLOAT_DTYPES
+from flexq.load.readahead import ReadAhead
 from flexq.load.report import LoadReport
+from flexq.load.sources import planned_bytes
 from flexq.numerics.arrays import host_view
 
 if TYPE_CHECKING:
@@ -47,6 +51,12 @@ def fill(
     restored when ``options.atomic`` (and stay written otherwise)."""
     batches = list(_batches(pieces, options.max_inflight_bytes))
     source = source_type(ct, [p.plan for p in pieces], options)
+    # The checks read every piece's scales: all queued at once (they are held until the
+    # piece is written anyway), then the first pieces' weights, read while the checks run.
+    for i, p in enumerate(pieces):
+        source.prefetch(i, p.plan.checked)
+    ahead = ReadAhead(source, [planned_bytes(ct.checkpoint, [p.plan]) for p in pieces])
+    ahead.before(0)
     for i, p in enumerate(pieces):
         # What scales can reveal fails here, before the first write: only the failures
         # decoding itself finds need the undo copies of ``atomic``. A format that cannot
@@ -85,6 +95,7 @@ def fill(
                 work = None
                 if view is not None and p.target.dtype != "float32":
                     work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
+                ahead.before(i)  # the next pieces are read from disk while this one decodes
                 value = _decode(
                     ct, source, i, p, p.plan, p.target.dtype, into, work, host=view is not None
                 )

@@ -1,0 +1,56 @@
+"""Reading ahead of the decode: the next pieces' file pages fetched while one decodes.
+
+For :func:`flexq.load.write.fill`. Read piece by piece, a cold load alternates: the
+disk works while piece k is read (the cores wait), the cores while it is decoded (the
+disk waits), so it takes the read time plus the decode time. Before a piece is read,
+the pieces after it, up to :data:`READ_AHEAD_BYTES` of source bytes with the piece
+itself (and at least the next piece), are handed to the source's ``prefetch``: for the
+direct source ``POSIX_FADV_WILLNEED`` over exactly the page spans their reads will
+read, so the kernel fetches them, many requests at once, while piece k decodes, and
+the reads then copy from the page cache. The window lives in the kernel's page cache,
+never in the process: memory above the targets stays near one piece.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from flexq.load.sources import Source
+
+#: Source bytes queued ahead of the reads, the piece being read included: enough to keep
+#: a disk's queue full while a piece decodes (NVMe and virtio disks reach their rate with
+#: a few MiB in flight), small enough that nothing queued is evicted before it is read.
+READ_AHEAD_BYTES = 64 << 20
+
+
+class ReadAhead:
+    """The read-ahead window of one load over ``source``'s pieces, in the order they
+    are read; ``sizes[i]`` is piece ``i``'s source bytes."""
+
+    def __init__(self, source: Source, sizes: Sequence[int], budget: int | None = None) -> None:
+        self._source = source
+        self._sizes = sizes
+        self._budget = READ_AHEAD_BYTES if budget is None else budget
+        #: pieces [first, queued) are queued and not yet read; ``ahead`` their bytes.
+        self._first = 0
+        self._queued = 0
+        self._ahead = 0
+
+    def before(self, index: int) -> None:
+        """Piece ``index`` is about to be read: the pieces before it are done; queue it
+        and the pieces after it that fit the window."""
+        while self._first < min(index, self._queued):
+            self._ahead -= self._sizes[self._first]
+            self._first += 1
+        if self._queued <= index:  # nothing queued is still ahead (a skipped stretch)
+            self._first = self._queued = index
+            self._ahead = 0
+        while self._queued < len(self._sizes) and (
+            self._queued <= index + 1 or self._ahead + self._sizes[self._queued] <= self._budget
+        ):
+            self._source.prefetch(self._queued)
+            self._ahead += self._sizes[self._queued]
+            self._queued += 1

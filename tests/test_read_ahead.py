@@ -1,0 +1,200 @@
+"""A default load reads ahead of its decode: while piece k decodes, the kernel is already
+fetching the pages of the pieces after it (``POSIX_FADV_WILLNEED`` over exactly the spans
+their reads read), within a bounded window, and nothing of it lands in the process.
+
+The cold-cache figures this buys are the bench's (``nox -s bench -- physical``): tests
+may not drop the page cache, so they pin the order and the bounds of the requests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paddle
+import pytest
+
+import flexq
+from flexq.errors import CheckpointError
+from flexq.load import readahead
+from flexq_fp8 import save_fp8_checkpoint
+
+from .conftest import LINEARS, weights
+
+Event = tuple[str, Any]
+
+
+@pytest.fixture
+def fp8_path(tmp_path: Path) -> Path:
+    return save_fp8_checkpoint(tmp_path / "fp8", weights(), layout="block", block_size=(32, 32))
+
+
+def record_advice(monkeypatch: pytest.MonkeyPatch, events: list[Event]) -> None:
+    """Append ("willneed", (file, start, stop)) for every WILLNEED the reader gives (the
+    real call still made) and ("read", (file, start, stop)) for every ``preadv``."""
+    real_advise, real_preadv = os.posix_fadvise, os.preadv
+
+    def name(fd: int) -> str:
+        return Path(os.readlink(f"/proc/self/fd/{fd}")).name
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_WILLNEED:
+            events.append(("willneed", (name(fd), offset, offset + length)))
+        real_advise(fd, offset, length, advice)
+
+    def preadv(fd: int, buffers: list[memoryview], offset: int) -> int:
+        got = real_preadv(fd, buffers, offset)
+        events.append(("read", (name(fd), offset, offset + got)))
+        return got
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    monkeypatch.setattr(os, "preadv", preadv)
+
+
+def covered(events: list[Event], file: str, start: int, stop: int) -> bool:
+    """Whether the WILLNEED requests among ``events`` cover [start, stop) of ``file``."""
+    asked = sorted((a, b) for f, a, b in ranges(events, "willneed") if f == file)
+    at = start
+    for a, b in asked:
+        if a <= at < b:
+            at = b
+    return at >= stop
+
+
+def overlapped(events: list[Event], file: str, start: int, stop: int) -> bool:
+    """Whether any WILLNEED request among ``events`` touches [start, stop) of ``file``."""
+    return any(f == file and a < stop and start < b for f, a, b in ranges(events, "willneed"))
+
+
+def ranges(events: list[Event], kind: str) -> list[tuple[str, int, int]]:
+    """The (file, start, stop) of the ``kind`` events ("willneed" or "read")."""
+    return [r for k, r in events if k == kind]
+
+
+def load_recorded(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Event], list[str]]:
+    """A default load's events, and the keys its pieces were written in (last applies)."""
+    events: list[Event] = []
+    record_advice(monkeypatch, events)
+    real = flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
+    impl = next(i for i in real if i.plugin_name == "fp8")
+    function = impl.function
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        key = (dict(zip(impl.argnames, args, strict=False)) | kwargs)["logical_key"]
+        events.append(("apply", key))
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(impl, "function", marked)
+    sd = {k: paddle.full(list(s), 7.0) for k, s in LINEARS.items()}
+    report = flexq.load_state_dict(sd, path)
+    done = len(events)  # what the load did; the checks below are not its
+    ct = flexq.compose(path)
+    for key, t in sd.items():
+        np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)
+    del events[done:]
+    return events, [key for kind, key in events if kind == "apply"][-report.pieces :]
+
+
+def weight_range(path: Path, key: str) -> tuple[str, int, int]:
+    with flexq.Checkpoint(path) as ck:
+        info = ck.info(key)
+        return info.file, info.start, info.start + info.nbytes
+
+
+def test_the_next_piece_is_queued_before_this_one_decodes(
+    fp8_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events, order = load_recorded(fp8_path, monkeypatch)
+    assert sorted(order) == sorted(LINEARS)
+    applied = [i for i, (kind, _) in enumerate(events) if kind == "apply"][-len(order) :]
+    for k in range(len(order) - 1):
+        # Everything the next piece's weight read reads was asked for before this decode.
+        assert covered(events[: applied[k]], *weight_range(fp8_path, order[k + 1])), order[k]
+    # Every read was asked for first (its own request at the latest): no read waits on a
+    # page the kernel was not already fetching, and no request is wider than the reads.
+    reads, asked = ranges(events, "read"), ranges(events, "willneed")
+    assert reads
+    for i, (kind, r) in enumerate(events):
+        if kind == "read":
+            assert covered(events[:i], *r), r
+    read_pages = {(f, p) for f, a, b in reads for p in range(a // 4096, (b - 1) // 4096 + 1)}
+    asked_pages = {(f, p) for f, a, b in asked for p in range(a // 4096, (b - 1) // 4096 + 1)}
+    assert asked_pages == read_pages
+
+
+def test_the_window_stops_at_its_budget(fp8_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A budget below one piece: the piece being read and the next one, nothing further.
+    monkeypatch.setattr(readahead, "READ_AHEAD_BYTES", 1)
+    events, order = load_recorded(fp8_path, monkeypatch)
+    applied = [i for i, (kind, _) in enumerate(events) if kind == "apply"][-len(order) :]
+    # The check before the first write reads (and decodes) the smallest piece on its own.
+    probed = {key for kind, key in events[: applied[0]] if kind == "apply"}
+    assert len(probed) == 1
+    for k in range(len(order) - 2):
+        before = events[: applied[k]]
+        assert covered(before, *weight_range(fp8_path, order[k + 1])), order[k]
+        if order[k + 2] not in probed:
+            assert not overlapped(before, *weight_range(fp8_path, order[k + 2])), order[k]
+
+
+def test_a_prefetch_asks_for_the_spans_a_read_reads_and_reads_nothing(
+    fp8_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "model.layers.0.mlp.down_proj.weight"  # 64 x 96 bytes: 64 runs of a column slice
+    with flexq.Checkpoint(fp8_path) as ck:
+        events: list[Event] = []
+        record_advice(monkeypatch, events)
+        ck.prefetch(key, (0, 32), (64, 48))
+        assert (ck.bytes_read, ck.pages_read_bytes) == (0, 0)
+        assert [kind for kind, _ in events] == ["willneed"]
+        asked = list(events)
+        events.clear()
+        got = ck.read(key, (0, 32), (64, 48))
+        info = ck.info(key)
+        np.testing.assert_array_equal(
+            got,
+            np.frombuffer(
+                Path(fp8_path / info.file).read_bytes(), np.uint8, info.nbytes, info.start
+            ).reshape(64, 96)[:, 32:80],
+        )
+        # The read's own request is the same span, and it reads within it.
+        assert [e for e in events if e[0] == "willneed"] == asked
+        (_, (f, lo, hi)) = asked[0]
+        assert all(f == rf and lo <= a and b <= hi for rf, a, b in ranges(events, "read"))
+
+
+def test_a_prefetch_out_of_bounds_is_an_error_naming_file_and_tensor(fp8_path: Path) -> None:
+    key = "model.layers.0.mlp.down_proj.weight"
+    with flexq.Checkpoint(fp8_path) as ck:
+        info = ck.info(key)
+        with pytest.raises(CheckpointError, match=rf"{info.file}.*{key}.*out of bounds"):
+            ck.prefetch(key, (0, 64), (64, 48))
+
+
+class Queued:
+    """A source that records which pieces it was asked to prefetch (the window's arithmetic
+    alone; the loads above show the real source honours it)."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def prefetch(self, index: int, keys: Any = None) -> None:
+        self.asked.append(index)
+
+
+def test_the_window_slides_by_bytes_and_always_holds_the_next_piece() -> None:
+    src = Queued()
+    ahead = readahead.ReadAhead(src, [10, 10, 30, 10, 10, 10], budget=25)  # type: ignore[arg-type]
+    ahead.before(0)
+    assert src.asked == [0, 1]  # 0 and 1 fit (20); 2 would make 50
+    ahead.before(1)
+    assert src.asked == [0, 1, 2]  # the next piece whatever its size
+    ahead.before(2)
+    assert src.asked == [0, 1, 2, 3]  # 2 and 3 are 40: over the budget, yet 3 is next
+    ahead.before(3)
+    assert src.asked == [0, 1, 2, 3, 4]  # 3 and 4 are 20; 5 would make 30
+    ahead.before(4)
+    assert src.asked == [0, 1, 2, 3, 4, 5]  # 4 and 5: 20
+    ahead.before(5)
+    assert src.asked == [0, 1, 2, 3, 4, 5]  # nothing is asked for twice
