@@ -65,10 +65,12 @@ def paddleformers(session: nox.Session) -> None:
     Installs ``paddleformers==1.2.0`` beside the workspace (its dependency
     fast_dataindex pins numpy 1.26.4, whose DLPack imports are read-only) and
     runs tests/paddleformers: tiny models of every supported class, their FP8 /
-    AWQ / MXFP4 twins, bf16 and float32. (``tests-1.26.4`` runs the rest of the
-    suite under that numpy.)
+    AWQ / MXFP4 twins, bf16 and float32, and GGUF files quantized by llama.cpp
+    (:func:`install_llama_cpp`). (``tests-1.26.4`` runs the rest of the suite under that
+    numpy.)
     """
     install_workspace(session, "test", pins=("paddleformers==1.2.0",))
+    install_llama_cpp(session)
     session.run(
         "python", "-c", "import numpy; assert numpy.__version__ == '1.26.4', numpy.__version__"
     )
@@ -197,6 +199,16 @@ PRODUCERS = [
 ]
 #: GGUF's producer (llama.cpp, vendored); sdist only: pip builds it with cmake + ninja.
 LLAMA_CPP = "llama-cpp-python==0.3.36"
+
+
+def install_llama_cpp(session: nox.Session) -> None:
+    """llama.cpp's python binding (its quantizer makes GGUF files), built from the sdist
+    for any CPU on first use; pip's wheel cache serves every later install."""
+    session.run(
+        "python", "-m", "pip", "install", LLAMA_CPP, env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}
+    )
+
+
 #: Their own pins would downgrade torch / transformers, and nothing they add is needed.
 PRODUCERS_NO_DEPS = ["autoawq==0.2.9", "bitsandbytes==0.50.2"]
 
@@ -213,7 +225,7 @@ def interop(session: nox.Session) -> None:
     session.run(*pip, "--no-deps", *PRODUCERS_NO_DEPS)
     # llama.cpp for the GGUF files: built from the sdist (CPU; pip caches the wheel), and
     # the sdist itself, whose vendored convert_hf_to_gguf.py and gguf-py convert models.
-    session.run(*pip, LLAMA_CPP, env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
+    install_llama_cpp(session)
     sdists = Path(session.cache_dir) / "sdists"
     session.run("python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                 "-d", str(sdists), LLAMA_CPP)  # fmt: skip
