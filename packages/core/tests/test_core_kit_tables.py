@@ -124,6 +124,36 @@ def test_unpack_into_equals_the_kits_shift_unpack_and_paddles(
         np.testing.assert_array_equal(out, device - np.float32(minus))
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(0, 5),
+    units=st.integers(0, 4),
+    minus=st.sampled_from([0.0, 4.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_unpack_into_reads_3_bit_streams_across_word_boundaries(
+    rows: int, units: int, minus: float, seed: int
+) -> None:
+    # The reference: each code's bits read one by one from the row's bit stream
+    # (code j at stream bits 3j..3j+2, word w holding stream bits 32w..32w+31).
+    rng = np.random.default_rng(seed)
+    words = rng.integers(-(2**31), 2**31, (rows, 3 * units), dtype=np.int64).astype(np.int32)
+    stream = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little").astype(np.int64)
+    want = stream.reshape(rows, 32 * units, 3) @ np.array([1, 2, 4]) - minus
+    out = np.empty((rows, 32 * units), np.float32)
+    unpack_into(words, 3, out, minus)
+    np.testing.assert_array_equal(out, want.astype(np.float32))
+    # and the encoders' packer inverts it
+    codes = rng.integers(0, 8, (rows, 32 * units))
+    unpack_into(pack_words(codes, 3, axis=1), 3, out)
+    np.testing.assert_array_equal(out, codes.astype(np.float32))
+
+
+def test_unpack_into_refuses_3_bit_rows_that_are_not_whole_units() -> None:
+    with pytest.raises(ValueError, match="groups of 3 bytes"):
+        unpack_into(np.zeros((1, 2), np.int32), 3, np.empty((1, 21), np.float32))
+
+
 def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     assert to_numpy(x) is x

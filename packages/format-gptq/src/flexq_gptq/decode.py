@@ -34,12 +34,13 @@ from flexq.formatkit import (
     Sources,
     for_row_runs,
     ops_for,
+    row_runs,
     to_numpy,
+    transposed_words,
     unpack_into,
 )
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
-from flexq_gptq.packing import Packing
 
 if TYPE_CHECKING:
     from flexq_gptq.layout import GptqLinear
@@ -137,25 +138,6 @@ def dequantize(linear: GptqLinear, sources: Sources, out: Any = None) -> Any:
         return ops.transpose(wt)
 
 
-_THREE_BIT_FIELDS = Packing(3).fields()
-
-
-def _unpack_rows_into(words_t: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """Codes of transposed qweight words [rows, W] (uint32) into ``out`` [rows, W*32/bits]."""
-    if bits == 3:
-        units = words_t.reshape(words_t.shape[0], -1, 3)
-        fields = out.reshape(units.shape[0], units.shape[1], 32)
-        code = np.empty(units.shape[:2], np.uint32)
-        for k, (word, shift, low) in enumerate(_THREE_BIT_FIELDS):
-            np.right_shift(units[:, :, word], np.uint32(shift), out=code)
-            if low < 3:
-                code |= units[:, :, word + 1] << np.uint32(low)
-            code &= np.uint32(7)
-            fields[:, :, k] = code
-        return
-    unpack_into(words_t, bits, out)  # little-endian: stream order, byte by byte
-
-
 def _banded(
     words: np.ndarray,
     z: np.ndarray,
@@ -182,23 +164,31 @@ def _banded(
     ng = zt.shape[1]
     g = ni // ng if ng and ni % ng == 0 else 0
     grouped = g > 0 and np.array_equal(rows, np.arange(ni) // g)
+    if not grouped:
+        # Act-order (or partial groups): each code is looked up in its row's table of
+        # (c - z) * s over every group and code c, at index base + c; base depends only
+        # on the row within a band and the column's group, so it is built once.
+        levels = np.arange(1 << bits, dtype=np.float32)
+        most = max((len(r) for r in row_runs(no, ni)), default=0)
+        base = (np.arange(most, dtype=np.int32)[:, None] * ng + rows.astype(np.int32)) << bits
 
     def work(runs: Sequence[range]) -> None:
         for run in runs:
             band = slice(run.start, run.stop)
             values = result[band]
             # Each band transposes its own words: small, in cache, on its thread.
-            _unpack_rows_into(np.ascontiguousarray(src[:, band].T), bits, values)
+            words_t = transposed_words(src, band)
             if grouped:
+                unpack_into(words_t, bits, values)
                 v3 = values.reshape(len(run), ng, g)
                 v3 -= zt[band, :, None]
                 v3 *= st[band, :, None]
             else:
-                side = np.empty_like(values)
-                np.take(zt[band], rows, axis=1, out=side)
-                values -= side
-                np.take(st[band], rows, axis=1, out=side)
-                values *= side
+                codes = np.empty(values.shape, np.int32)
+                unpack_into(words_t, bits, codes)
+                codes += base[: len(run)]
+                table = (levels - zt[band, :, None]) * st[band, :, None]
+                np.take(table.reshape(-1), codes, out=values, mode="clip")
 
     def guarded(runs: Sequence[range]) -> None:
         # numpy's error state is per thread: each worker sets its own.

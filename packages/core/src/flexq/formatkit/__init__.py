@@ -18,9 +18,10 @@ from :mod:`flexq` and the rest from here:
   ``quantization_config`` with errors naming file and field; :func:`parse_json_model`
   for JSON stored in a tensor), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
-- packed words: :func:`code_table`, :func:`unpack_into` (1/2/4/8-bit codes packed
-  LSB-first into little-endian words, unpacked by one table lookup per byte) and
-  :func:`pack_words` (any width, for encoders);
+- packed words: :func:`code_table`, :func:`triple_table`, :func:`unpack_into` (1/2/3/4/8-bit
+  codes packed LSB-first into little-endian words, unpacked by one table lookup per byte,
+  per 12 bits for 3-bit codes), :func:`transposed_words` (a band of word columns as rows,
+  for words packed along the first axis) and :func:`pack_words` (any width, for encoders);
 - integer groups: :func:`grouped_affine` (``(q - z) * s`` with a zero point and a
   scale per group of columns: AWQ, Quark int4/uint4);
 - planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
@@ -47,7 +48,13 @@ from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
 from flexq.formatkit.groups import grouped_affine
 from flexq.formatkit.ignore import IGNORE_FIELDS, IgnoreList
 from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.formatkit.words import code_table, pack_words, unpack_into
+from flexq.formatkit.words import (
+    code_table,
+    pack_words,
+    transposed_words,
+    triple_table,
+    unpack_into,
+)
 from flexq.numerics.arrays import is_paddle, to_numpy
 from flexq.numerics.bands import (
     RUNS_PER_TASK,
@@ -151,5 +158,7 @@ __all__ = [
     "scale_to_float32",
     "thread_count",
     "to_numpy",
+    "transposed_words",
+    "triple_table",
     "unpack_into",
 ]
