@@ -24,6 +24,7 @@ from flexq.formatkit import (
     for_row_runs,
     grouped_affine,
     ops_for,
+    transposed_words,
 )
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
@@ -115,7 +116,11 @@ def _banded(
     no, ng = z.shape
     ni = ng * g
     result = np.empty((no, ni), np.float32) if out is None else out
-    src = np.ascontiguousarray(words.T if gemm else words).view(np.uint32)
+    # GEMM's transpose copies tiles that stay in cache (its rows are a power-of-two
+    # stride apart: a plain transposed copy thrashes the cache sets).
+    src = (transposed_words(words, slice(None)) if gemm else np.ascontiguousarray(words)).view(
+        np.uint32
+    )
     step = PACK if gemm else 1  # output rows per source row
 
     def affine(rows: slice) -> None:
