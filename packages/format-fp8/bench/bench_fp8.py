@@ -5,7 +5,8 @@ Run ``python bench/bench_fp8.py`` (or ``nox -s bench``, which calls
 on in-memory sources -- no file I/O -- for a DeepSeek-V3-sized block-scaled
 projection, into an output array written before (as a model's parameters are),
 and ``np.copyto`` of the same float32 output bytes into such an array in the
-same run.
+same run; ``<layout>_bf16`` also rounds it to bfloat16, as a load into bfloat16
+targets does (GB/s of float32-sized output).
 Rounds alternate between the two and the median of each is reported.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from flexq.formatkit.rounding import round_numpy
 from flexq_fp8.decode import dequantize
 from flexq_fp8.layout import Fp8Layout
 
@@ -72,6 +74,7 @@ def measure() -> dict[str, float]:
     src = np.ones(SHAPE, np.float32)
     dst = np.ones(SHAPE, np.float32)
     into = np.ones(SHAPE, np.float32)
+    into16 = np.ones(SHAPE, np.uint16)
     copy_times = []
     for name, (layout, codes, scale) in _cases().items():
 
@@ -80,9 +83,17 @@ def measure() -> dict[str, float]:
         ) -> object:
             return dequantize(layout, codes, scale, (0, 0), SHAPE, out=into)
 
+        def run_bf16(run: Callable[[], object] = run) -> object:
+            # As the core does for a bfloat16 host target: decode into a float32 work
+            # array, round it once into the target.
+            run()
+            return round_numpy(into, "bfloat16", into16)
+
         t_deq, t_copy = _median_seconds(run, lambda: np.copyto(dst, src))
         figures[f"fp8_{name}_gbps"] = out_bytes / t_deq / 1e9
-        copy_times.append(t_copy)
+        t_bf16, t_copy16 = _median_seconds(run_bf16, lambda: np.copyto(dst, src))
+        figures[f"fp8_{name.removesuffix('_f32')}_bf16_gbps"] = out_bytes / t_bf16 / 1e9
+        copy_times += [t_copy, t_copy16]
     figures["memcpy_gbps"] = out_bytes / statistics.median(copy_times) / 1e9
     return figures
 

@@ -3,8 +3,9 @@
 Run ``python bench_gptq.py`` (or ``nox -s bench``). Builds 4096 x 4096 linears
 (4 bits with groups of 128 in order and in act-order, 8 bits, 3 bits) in a
 temporary checkpoint, reads their components once, then times the CPU
-dequantize to float32 and ``np.copyto`` of an equally large float32 array,
-both into outputs written before, alternating, median of 5.
+dequantize to float32 and to bfloat16 (``<case>_bf16``, GB/s of float32-sized output)
+and ``np.copyto`` of an equally large float32 array, all into outputs written before,
+alternating, median of 5.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flexq import ComposedTransform, RawTensor, ReadPlan, TargetSlice, compose, save_checkpoint
+from flexq import RawTensor, TargetSlice, compose, save_checkpoint
+from flexq.testing import dequantizer
 from flexq_gptq import quantization_config
 
 OUT_FEATURES = 4096
@@ -65,7 +67,6 @@ def measure() -> dict[str, float]:
     src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
     dst = np.ones_like(src)
     runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
-    times: dict[str, list[float]] = {name: [] for name in [*CASES, "memcpy"]}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (bits, act_order) in CASES.items():
             config = quantization_config(bits, GROUP_SIZE, desc_act=act_order)
@@ -76,21 +77,16 @@ def measure() -> dict[str, float]:
             )
             ct = compose(path, ["gptq"])
             plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            runs[name] = _dequantizer(ct, plan, ct.read_sources(plan))
+            sources = ct.read_sources(plan)
+            runs[name] = dequantizer(ct, "fc.weight", plan, sources)
+            runs[f"{name}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
+        times: dict[str, list[float]] = {name: [] for name in runs}
         for fn in runs.values():  # warm-up: page faults and allocator growth
             fn()
         for _ in range(ROUNDS):
             for name, fn in runs.items():
                 times[name].append(_seconds(fn))
     return {f"{name}_gbps": out_bytes / statistics.median(t) / 1e9 for name, t in times.items()}
-
-
-def _dequantizer(
-    ct: ComposedTransform, plan: ReadPlan, sources: dict[str, np.ndarray]
-) -> Callable[[], object]:
-    # Into an output written before, as a model's parameters are (and as memcpy's).
-    into = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    return lambda: ct.dequantize("fc.weight", sources, plan, "float32", out=into)
 
 
 def main() -> None:

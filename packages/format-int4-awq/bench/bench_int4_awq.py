@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flexq import ComposedTransform, RawTensor, ReadPlan, TargetSlice, compose, save_checkpoint
+from flexq import RawTensor, TargetSlice, compose, save_checkpoint
+from flexq.testing import dequantizer
 from flexq_int4_awq import quantization_config
 
 OUT_FEATURES = 4096
@@ -60,7 +61,6 @@ def measure() -> dict[str, float]:
     out_bytes = OUT_FEATURES * IN_FEATURES * 4
     src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
     dst = np.ones_like(src)
-    times: dict[str, list[float]] = {"gemm": [], "gemv": [], "memcpy": []}
     with tempfile.TemporaryDirectory() as tmp:
         runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
         for version in ("gemm", "gemv"):
@@ -72,25 +72,21 @@ def measure() -> dict[str, float]:
             ct = compose(path, ["int4-awq"])
             whole = TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32")
             plan = ct.plan("fc.weight", whole)
-            runs[version] = _dequantizer(ct, plan, ct.read_sources(plan))
+            sources = ct.read_sources(plan)
+            runs[version] = dequantizer(ct, "fc.weight", plan, sources)
+            runs[f"{version}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
+        times: dict[str, list[float]] = {name: [] for name in runs}
         for name in runs:  # warm-up: page faults and allocator growth
             runs[name]()
         for _ in range(ROUNDS):
             for name, fn in runs.items():
                 times[name].append(_seconds(fn))
     return {
-        "int4_awq_gemm_gbps": out_bytes / statistics.median(times["gemm"]) / 1e9,
-        "int4_awq_gemv_gbps": out_bytes / statistics.median(times["gemv"]) / 1e9,
-        "memcpy_gbps": out_bytes / statistics.median(times["memcpy"]) / 1e9,
+        (f"int4_awq_{name}_gbps" if name != "memcpy" else "memcpy_gbps"): out_bytes
+        / statistics.median(t)
+        / 1e9
+        for name, t in times.items()
     }
-
-
-def _dequantizer(
-    ct: ComposedTransform, plan: ReadPlan, sources: dict[str, np.ndarray]
-) -> Callable[[], object]:
-    # Into an output written before, as a model's parameters are (and as memcpy's).
-    into = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    return lambda: ct.dequantize("fc.weight", sources, plan, "float32", out=into)
 
 
 def main() -> None:

@@ -9,7 +9,9 @@
   one rounding, bit equality, a bench script imported by path, a conftest's oracle
   functions as one fixture (:mod:`.oracles`);
 - :func:`check_conformance`, :func:`scale_like`: plans declare every scale they read
-  (:mod:`.plans`; also in :mod:`flexq.formatkit`).
+  (:mod:`.plans`; also in :mod:`flexq.formatkit`);
+- :func:`dequantizer`: one box's decode into float32 or bfloat16, ready to time, for the
+  format packages' benches (:mod:`.timing`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from flexq.testing.boxes import decode_box, local_and_whole, source_to_paddle
 from flexq.testing.conformance import FormatConformance
 from flexq.testing.oracles import helpers, load_script, round_to, same_bits
 from flexq.testing.plans import check_conformance, scale_like
+from flexq.testing.timing import dequantizer
 
 __all__ = [
     "FormatConformance",
     "check_conformance",
     "decode_box",
+    "dequantizer",
     "helpers",
     "load_script",
     "local_and_whole",
