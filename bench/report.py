@@ -21,6 +21,19 @@ def write_json(results: dict[str, Any], date: str) -> Path:
     return out
 
 
+def replace_section(doc: Path, heading: str, lines: list[str]) -> None:
+    """Put ``lines`` (a section under ``heading``) into ``doc``: over the old section,
+    else before the Notes section (else at the end). For the series that rewrite only
+    their own section of docs/performance.md (verify, decoders)."""
+    text = doc.read_text().splitlines() if doc.exists() else ["# Performance", ""]
+    if heading in text:
+        start = text.index(heading)
+        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
+    else:
+        start = end = next((i for i, t in enumerate(text) if t == "## Notes"), len(text))
+    doc.write_text("\n".join([*text[:start], *lines, *text[end:]]).rstrip("\n") + "\n")
+
+
 def write_chart(results: dict[str, Any], out: Path) -> Path:
     """Four panels: format throughput vs memcpy, default load vs DCP and memcpy, the
     scale series (time and memory), and the cold start of a fresh process."""

@@ -139,15 +139,11 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
 
 
 def replace_section(doc: Path, lines: list[str]) -> None:
-    """Put ``lines`` (a section under :data:`HEADING`) into ``doc``: over the old
-    section, else before the Notes section (else at the end)."""
-    text = doc.read_text().splitlines() if doc.exists() else ["# Performance", ""]
-    if HEADING in text:
-        start = text.index(HEADING)
-        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
-    else:
-        start = end = next((i for i, t in enumerate(text) if t == "## Notes"), len(text))
-    doc.write_text("\n".join([*text[:start], *lines, *text[end:]]).rstrip("\n") + "\n")
+    """Put ``lines`` (the section under :data:`HEADING`) into ``doc``
+    (:func:`bench.report.replace_section`)."""
+    from bench.report import replace_section
+
+    replace_section(doc, HEADING, lines)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from flexq.composition import ComposedTransform
+    from flexq.compose import ComposedTransform
     from flexq.plan import ReadPlan
 
 
