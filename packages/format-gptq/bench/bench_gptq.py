@@ -20,21 +20,26 @@ import numpy as np
 from flexq import RawTensor, TargetSlice, compose, save_checkpoint
 from flexq.testing import dequantizer
 from flexq_gptq import quantization_config
+from flexq_gptq.packing import pack_codes
 
 OUT_FEATURES = 4096
 IN_FEATURES = 4096
 GROUP_SIZE = 128
 ROUNDS = 5
-#: name -> (bits, act-order)
+#: name -> (bits, act-order, symmetric: every zero 2^(bits-1), as GPTQ's default sym=True
+#: writes them; else random zeros)
 CASES = {
-    "gptq4": (4, False),
-    "gptq4_act_order": (4, True),
-    "gptq8": (8, False),
-    "gptq3": (3, False),
+    "gptq4": (4, False, False),
+    "gptq4_sym": (4, False, True),
+    "gptq4_act_order": (4, True, False),
+    "gptq8": (8, False, False),
+    "gptq3": (3, False, False),
 }
 
 
-def _tensors(bits: int, act_order: bool, rng: np.random.Generator) -> dict[str, RawTensor]:
+def _tensors(
+    bits: int, act_order: bool, sym: bool, rng: np.random.Generator
+) -> dict[str, RawTensor]:
     """Random words and scales in the layout's shapes (decode cost does not depend on values)."""
     ng = IN_FEATURES // GROUP_SIZE
 
@@ -46,7 +51,11 @@ def _tensors(bits: int, act_order: bool, rng: np.random.Generator) -> dict[str, 
         g_idx = g_idx[rng.permutation(IN_FEATURES)]
     return {
         "fc.qweight": RawTensor.of(words(IN_FEATURES * bits // 32, OUT_FEATURES)),
-        "fc.qzeros": RawTensor.of(words(ng, OUT_FEATURES * bits // 32)),
+        "fc.qzeros": RawTensor.of(
+            pack_codes(np.full((ng, OUT_FEATURES), (1 << (bits - 1)) - 1), bits, axis=1)
+            if sym  # stored as z - 1 (GPTQ v1)
+            else words(ng, OUT_FEATURES * bits // 32)
+        ),
         "fc.scales": RawTensor.of(
             (rng.standard_normal((ng, OUT_FEATURES)) * 0.01).astype(np.float16)
         ),
@@ -68,11 +77,11 @@ def measure() -> dict[str, float]:
     dst = np.ones_like(src)
     runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (bits, act_order) in CASES.items():
+        for name, (bits, act_order, sym) in CASES.items():
             config = quantization_config(bits, GROUP_SIZE, desc_act=act_order)
             path = save_checkpoint(
                 f"{tmp}/{name}",
-                _tensors(bits, act_order, rng),
+                _tensors(bits, act_order, sym, rng),
                 config={"quantization_config": config},
             )
             ct = compose(path, ["gptq"])

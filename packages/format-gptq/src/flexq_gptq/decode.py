@@ -164,6 +164,7 @@ def _banded(
     ng = zt.shape[1]
     g = ni // ng if ng and ni % ng == 0 else 0
     grouped = g > 0 and np.array_equal(rows, np.arange(ni) // g)
+    zero = float(zt.flat[0]) if zt.size and (zt == zt.flat[0]).all() else 0.0
     if not grouped:
         # Act-order (or partial groups): each code is looked up in its row's table of
         # (c - z) * s over every group and code c, at index base + c; base depends only
@@ -179,9 +180,12 @@ def _banded(
             # Each band transposes its own words: small, in cache, on its thread.
             words_t = transposed_words(src, band)
             if grouped:
-                unpack_into(words_t, bits, values)
+                # One zero for every group (symmetric GPTQ: 2^(bits-1)) is taken off
+                # by the code table itself: one pass less.
+                unpack_into(words_t, bits, values, zero)
                 v3 = values.reshape(len(run), ng, g)
-                v3 -= zt[band, :, None]
+                if not zero:
+                    v3 -= zt[band, :, None]
                 v3 *= st[band, :, None]
             else:
                 codes = np.empty(values.shape, np.int32)
