@@ -108,20 +108,16 @@ def _banded(
     the worker threads.
 
     GEMV words hold a row's codes in order, two per byte (low nibble first on
-    little-endian hosts), so a band is one pair-table lookup. GEMM words are
-    transposed first (1/8 of the output) and output row ``8c + j`` is slot
+    little-endian hosts), so a band is one pair-table lookup. A band's GEMM words are
+    transposed first (1/8 of its output) and output row ``8c + j`` is slot
     ``slots[j]`` of transposed word row ``c``: contiguous rows, one shift and
     mask each.
     """
     no, ng = z.shape
     ni = ng * g
     result = np.empty((no, ni), np.float32) if out is None else out
-    # GEMM's transpose copies tiles that stay in cache (its rows are a power-of-two
-    # stride apart: a plain transposed copy thrashes the cache sets).
-    src = (transposed_words(words, slice(None)) if gemm else np.ascontiguousarray(words)).view(
-        np.uint32
-    )
-    step = PACK if gemm else 1  # output rows per source row
+    src = np.ascontiguousarray(words).view(np.uint32)
+    step = PACK if gemm else 1  # output rows per source row (GEMM: per word column)
 
     def affine(rows: slice) -> None:
         values = result[rows].reshape(-1, ng, g)
@@ -132,7 +128,8 @@ def _banded(
         for run in runs:
             rows = slice(run.start * step, run.stop * step)
             if gemm:
-                w = src[run.start : run.stop]
+                # Each band transposes its own word columns, on its thread.
+                w = transposed_words(src, slice(run.start, run.stop))
                 block = result[rows].reshape(len(run), PACK, ni)
                 nibble = np.empty_like(w)
                 for j, slot in enumerate(slots):
@@ -145,5 +142,5 @@ def _banded(
             with np.errstate(invalid="ignore", over="ignore"):
                 affine(rows)
 
-    for_row_runs(work, src.shape[0], step * ni)
+    for_row_runs(work, src.shape[1] if gemm else src.shape[0], step * ni)
     return result
