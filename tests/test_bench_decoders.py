@@ -77,3 +77,26 @@ def test_markdown_section_replaces_only_its_own_section(
     assert "| **goal** | every case | | >= 40% (met: False) | | >= 30% (met: False) | |" in text
     assert "kept" in text
     assert "notes" in text
+
+
+@pytest.mark.parametrize(
+    "package", ["format-gptq", "format-ct-int", "format-int4-awq", "format-quark"]
+)
+def test_format_benches_report_float32_and_bfloat16_beside_memcpy(
+    package: str, decoders: ModuleType
+) -> None:
+    from flexq.testing import load_script
+
+    (script,) = (ROOT / "packages" / package / "bench").glob("bench_*.py")
+    bench = load_script(script)
+    # tiny: the figures, not the speed
+    for name, value in (("OUT_FEATURES", 256), ("IN_FEATURES", 256), ("ROUNDS", 1)):
+        setattr(bench, name, value)
+    figures = bench.measure()
+    assert "memcpy_gbps" in figures
+    assert all(v > 0 for v in figures.values())
+    rows = decoders.table({package: figures})
+    assert len(rows) >= 2
+    for r in rows:  # every case has both figures, paired by name
+        assert r["float32_gbps"] is not None, r
+        assert r["bfloat16_gbps"] is not None, r

@@ -10,15 +10,12 @@ alternating, median of 5.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 
 import numpy as np
 
 from flexq import RawTensor, TargetSlice, compose, save_checkpoint
-from flexq.testing import dequantizer
+from flexq.testing import alternating_gbps, dequantizer, memcpy
 from flexq_gptq import quantization_config
 from flexq_gptq.packing import pack_codes
 
@@ -63,19 +60,11 @@ def _tensors(
     }
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure() -> dict[str, float]:
     """GB/s of float32 output: dequantize (each case) and np.copyto of the same bytes."""
     rng = np.random.default_rng(0)
     out_bytes = OUT_FEATURES * IN_FEATURES * 4
-    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    dst = np.ones_like(src)
-    runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
+    runs = {"memcpy": memcpy((OUT_FEATURES, IN_FEATURES))}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (bits, act_order, sym) in CASES.items():
             config = quantization_config(bits, GROUP_SIZE, desc_act=act_order)
@@ -89,13 +78,7 @@ def measure() -> dict[str, float]:
             sources = ct.read_sources(plan)
             runs[name] = dequantizer(ct, "fc.weight", plan, sources)
             runs[f"{name}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for fn in runs.values():  # warm-up: page faults and allocator growth
-            fn()
-        for _ in range(ROUNDS):
-            for name, fn in runs.items():
-                times[name].append(_seconds(fn))
-    return {f"{name}_gbps": out_bytes / statistics.median(t) / 1e9 for name, t in times.items()}
+        return alternating_gbps(runs, out_bytes, ROUNDS)
 
 
 def main() -> None:

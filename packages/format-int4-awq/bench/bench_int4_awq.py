@@ -9,15 +9,12 @@ before, alternating, median of 5.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 
 import numpy as np
 
 from flexq import RawTensor, TargetSlice, compose, save_checkpoint
-from flexq.testing import dequantizer
+from flexq.testing import alternating_gbps, dequantizer, memcpy
 from flexq_int4_awq import quantization_config
 
 OUT_FEATURES = 4096
@@ -49,20 +46,12 @@ def _tensors(version: str, rng: np.random.Generator) -> dict[str, RawTensor]:
     }
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure() -> dict[str, float]:
     """GB/s of float32 output: dequantize (GEMM, GEMV) and np.copyto of the same bytes."""
     rng = np.random.default_rng(0)
     out_bytes = OUT_FEATURES * IN_FEATURES * 4
-    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    dst = np.ones_like(src)
     with tempfile.TemporaryDirectory() as tmp:
-        runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
+        runs = {"memcpy": memcpy((OUT_FEATURES, IN_FEATURES))}
         for version in ("gemm", "gemv"):
             path = save_checkpoint(
                 f"{tmp}/{version}",
@@ -73,20 +62,11 @@ def measure() -> dict[str, float]:
             whole = TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32")
             plan = ct.plan("fc.weight", whole)
             sources = ct.read_sources(plan)
-            runs[version] = dequantizer(ct, "fc.weight", plan, sources)
-            runs[f"{version}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for name in runs:  # warm-up: page faults and allocator growth
-            runs[name]()
-        for _ in range(ROUNDS):
-            for name, fn in runs.items():
-                times[name].append(_seconds(fn))
-    return {
-        (f"int4_awq_{name}_gbps" if name != "memcpy" else "memcpy_gbps"): out_bytes
-        / statistics.median(t)
-        / 1e9
-        for name, t in times.items()
-    }
+            runs[f"int4_awq_{version}"] = dequantizer(ct, "fc.weight", plan, sources)
+            runs[f"int4_awq_{version}_bf16"] = dequantizer(
+                ct, "fc.weight", plan, sources, "bfloat16"
+            )
+        return alternating_gbps(runs, out_bytes, ROUNDS)
 
 
 def main() -> None:

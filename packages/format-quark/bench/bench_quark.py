@@ -10,16 +10,13 @@ outputs written before, alternating, median of 5.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from flexq import RawTensor, TargetSlice, compose, save_checkpoint
-from flexq.testing import dequantizer
+from flexq.testing import alternating_gbps, dequantizer, memcpy
 
 OUT_FEATURES = 4096
 IN_FEATURES = 4096
@@ -99,20 +96,12 @@ def _tensors(case: str, rng: np.random.Generator) -> dict[str, RawTensor]:
     return tensors
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure() -> dict[str, float]:
     """GB/s of float32 output: dequantize per scheme (float32 and bfloat16 out) and
     np.copyto of the same bytes."""
     rng = np.random.default_rng(0)
     out_bytes = OUT_FEATURES * IN_FEATURES * 4
-    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    dst = np.ones_like(src)
-    runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
+    runs = {"memcpy": memcpy((OUT_FEATURES, IN_FEATURES))}
     with tempfile.TemporaryDirectory() as tmp:
         for case, weight in SPECS.items():
             path = save_checkpoint(f"{tmp}/{case}", _tensors(case, rng), config=_config(weight))
@@ -121,13 +110,7 @@ def measure() -> dict[str, float]:
             sources = ct.read_sources(plan)
             runs[case] = dequantizer(ct, "fc.weight", plan, sources)
             runs[f"{case}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for fn in runs.values():  # warm-up: page faults and allocator growth
-            fn()
-        for _ in range(ROUNDS):
-            for name, fn in runs.items():
-                times[name].append(_seconds(fn))
-    return {f"{name}_gbps": out_bytes / statistics.median(t) / 1e9 for name, t in times.items()}
+        return alternating_gbps(runs, out_bytes, ROUNDS)
 
 
 def main() -> None:

@@ -10,8 +10,9 @@
   functions as one fixture (:mod:`.oracles`);
 - :func:`check_conformance`, :func:`scale_like`: plans declare every scale they read
   (:mod:`.plans`; also in :mod:`flexq.formatkit`);
-- :func:`dequantizer`: one box's decode into float32 or bfloat16, ready to time, for the
-  format packages' benches (:mod:`.timing`).
+- :func:`dequantizer`, :func:`memcpy`, :func:`alternating_gbps`: one box's decode into
+  float32 or bfloat16 and the memcpy baseline, ready to time, and their GB/s from
+  alternating rounds, for the format packages' benches (:mod:`.timing`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ from flexq.testing.boxes import decode_box, local_and_whole, source_to_paddle
 from flexq.testing.conformance import FormatConformance
 from flexq.testing.oracles import helpers, load_script, round_to, same_bits
 from flexq.testing.plans import check_conformance, scale_like
-from flexq.testing.timing import dequantizer
+from flexq.testing.timing import alternating_gbps, dequantizer, memcpy
 
 __all__ = [
     "FormatConformance",
+    "alternating_gbps",
     "check_conformance",
     "decode_box",
     "dequantizer",
     "helpers",
     "load_script",
     "local_and_whole",
+    "memcpy",
     "round_to",
     "same_bits",
     "scale_like",

@@ -1,4 +1,4 @@
-"""A decode to time, for the format packages' benches (``packages/format-*/bench``).
+"""Decodes to time and their timing, for the format packages' benches (``packages/format-*/bench``).
 
 Each bench times ``ComposedTransform.dequantize`` of one logical tensor from sources
 already in memory into an output written before (as a model's parameters are, and as
@@ -8,6 +8,8 @@ memcpy's destination is); a bfloat16 output goes through one float32 work array,
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -33,3 +35,27 @@ def dequantizer(
         return lambda: ct.dequantize(key, sources, plan, "float32", out=into)
     into16, work = np.ones(shape, np.uint16), np.ones(shape, np.float32)
     return lambda: ct.dequantize(key, sources, plan, dtype, out=into16, scratch=work)
+
+
+def memcpy(shape: tuple[int, ...]) -> Callable[[], object]:
+    """The baseline every bench alternates with: ``np.copyto`` of a float32 array of
+    ``shape`` into one written before."""
+    src, dst = np.ones(shape, np.float32), np.ones(shape, np.float32)
+    return lambda: np.copyto(dst, src)
+
+
+def alternating_gbps(
+    runs: Mapping[str, Callable[[], object]], out_bytes: int, rounds: int
+) -> dict[str, float]:
+    """``<name>_gbps`` for each run: ``out_bytes`` over its median wall time, after one
+    untimed call of each (page faults, allocator growth, tables), the runs alternating
+    round by round so that drift on a shared machine hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for fn in runs.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {f"{name}_gbps": out_bytes / statistics.median(t) / 1e9 for name, t in times.items()}
