@@ -14,8 +14,7 @@ import tempfile
 
 import numpy as np
 
-from flexq import TargetSlice, compose
-from flexq.testing import alternating_gbps, dequantizer, memcpy
+from flexq.testing import alternating_gbps, decode_runs, memcpy
 from flexq_ct_int import WeightScheme, save_ct_int_checkpoint
 
 OUT_FEATURES = 4096
@@ -38,11 +37,7 @@ def measure() -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         for name, scheme in SCHEMES.items():
             path = save_ct_int_checkpoint(f"{tmp}/{name}", {"fc.weight": w}, scheme)
-            ct = compose(path, ["ct-int"])
-            plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            sources = ct.read_sources(plan)
-            runs[f"ct_int_{name}"] = dequantizer(ct, "fc.weight", plan, sources)
-            runs[f"ct_int_{name}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
+            runs |= decode_runs(path, "ct-int", "fc.weight", f"ct_int_{name}")
         return alternating_gbps(runs, out_bytes, ROUNDS)
 
 

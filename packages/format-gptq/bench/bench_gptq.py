@@ -14,8 +14,8 @@ import tempfile
 
 import numpy as np
 
-from flexq import RawTensor, TargetSlice, compose, save_checkpoint
-from flexq.testing import alternating_gbps, dequantizer, memcpy
+from flexq import RawTensor, save_checkpoint
+from flexq.testing import alternating_gbps, decode_runs, memcpy
 from flexq_gptq import quantization_config
 from flexq_gptq.packing import pack_codes
 
@@ -73,11 +73,7 @@ def measure() -> dict[str, float]:
                 _tensors(bits, act_order, sym, rng),
                 config={"quantization_config": config},
             )
-            ct = compose(path, ["gptq"])
-            plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            sources = ct.read_sources(plan)
-            runs[name] = dequantizer(ct, "fc.weight", plan, sources)
-            runs[f"{name}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
+            runs |= decode_runs(path, "gptq", "fc.weight", name)
         return alternating_gbps(runs, out_bytes, ROUNDS)
 
 

@@ -13,8 +13,8 @@ import tempfile
 
 import numpy as np
 
-from flexq import RawTensor, TargetSlice, compose, save_checkpoint
-from flexq.testing import alternating_gbps, dequantizer, memcpy
+from flexq import RawTensor, save_checkpoint
+from flexq.testing import alternating_gbps, decode_runs, memcpy
 from flexq_int4_awq import quantization_config
 
 OUT_FEATURES = 4096
@@ -58,14 +58,7 @@ def measure() -> dict[str, float]:
                 _tensors(version, rng),
                 config={"quantization_config": quantization_config(GROUP_SIZE, version)},
             )
-            ct = compose(path, ["int4-awq"])
-            whole = TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32")
-            plan = ct.plan("fc.weight", whole)
-            sources = ct.read_sources(plan)
-            runs[f"int4_awq_{version}"] = dequantizer(ct, "fc.weight", plan, sources)
-            runs[f"int4_awq_{version}_bf16"] = dequantizer(
-                ct, "fc.weight", plan, sources, "bfloat16"
-            )
+            runs |= decode_runs(path, "int4-awq", "fc.weight", f"int4_awq_{version}")
         return alternating_gbps(runs, out_bytes, ROUNDS)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from flexq import RawTensor, TargetSlice, compose, save_checkpoint
-from flexq.testing import alternating_gbps, dequantizer, memcpy
+from flexq import RawTensor, save_checkpoint
+from flexq.testing import alternating_gbps, decode_runs, memcpy
 
 OUT_FEATURES = 4096
 IN_FEATURES = 4096
@@ -105,11 +105,7 @@ def measure() -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         for case, weight in SPECS.items():
             path = save_checkpoint(f"{tmp}/{case}", _tensors(case, rng), config=_config(weight))
-            ct = compose(path, ["quark"])
-            plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            sources = ct.read_sources(plan)
-            runs[case] = dequantizer(ct, "fc.weight", plan, sources)
-            runs[f"{case}_bf16"] = dequantizer(ct, "fc.weight", plan, sources, "bfloat16")
+            runs |= decode_runs(path, "quark", "fc.weight", case)
         return alternating_gbps(runs, out_bytes, ROUNDS)
 
 

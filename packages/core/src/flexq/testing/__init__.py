@@ -10,8 +10,9 @@
   functions as one fixture (:mod:`.oracles`);
 - :func:`check_conformance`, :func:`scale_like`: plans declare every scale they read
   (:mod:`.plans`; also in :mod:`flexq.formatkit`);
-- :func:`dequantizer`, :func:`memcpy`, :func:`alternating_gbps`: one box's decode into
-  float32 or bfloat16 and the memcpy baseline, ready to time, and their GB/s from
+- :func:`decode_runs`, :func:`dequantizer`, :func:`memcpy`, :func:`alternating_gbps`: a
+  tensor's (or one box's) decode into float32 and bfloat16 and the memcpy baseline, ready
+  to time, and their GB/s from
   alternating rounds, for the format packages' benches (:mod:`.timing`).
 """
 
@@ -21,13 +22,14 @@ from flexq.testing.boxes import decode_box, local_and_whole, source_to_paddle
 from flexq.testing.conformance import FormatConformance
 from flexq.testing.oracles import helpers, load_script, round_to, same_bits
 from flexq.testing.plans import check_conformance, scale_like
-from flexq.testing.timing import alternating_gbps, dequantizer, memcpy
+from flexq.testing.timing import alternating_gbps, decode_runs, dequantizer, memcpy
 
 __all__ = [
     "FormatConformance",
     "alternating_gbps",
     "check_conformance",
     "decode_box",
+    "decode_runs",
     "dequantizer",
     "helpers",
     "load_script",

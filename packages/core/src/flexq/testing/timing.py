@@ -11,9 +11,13 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+#: One timed call.
+Run = Callable[[], object]
 
 if TYPE_CHECKING:
     from flexq.compose import ComposedTransform
@@ -35,6 +39,22 @@ def dequantizer(
         return lambda: ct.dequantize(key, sources, plan, "float32", out=into)
     into16, work = np.ones(shape, np.uint16), np.ones(shape, np.float32)
     return lambda: ct.dequantize(key, sources, plan, dtype, out=into16, scratch=work)
+
+
+def decode_runs(path: str | Path, format_name: str, key: str, name: str) -> dict[str, Run]:
+    """``{name: float32 decode, name + "_bf16": bfloat16 decode}`` of the whole logical
+    tensor ``key`` of the checkpoint at ``path``, composed with ``format_name`` only,
+    its components read once here (the timed calls do no file I/O)."""
+    from flexq.compose import compose
+    from flexq.plan import TargetSlice
+
+    ct = compose(path, [format_name])
+    plan = ct.plan(key, TargetSlice.whole(ct.entries[key].shape, "float32"))
+    sources = ct.read_sources(plan)
+    return {
+        name: dequantizer(ct, key, plan, sources),
+        f"{name}_bf16": dequantizer(ct, key, plan, sources, "bfloat16"),
+    }
 
 
 def memcpy(shape: tuple[int, ...]) -> Callable[[], object]:
