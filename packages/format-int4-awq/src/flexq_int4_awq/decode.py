@@ -133,8 +133,13 @@ def _banded(
                 block = result[rows].reshape(len(run), PACK, ni)
                 nibble = np.empty_like(w)
                 for j, slot in enumerate(slots):
-                    np.right_shift(w, np.uint32(4 * slot), out=nibble)
-                    nibble &= np.uint32(0xF)
+                    # Slot 0 needs no shift, slot 7 no mask: two passes of 24 saved.
+                    if slot == 0:
+                        np.bitwise_and(w, np.uint32(0xF), out=nibble)
+                    else:
+                        np.right_shift(w, np.uint32(4 * slot), out=nibble)
+                        if slot < PACK - 1:
+                            nibble &= np.uint32(0xF)
                     block[:, j, :] = nibble
             else:
                 codes = src[run.start : run.stop].view(np.uint8)
