@@ -268,7 +268,12 @@ def _decoders(date: str, figures: dict[str, dict[str, float]] | None = None) -> 
     """Every format's decode vs memcpy, float32 and bfloat16 out (:mod:`bench.decoders`):
     measured here unless the full run's ``figures`` are given; its results file
     (measured here) and the decoders section of docs/performance.md."""
-    note = "One process, this shared 2-core machine (other jobs running: expect +-20%)."
+    load = os.getloadavg()[0]
+    note = (
+        f"One process on this shared machine: load average {load:.1f} on "
+        f"{len(os.sched_getaffinity(0))} CPUs when the series started (other jobs running; "
+        "a loaded machine lowers every share, memcpy's included, and unevenly)."
+    )
     if figures is None:
         _log("format packages' dequantize benches, float32 and bfloat16 out")
         measured = formats.measure_all()
@@ -276,6 +281,7 @@ def _decoders(date: str, figures: dict[str, dict[str, float]] | None = None) -> 
         results = {
             "date": date,
             "machine": _machine(),
+            "load_average_at_start": load,
             "formats": measured,
             "table": rows,
             "goals": decoders.goals(rows),
