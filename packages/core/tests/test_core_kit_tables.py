@@ -233,3 +233,15 @@ def test_pack_words_pads_words_when_told_how_many_codes_each_holds() -> None:
     assert [(int(words[0, 0]) >> (3 * j)) & 7 for j in range(10)] == codes[0, :10].tolist()
     assert int(words[0, 0]) >> 30 == 0
     assert [(int(words[0, 1]) >> (3 * j)) & 7 for j in range(2)] == codes[0, 10:].tolist()
+
+
+@pytest.mark.parametrize("bits", [3, 4, 8])
+def test_unpack_into_int32_gives_the_codes_as_indexes(bits: int) -> None:
+    rng = np.random.default_rng(bits)
+    codes = rng.integers(0, 1 << bits, (3, 64))
+    words = pack_words(codes, bits, axis=1)
+    out = np.empty((3, 64), np.int32)
+    unpack_into(words, bits, out, minus=1.0)
+    np.testing.assert_array_equal(out, codes - 1)
+    with pytest.raises(ValueError, match="float32 or int32"):
+        unpack_into(words, bits, np.empty((3, 64), np.int16))

@@ -60,15 +60,17 @@ def unpack_into(words: np.ndarray, bits: int, out: np.ndarray, minus: float = 0.
     """
     if not np.little_endian:
         words = words.astype(words.dtype.newbyteorder("<"))
+    if out.dtype not in (np.float32, np.int32):
+        raise ValueError(f"codes unpack into float32 or int32, not {out.dtype}")
     raw = np.ascontiguousarray(words).view(np.uint8)
     if bits == 3:
         _unpack_triples(raw, out, minus)
         return
     if bits == 8:
         # A conversion, not a gather: several times faster than the pair table.
-        np.copyto(out.reshape(raw.shape), raw, casting="unsafe")
+        np.copyto(out, raw.reshape(out.shape), casting="unsafe")
         if minus:
-            out -= np.float32(minus)  # small integers: exact
+            out -= out.dtype.type(minus)  # small integers: exact
         return
     table = _as(code_table(bits, minus), out.dtype)
     per = 8 // bits
@@ -82,12 +84,10 @@ def unpack_into(words: np.ndarray, bits: int, out: np.ndarray, minus: float = 0.
 
 
 def _as(table: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
-    """``table`` (float32 small integers) in the output's dtype (float32 or int32),
+    """``table`` (float32 small integers) in the output's dtype (float32, or int32),
     built once per table."""
     if dtype == np.float32:
         return table
-    if dtype != np.int32:
-        raise ValueError(f"codes unpack into float32 or int32, not {dtype}")
     key = id(table)
     found = _INT_TABLES.get(key)
     if found is None or found[0] is not table:
