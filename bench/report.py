@@ -24,7 +24,8 @@ def write_json(results: dict[str, Any], date: str) -> Path:
 def replace_section(doc: Path, lines: list[str]) -> None:
     """Put ``lines`` (a section whose first line is its ``## `` heading) into ``doc``: over
     the old section of that heading, else before the Notes section (else at the end), so a
-    series run alone (``verify``, ``kept``) leaves the rest of the page as it was."""
+    series run alone (``verify``, ``kept``, ``decoders``) leaves the rest of the page as it
+    was."""
     heading = lines[0]
     text = doc.read_text().splitlines() if doc.exists() else ["# Performance", ""]
     if heading in text:

@@ -2,7 +2,7 @@
 
 Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N]
 [--verify-rounds N] [--kept-rounds N] [--physical-rounds N]
-[scale | verify | formats-memory | kept | physical]``
+[scale | verify | formats-memory | kept | physical | decoders]``
 (``nox -s bench`` runs it with torch installed for the DCP comparison; without
 torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
 multi-rank scale series (:mod:`bench.scale`) and writes its results and
@@ -19,7 +19,11 @@ that case) and writes bench/results/<date>-kept.json and the kept section of
 docs/performance.md; ``physical`` (root: it drops the page cache) runs
 only :mod:`bench.physical`, cold and warm default loads against ``dd`` read time and memcpy,
 and writes bench/results/<date>-physical.json and its section of docs/performance.md (in a
-whole run it fills the main table's physical-limit column). The defaults a user gets are
+whole run it fills the main table's physical-limit column); ``decoders`` (``nox -s bench --
+decoders``, a few minutes) runs only the format packages' dequantize benches and writes
+bench/results/<date>-decoders.json and the decoders section of docs/performance.md (every
+format's decode GB/s and share of memcpy, float32 and bfloat16 out, against issue 30's bar).
+The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
 2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
@@ -46,6 +50,7 @@ sys.path[0] = str(ROOT)
 
 from bench import (  # noqa: E402
     checkpoints,
+    decoders,
     formats,
     fresh,
     hotspots,
@@ -298,6 +303,47 @@ def _kept(date: str, rounds: int) -> None:
     _log(f"wrote {json_path.relative_to(ROOT)}, the kept section of {doc.relative_to(ROOT)}")
 
 
+def _decoders(date: str, figures: dict[str, dict[str, float]] | None = None) -> None:
+    """Every format's decode vs memcpy, float32 and bfloat16 out (:mod:`bench.decoders`):
+    measured here unless the full run's ``figures`` are given; its results file
+    (measured here) and the decoders section of docs/performance.md."""
+    load = os.getloadavg()[0]
+    note = (
+        f"One process on this shared machine: load average {load:.1f} on "
+        f"{len(os.sched_getaffinity(0))} CPUs when the series started (other jobs running; "
+        "a loaded machine lowers every share, memcpy's included, and unevenly)."
+    )
+    if figures is None:
+        _log("format packages' dequantize benches, float32 and bfloat16 out")
+        measured = formats.measure_all()
+        rows = decoders.table(measured)
+        results = {
+            "date": date,
+            "machine": _machine(),
+            "load_average_at_start": load,
+            "formats": measured,
+            "table": rows,
+            "goals": decoders.goals(rows),
+        }
+        json_name = str(report.write_json(results, f"{date}-decoders").relative_to(ROOT))
+    else:
+        rows, json_name = decoders.table(figures), f"bench/results/{date}.json"
+    doc = ROOT / "docs" / "performance.md"
+    report.replace_section(doc, decoders.markdown(rows, json_name, note))
+    _log(f"wrote {json_name}, the decoders section of {doc.relative_to(ROOT)}")
+    for r in rows:
+        f32 = r["float32_share"]
+        bf16 = r["bfloat16_share"]
+        _log(
+            f"{r['package']:20s} {r['case']:22s} float32 "
+            + (f"{r['float32_gbps']:6.2f} GB/s {f32:4.0%}" if f32 is not None else "-")
+            + "  bfloat16 "
+            + (f"{r['bfloat16_gbps']:6.2f} GB/s {bf16:4.0%}" if bf16 is not None else "-")
+        )
+    for g in decoders.goals(rows).values():
+        _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per comparison")
@@ -320,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "only",
         nargs="?",
-        choices=["scale", "verify", "formats-memory", "kept", "physical"],
+        choices=["scale", "verify", "formats-memory", "kept", "physical", "decoders"],
         help="run only this series",
     )
     args = parser.parse_args(argv)
@@ -341,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only == "physical":
         _physical(date, args.physical_rounds)
+        return 0
+    if args.only == "decoders":
+        _decoders(date)
         return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
@@ -392,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     for g in results["goals"].values():
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
     _verify(date, args.verify_rounds)  # after the regenerated doc: its own section
+    _decoders(date, results["formats"])  # the same figures, as the per-format table
     _formats_memory(date)
     return 0
 

@@ -143,14 +143,22 @@ def stream_codes(words: np.ndarray, bits: int, positions: np.ndarray) -> np.ndar
     cols=st.integers(1, 70),
     skip=st.integers(0, 40),
     minus=st.sampled_from([0.0, 4.0]),
+    as_int=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_unpack_into_reads_every_gptq_lineage_layout(
-    bits: int, padded: bool, rows: int, cols: int, skip: int, minus: float, seed: int
+    bits: int,
+    padded: bool,
+    rows: int,
+    cols: int,
+    skip: int,
+    minus: float,
+    as_int: bool,
+    seed: int,
 ) -> None:
     """Dense streams (codes crossing words: GPTQ 3 bits, compressed-tensors >= 0.18) and
     padded words (compressed-tensors 0.17), from the row's start or from a box of words
-    that begins inside it, equal the bits read off the stream."""
+    that begins inside it, equal the bits read off the stream, as float32 or int32."""
     rng = np.random.default_rng(seed)
     per_word = 32 // bits if padded else None
     codes = rng.integers(0, 1 << bits, (rows, cols + skip), dtype=np.int64)
@@ -161,9 +169,9 @@ def test_unpack_into_reads_every_gptq_lineage_layout(
         start = skip // per_word * 32 + skip % per_word * bits
     first_word = start // 32
     box = np.ascontiguousarray(words[:, first_word:])
-    out = np.full((rows, cols), np.nan, np.float32)
+    out = np.full((rows, cols), -99, np.int32 if as_int else np.float32)
     unpack_into(box, bits, out, minus, first_bit=start - 32 * first_word, per_word=per_word)
-    np.testing.assert_array_equal(out, codes[:, skip:] - np.float32(minus))
+    np.testing.assert_array_equal(out, (codes[:, skip:] - minus).astype(out.dtype))
     j = np.arange(skip, skip + cols)
     at = j * bits if per_word is None or 8 % bits == 0 else j // per_word * 32 + j % per_word * bits
     np.testing.assert_array_equal(stream_codes(words, bits, at), codes[:, skip:])
@@ -173,6 +181,29 @@ def test_unpack_into_reads_every_gptq_lineage_layout(
     for ops, x in ((NumpyOps(), box), (PaddleOps(), paddle.to_tensor(box))):
         got = ops.unpack_codes(x, bits, cols, start_bit, per_word)
         np.testing.assert_array_equal(to_numpy(got), codes[:, skip:])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(0, 5),
+    units=st.integers(0, 4),
+    minus=st.sampled_from([0.0, 4.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_unpack_into_reads_3_bit_streams_across_word_boundaries(
+    rows: int, units: int, minus: float, seed: int
+) -> None:
+    # Random words (not only packed codes): every bit pattern, read off the stream.
+    rng = np.random.default_rng(seed)
+    words = rng.integers(-(2**31), 2**31, (rows, 3 * units), dtype=np.int64).astype(np.int32)
+    want = stream_codes(words, 3, np.arange(32 * units) * 3) - minus
+    out = np.empty((rows, 32 * units), np.float32)
+    unpack_into(words, 3, out, minus)
+    np.testing.assert_array_equal(out, want.astype(np.float32))
+    # and the encoders' packer inverts it
+    codes = rng.integers(0, 8, (rows, 32 * units))
+    unpack_into(pack_words(codes, 3, axis=1), 3, out)
+    np.testing.assert_array_equal(out, codes.astype(np.float32))
 
 
 def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:
@@ -254,3 +285,15 @@ def test_pack_words_pads_words_when_told_how_many_codes_each_holds() -> None:
     assert [(int(words[0, 0]) >> (3 * j)) & 7 for j in range(10)] == codes[0, :10].tolist()
     assert int(words[0, 0]) >> 30 == 0
     assert [(int(words[0, 1]) >> (3 * j)) & 7 for j in range(2)] == codes[0, 10:].tolist()
+
+
+@pytest.mark.parametrize("bits", [3, 4, 8])
+def test_unpack_into_int32_gives_the_codes_as_indexes(bits: int) -> None:
+    rng = np.random.default_rng(bits)
+    codes = rng.integers(0, 1 << bits, (3, 64))
+    words = pack_words(codes, bits, axis=1)
+    out = np.empty((3, 64), np.int32)
+    unpack_into(words, bits, out, minus=1.0)
+    np.testing.assert_array_equal(out, codes - 1)
+    with pytest.raises(ValueError, match="float32 or int32"):
+        unpack_into(words, bits, np.empty((3, 64), np.int16))

@@ -11,7 +11,7 @@ import pytest
 
 import flexq
 from flexq.testing import same_bits
-from flexq.testing.throughput import Case, measure_cases, report
+from flexq.testing.throughput import Case, measure_cases, measure_checkpoints, report
 
 if TYPE_CHECKING:
     from .conftest import ScaledFormat
@@ -60,3 +60,11 @@ def test_cases_of_different_sizes_are_refused(scaled_format: ScaledFormat) -> No
     other = Case({"a.q": flexq.RawTensor.of(q), "a.s": small.tensors["a.s"]}, "a")
     with pytest.raises(ValueError, match="different sizes"):
         measure_cases("scaled", {"x": small, "y": other}, rounds=1)
+
+
+def test_measure_checkpoints_times_checkpoints_a_bench_wrote(scaled_format: ScaledFormat) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = flexq.save_checkpoint(f"{tmp}/x", scaled_case(0.5).tensors)
+        figures = measure_checkpoints("scaled", {"x": (path, "a")}, rounds=1)
+    assert set(figures) == {"x_gbps", "x_bf16_gbps", "memcpy_gbps"}
+    assert all(v > 0 for v in figures.values())

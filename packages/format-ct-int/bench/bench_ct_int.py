@@ -11,14 +11,11 @@ outputs written before, alternating, median of 5.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 
 import numpy as np
 
-from flexq import ComposedTransform, ReadPlan, TargetSlice, compose
+from flexq.testing.throughput import measure_checkpoints, report
 from flexq_ct_int import WeightScheme, save_ct_int_checkpoint
 
 OUT_FEATURES = 4096
@@ -33,54 +30,25 @@ SCHEMES = {
 }
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def _dequantizer(
-    ct: ComposedTransform, plan: ReadPlan, sources: dict[str, np.ndarray]
-) -> Callable[[], object]:
-    # Into an output written before, as a model's parameters are (and as memcpy's).
-    into = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    return lambda: ct.dequantize("fc.weight", sources, plan, "float32", out=into)
-
-
 def measure() -> dict[str, float]:
     """GB/s of float32 output: dequantize per scheme and np.copyto of the same bytes."""
     rng = np.random.default_rng(0)
-    out_bytes = OUT_FEATURES * IN_FEATURES * 4
-    src = np.ones((OUT_FEATURES, IN_FEATURES), dtype=np.float32)
-    dst = np.ones_like(src)
     w = rng.standard_normal((OUT_FEATURES, IN_FEATURES)).astype(np.float32) * 0.02
-    runs: dict[str, Callable[[], object]] = {"memcpy": lambda: np.copyto(dst, src)}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, scheme in SCHEMES.items():
-            path = save_ct_int_checkpoint(f"{tmp}/{name}", {"fc.weight": w}, scheme)
-            ct = compose(path, ["ct-int"])
-            plan = ct.plan("fc.weight", TargetSlice.whole((OUT_FEATURES, IN_FEATURES), "float32"))
-            sources = ct.read_sources(plan)
-            runs[name] = _dequantizer(ct, plan, sources)
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for fn in runs.values():  # warm-up: page faults and allocator growth
-            fn()
-        for _ in range(ROUNDS):
-            for name, fn in runs.items():
-                times[name].append(_seconds(fn))
-    figures = {
-        f"ct_int_{name}_gbps": out_bytes / statistics.median(times[name]) / 1e9 for name in SCHEMES
-    }
-    figures["memcpy_gbps"] = out_bytes / statistics.median(times["memcpy"]) / 1e9
-    return figures
+        checkpoints = {
+            f"ct_int_{name}": (
+                save_ct_int_checkpoint(f"{tmp}/{name}", {"fc.weight": w}, scheme),
+                "fc.weight",
+            )
+            for name, scheme in SCHEMES.items()
+        }
+        return measure_checkpoints("ct-int", checkpoints, ROUNDS)
 
 
 def main() -> None:
     """Print the figures of :func:`measure`."""
-    figures = measure()
-    print(f"ct-int dequantize {OUT_FEATURES}x{IN_FEATURES} -> float32 (median of {ROUNDS}):")
-    for name, value in figures.items():
-        print(f"  {name:24s} {value:7.2f} GB/s")
+    title = f"ct-int dequantize {OUT_FEATURES}x{IN_FEATURES}, {len(SCHEMES)} schemes"
+    print(report(f"{title} (median of {ROUNDS})", measure()))
 
 
 if __name__ == "__main__":

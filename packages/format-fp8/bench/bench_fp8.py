@@ -5,18 +5,17 @@ Run ``python bench/bench_fp8.py`` (or ``nox -s bench``, which calls
 on in-memory sources -- no file I/O -- for a DeepSeek-V3-sized block-scaled
 projection, into an output array written before (as a model's parameters are),
 and ``np.copyto`` of the same float32 output bytes into such an array in the
-same run.
-Rounds alternate between the two and the median of each is reported.
+same run; ``<layout>_bf16`` also rounds it to bfloat16, as a load into bfloat16
+targets does (GB/s of float32-sized output).
+Rounds alternate between all runs and the median of each is reported.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
-
 import numpy as np
 
+from flexq.formatkit.rounding import round_numpy
+from flexq.testing.throughput import Run, gbps, report
 from flexq_fp8.decode import dequantize
 from flexq_fp8.layout import Fp8Layout
 
@@ -49,30 +48,13 @@ def _cases() -> dict[str, tuple[Fp8Layout, np.ndarray, np.ndarray]]:
     }
 
 
-def _median_seconds(fn: Callable[[], object], other: Callable[[], object]) -> tuple[float, float]:
-    """Median wall time of ``fn`` and ``other`` over alternating rounds."""
-    fn()
-    other()  # warm-up: page in buffers, build tables
-    a, b = [], []
-    for _ in range(ROUNDS):
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        other()
-        t2 = time.perf_counter()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
-    return statistics.median(a), statistics.median(b)
-
-
 def measure() -> dict[str, float]:
-    """GB/s of float32 output for each layout and for a memcpy of the same bytes."""
-    figures: dict[str, float] = {}
+    """GB/s of float32 output for each layout (float32 and bfloat16 out) and for a memcpy
+    of the same bytes (:func:`flexq.testing.throughput.gbps`: alternating rounds, medians)."""
     out_bytes = SHAPE[0] * SHAPE[1] * 4
-    src = np.ones(SHAPE, np.float32)
-    dst = np.ones(SHAPE, np.float32)
     into = np.ones(SHAPE, np.float32)
-    copy_times = []
+    into16 = np.ones(SHAPE, np.uint16)
+    runs: dict[str, Run] = {}
     for name, (layout, codes, scale) in _cases().items():
 
         def run(
@@ -80,20 +62,20 @@ def measure() -> dict[str, float]:
         ) -> object:
             return dequantize(layout, codes, scale, (0, 0), SHAPE, out=into)
 
-        t_deq, t_copy = _median_seconds(run, lambda: np.copyto(dst, src))
-        figures[f"fp8_{name}_gbps"] = out_bytes / t_deq / 1e9
-        copy_times.append(t_copy)
-    figures["memcpy_gbps"] = out_bytes / statistics.median(copy_times) / 1e9
-    return figures
+        def run_bf16(run: Run = run) -> object:
+            # As the core does for a bfloat16 host target: decode into a float32 work
+            # array, round it once into the target.
+            run()
+            return round_numpy(into, "bfloat16", into16)
+
+        runs[f"fp8_{name}"] = run
+        runs[f"fp8_{name.removesuffix('_f32')}_bf16"] = run_bf16
+    return gbps(runs, out_bytes, ROUNDS)
 
 
 def main() -> None:
-    figures = measure()
-    print(
-        f"fp8 dequantize, {SHAPE[0]}x{SHAPE[1]} -> float32 ({SHAPE[0] * SHAPE[1] * 4 / 1e6:.0f} MB)"
-    )
-    for name, value in figures.items():
-        print(f"  {name:28s} {value:6.2f} GB/s")
+    mb = SHAPE[0] * SHAPE[1] * 4 / 1e6
+    print(report(f"fp8 dequantize, {SHAPE[0]}x{SHAPE[1]} -> {mb:.0f} MB of float32", measure()))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Run ``python bench_gptq.py`` (or ``nox -s bench``). Builds 4096 x 4096 linears
 (4 bits with groups of 128 in order and in act-order, 8 bits, 3 bits) in a
 temporary checkpoint, reads their components once, then times the CPU
-dequantize to float32 and ``np.copyto`` of an equally large float32 array,
-both into outputs written before, alternating, median of 5.
+dequantize to float32 and to bfloat16 (``<case>_bf16``, GB/s of float32-sized output)
+and ``np.copyto`` of an equally large float32 array, all into outputs written before,
+alternating, median of 5.
 """
 
 from __future__ import annotations
@@ -14,21 +15,26 @@ import numpy as np
 from flexq import RawTensor
 from flexq.testing.throughput import Case, measure_cases, report
 from flexq_gptq import quantization_config
+from flexq_gptq.packing import pack_codes
 
 OUT_FEATURES = 4096
 IN_FEATURES = 4096
 GROUP_SIZE = 128
 ROUNDS = 5
-#: name -> (bits, act-order)
+#: name -> (bits, act-order, symmetric: every zero 2^(bits-1), as GPTQ's default sym=True
+#: writes them; else random zeros)
 CASES = {
-    "gptq4": (4, False),
-    "gptq4_act_order": (4, True),
-    "gptq8": (8, False),
-    "gptq3": (3, False),
+    "gptq4": (4, False, False),
+    "gptq4_sym": (4, False, True),
+    "gptq4_act_order": (4, True, False),
+    "gptq8": (8, False, False),
+    "gptq3": (3, False, False),
 }
 
 
-def _tensors(bits: int, act_order: bool, rng: np.random.Generator) -> dict[str, RawTensor]:
+def _tensors(
+    bits: int, act_order: bool, sym: bool, rng: np.random.Generator
+) -> dict[str, RawTensor]:
     """Random words and scales in the layout's shapes (decode cost does not depend on values)."""
     ng = IN_FEATURES // GROUP_SIZE
 
@@ -40,7 +46,11 @@ def _tensors(bits: int, act_order: bool, rng: np.random.Generator) -> dict[str, 
         g_idx = g_idx[rng.permutation(IN_FEATURES)]
     return {
         "fc.qweight": RawTensor.of(words(IN_FEATURES * bits // 32, OUT_FEATURES)),
-        "fc.qzeros": RawTensor.of(words(ng, OUT_FEATURES * bits // 32)),
+        "fc.qzeros": RawTensor.of(
+            pack_codes(np.full((ng, OUT_FEATURES), (1 << (bits - 1)) - 1), bits, axis=1)
+            if sym  # stored as z - 1 (GPTQ v1)
+            else words(ng, OUT_FEATURES * bits // 32)
+        ),
         "fc.scales": RawTensor.of(
             (rng.standard_normal((ng, OUT_FEATURES)) * 0.01).astype(np.float16)
         ),
@@ -53,12 +63,11 @@ def measure() -> dict[str, float]:
     rng = np.random.default_rng(0)
     cases = {
         name: Case(
-            _tensors(bits, act_order, rng),
+            _tensors(bits, act_order, sym, rng),
             "fc.weight",
             {"quantization_config": quantization_config(bits, GROUP_SIZE, desc_act=act_order)},
-            bfloat16=False,
         )
-        for name, (bits, act_order) in CASES.items()
+        for name, (bits, act_order, sym) in CASES.items()
     }
     return measure_cases("gptq", cases, ROUNDS)
 

@@ -52,7 +52,6 @@ def measure() -> dict[str, float]:
             _tensors(version, rng),
             "fc.weight",
             {"quantization_config": quantization_config(GROUP_SIZE, version)},
-            bfloat16=False,
         )
         for version in ("gemm", "gemv")
     }

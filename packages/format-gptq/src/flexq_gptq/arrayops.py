@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from flexq.formatkit import NumpyOps, PaddleOps, is_paddle
+from flexq.formatkit import NumpyOps, PaddleOps, is_paddle, unpack_into
 from flexq_gptq.packing import Packing
 
 
@@ -48,10 +48,17 @@ class NumpyGptqOps:
         if any(word_add):
             add = np.tile(np.asarray(word_add, np.uint32), rows.shape[1] // p.unit_words)
             rows = rows + add  # uint32 arithmetic wraps modulo 2**32
-        codes = _NUMPY_OPS.unpack_codes(rows, bits, rows.shape[1] // p.unit_words * p.unit_codes)
+        count = rows.shape[1] // p.unit_words * p.unit_codes
         if field_add:
-            # (c + a) mod 2**bits of small integers: exact in float32.
-            codes = np.remainder(codes + np.float32(field_add), np.float32(1 << bits))
+            # (c + a) mod 2**bits on the codes as int32 (the kit's unpacker writes them
+            # as indexes): two integer passes instead of a float remainder.
+            ints = np.empty((rows.shape[0], count), np.int32)
+            unpack_into(rows, bits, ints)
+            ints += field_add
+            ints &= p.mask
+            codes = ints.astype(np.float32)
+        else:
+            codes = _NUMPY_OPS.unpack_codes(rows, bits, count)
         return codes if axis == 1 else np.ascontiguousarray(codes.T)
 
     def take_rows(self, x: Any, index: np.ndarray) -> Any:

@@ -34,7 +34,9 @@ from flexq.formatkit import (
     Sources,
     for_row_runs,
     ops_for,
+    row_runs,
     to_numpy,
+    transposed_words,
     unpack_into,
 )
 from flexq_gptq.arrayops import gptq_ops_for
@@ -150,9 +152,10 @@ def _banded(
 
     A band's words are transposed first (``bits/32`` of its output), so output
     row o is transposed word row o, one bit stream the kit's :func:`unpack_into` expands
-    (a table lookup per byte; for 3 bits a pass per code position of a 3-word unit).
+    (a table lookup per byte; for 3 bits one 12-bit table lookup per 4 codes).
     Columns whose groups are contiguous and whole broadcast one zero and scale per
-    group; others (act-order, partial groups) gather them per band.
+    group (a zero shared by every group comes off in the code table); others
+    (act-order, partial groups) look each int32 code up in its row's per-group table.
     """
     ni = rows.size
     no = z.shape[1]
@@ -162,23 +165,35 @@ def _banded(
     ng = zt.shape[1]
     g = ni // ng if ng and ni % ng == 0 else 0
     grouped = g > 0 and np.array_equal(rows, np.arange(ni) // g)
+    zero = float(zt.flat[0]) if zt.size and (zt == zt.flat[0]).all() else 0.0
+    if not grouped:
+        # Act-order (or partial groups): each code is looked up in its row's table of
+        # (c - z) * s over every group and code c, at index base + c; base depends only
+        # on the row within a band and the column's group, so it is built once.
+        levels = np.arange(1 << bits, dtype=np.float32)
+        most = max((len(r) for r in row_runs(no, ni)), default=0)
+        base = (np.arange(most, dtype=np.int32)[:, None] * ng + rows.astype(np.int32)) << bits
 
     def work(runs: Sequence[range]) -> None:
         for run in runs:
             band = slice(run.start, run.stop)
             values = result[band]
             # Each band transposes its own words: small, in cache, on its thread.
-            unpack_into(np.ascontiguousarray(src[:, band].T), bits, values)
+            words_t = transposed_words(src, band)
             if grouped:
+                # One zero for every group (symmetric GPTQ: 2^(bits-1)) is taken off
+                # by the code table itself: one pass less.
+                unpack_into(words_t, bits, values, zero)
                 v3 = values.reshape(len(run), ng, g)
-                v3 -= zt[band, :, None]
+                if not zero:
+                    v3 -= zt[band, :, None]
                 v3 *= st[band, :, None]
             else:
-                side = np.empty_like(values)
-                np.take(zt[band], rows, axis=1, out=side)
-                values -= side
-                np.take(st[band], rows, axis=1, out=side)
-                values *= side
+                codes = np.empty(values.shape, np.int32)
+                unpack_into(words_t, bits, codes)
+                codes += base[: len(run)]
+                table = (levels - zt[band, :, None]) * st[band, :, None]
+                np.take(table.reshape(-1), codes, out=values, mode="clip")
 
     def guarded(runs: Sequence[range]) -> None:
         # numpy's error state is per thread: each worker sets its own.

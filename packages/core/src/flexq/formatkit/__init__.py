@@ -22,10 +22,13 @@ from :mod:`flexq` and the rest from here:
   :class:`CtConfig` (declared formats, ``config_groups`` as :class:`ConfigGroup` /
   :class:`QuantArgs`, each module's :class:`CtScheme` from the targets, the ignore list),
   the same one the core's detection reads;
-- packed words: :func:`code_table`, :func:`unpack_into` (the one unpacker of the GPTQ
-  lineage: codes of 1 to 8 bits packed LSB-first into little-endian words, dense or
-  padded, one table lookup per byte where the width divides 8), :func:`gather_codes`
-  (codes by bit position) and :func:`pack_words` (any width, for encoders);
+- packed words: :func:`code_table`, :func:`triple_table`, :func:`unpack_into` (the one
+  unpacker of the GPTQ lineage: codes of 1 to 8 bits packed LSB-first into little-endian
+  words, dense or padded, into float32 or int32; one table lookup per byte where the
+  width divides 8, a conversion for 8 bits, one lookup per 12 bits for dense 3-bit
+  codes), :func:`gather_codes` (codes by bit position), :func:`transposed_words` (a band
+  of word columns as rows, for words packed along the first axis) and
+  :func:`pack_words` (any width, for encoders);
 - integer groups: :func:`grouped_affine` (``(q - z) * s`` with a zero point and a
   scale per group of columns: AWQ, Quark int4/uint4);
 - planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
@@ -76,7 +79,14 @@ from flexq.numerics.scales import (
     scale_to_float32,
 )
 from flexq.numerics.threads import run_parts, thread_count
-from flexq.numerics.words import code_table, gather_codes, pack_words, unpack_into
+from flexq.numerics.words import (
+    code_table,
+    gather_codes,
+    pack_words,
+    transposed_words,
+    triple_table,
+    unpack_into,
+)
 from flexq.plan import block_cover, ceil_div
 from flexq.plugin.spec import API_VERSION
 from flexq.quantconfig.ignore import IGNORE_FIELDS, IgnoreList
@@ -183,5 +193,7 @@ __all__ = [
     "scale_to_float32",
     "thread_count",
     "to_numpy",
+    "transposed_words",
+    "triple_table",
     "unpack_into",
 ]

@@ -3,24 +3,30 @@
 For formats that pack codes of 1 to 8 bits into little-endian words, element ``j`` of
 a row at bits ``bits*j ..`` of its bit stream (GPTQ's qweight and qzeros with 2, 3, 4
 or 8 bits, compressed-tensors ``pack-quantized`` of any width, dense or padded).
-Read as bytes, a row of 1/2/4/8-bit codes is its codes in order, byte by byte, so one
+Read as bytes, a row of 1/2/4-bit codes is its codes in order, byte by byte, so one
 table lookup per byte unpacks it: :func:`code_table` is that table; :func:`unpack_into`
-is the one unpacker of every width (the lookup, or shift passes per code position for
-widths that cross words), and :func:`pack_words` its inverse for encoders. Other
-orders (AWQ's) and devices use :meth:`ArrayOps.unpack <flexq.formatkit.ArrayOps.unpack>`.
+is the one unpacker of every width (the lookup; for 8 bits a plain conversion, a byte
+being its code; for 3 bits, where every 3 bytes hold 8 codes, one lookup of each 12-bit
+half in the 4096-entry :func:`triple_table`; shift passes per code position for other
+widths that cross words), and :func:`pack_words` its inverse for encoders.
+:func:`transposed_words` gives the rows of words packed along the first axis (GPTQ's
+qweight, AWQ GEMM's). Other orders (AWQ's) and devices use
+:meth:`ArrayOps.unpack <flexq.formatkit.ArrayOps.unpack>`.
 """
 
 from __future__ import annotations
 
 from math import gcd
+from typing import Any
 
 import numpy as np
-
-from flexq.numerics.bands import lookup_into
 
 #: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
 _TABLES: dict[tuple[int, float], np.ndarray] = {}
+_TRIPLE_TABLES: dict[float, np.ndarray] = {}
+#: id of a float32 table -> (that table, its int32 twin).
+_INT_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def code_table(bits: int, minus: float = 0.0) -> np.ndarray:
@@ -53,9 +59,10 @@ def unpack_into(
     per_word: int | None = None,
 ) -> None:
     """The codes of each row of words ``[R, W]`` (any integer dtype, packed LSB-first
-    along the last axis) into float32 ``out`` ``[R, C]``, each less ``minus``: the one
-    unpacker of the GPTQ lineage (GPTQ's qweight and qzeros, compressed-tensors
-    ``pack-quantized``), the inverse of :func:`pack_words`.
+    along the last axis) into float32 ``out`` ``[R, C]``, each less ``minus`` (or into
+    int32 ``out``: the codes as indexes, for decoders that look each code up again, e.g.
+    per group): the one unpacker of the GPTQ lineage (GPTQ's qweight and qzeros,
+    compressed-tensors ``pack-quantized``), the inverse of :func:`pack_words`.
 
     Code ``j`` of a row starts at stream bit ``first_bit + bits * j`` (one dense bit
     stream: codes cross word boundaries where ``bits`` does not divide 32, as GPTQ's
@@ -66,11 +73,14 @@ def unpack_into(
     begins inside a packed row. Column-packed words (packed along dim 0) are unpacked
     as the rows of their transpose.
 
-    Widths dividing 8 take one table lookup per byte (several codes per lookup as one
-    wide item); other widths a pass per code position of a unit (the smallest run of
+    Widths 1, 2 and 4 take one table lookup per byte (several codes per lookup as one
+    wide item), 8 bits a conversion, dense 3 bits one :func:`triple_table` lookup per
+    4 codes; other widths a pass per code position of a unit (the smallest run of
     whole words holding whole codes), or a gather by bit position when the row starts
-    inside a unit. No arithmetic on the codes, so the result is exact.
+    inside a unit. Codes are small integers, so the result is exact.
     """
+    if out.dtype not in (np.float32, np.int32):
+        raise ValueError(f"codes unpack into float32 or int32, not {out.dtype}")
     if not np.little_endian:
         words = words.astype(words.dtype.newbyteorder("<"))
     count = out.shape[1] if out.ndim == 2 else 0
@@ -78,6 +88,9 @@ def unpack_into(
         return
     if 8 % bits == 0 and first_bit % 8 == 0:
         _by_bytes(words, bits, out, minus, first_bit // 8)
+        return
+    if bits == 3 and per_word is None and first_bit % 24 == 0:
+        _by_triples(words, out, minus, first_bit // 8)
         return
     w32 = np.ascontiguousarray(words).view(np.uint32)
     if per_word is None or 8 % bits == 0:
@@ -88,7 +101,7 @@ def unpack_into(
         _by_units(w32, bits, out, minus, unit_codes, unit_words)
         return
     bit = code_positions(count, bits, first_bit=first_bit, per_word=per_word)
-    np.subtract(gather_codes(w32, bits, bit), np.float32(minus), out=out)
+    np.subtract(gather_codes(w32, bits, bit), np.float32(minus), out=out, casting="unsafe")
 
 
 def code_positions(
@@ -104,26 +117,86 @@ def code_positions(
 
 
 def _by_bytes(words: np.ndarray, bits: int, out: np.ndarray, minus: float, skip: int) -> None:
-    """Widths dividing 8: each byte's codes from one lookup, from byte ``skip`` of each row."""
+    """Widths dividing 8: each byte's codes from one lookup (8 bits: the byte converted),
+    from byte ``skip`` of each row."""
     raw = np.ascontiguousarray(words).view(np.uint8)
     per = 8 // bits
     count = out.shape[1]
+    if per == 1:
+        # A conversion, not a gather: several times faster than a table; any out layout.
+        np.copyto(out, raw[:, skip : skip + count], casting="unsafe")
+        if minus:
+            out -= out.dtype.type(minus)  # small integers: exact
+        return
     nbytes = -(-count // per)
     if skip or nbytes != raw.shape[1]:
         raw = np.ascontiguousarray(raw[:, skip : skip + nbytes])
     dst = out if nbytes * per == count and out.flags.c_contiguous else None
     if dst is None:
-        dst = np.empty((out.shape[0], nbytes * per), np.float32)
-    table = code_table(bits, minus)
-    if per == 1:
-        lookup_into(table.reshape(256), raw, dst)
-    elif per in _ITEMS:
+        dst = np.empty((out.shape[0], nbytes * per), out.dtype)
+    table = _as(code_table(bits, minus), out.dtype)
+    if per in _ITEMS:
         item = _ITEMS[per]
         np.take(
             table.view(item).reshape(256), raw, out=dst.view(item).reshape(raw.shape), mode="clip"
         )
     else:
         np.take(table, raw, axis=0, out=dst.reshape(*raw.shape, per), mode="clip")
+    if dst is not out:
+        out[...] = dst[:, :count]
+
+
+def _as(table: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """``table`` (float32 small integers) in the output's dtype (float32, or int32),
+    built once per table."""
+    if dtype == np.float32:
+        return table
+    key = id(table)
+    found = _INT_TABLES.get(key)
+    if found is None or found[0] is not table:
+        found = (table, np.ascontiguousarray(table.astype(np.int32)))
+        _INT_TABLES[key] = found
+    return found[1]
+
+
+def triple_table(minus: float = 0.0) -> np.ndarray:
+    """Every 12-bit value's four 3-bit codes (low bits first) less ``minus``, as float32
+    ``[4096, 4]`` (64 KiB, built once per ``minus``): half of the 8 codes 3 bytes hold."""
+    table = _TRIPLE_TABLES.get(minus)
+    if table is None:
+        half = np.arange(1 << 12, dtype=np.uint32)[:, None]
+        codes = (half >> (np.arange(4, dtype=np.uint32) * 3)[None, :]) & np.uint32(7)
+        table = np.ascontiguousarray(codes.astype(np.float32) - np.float32(minus))
+        _TRIPLE_TABLES[minus] = table
+    return table
+
+
+def _by_triples(words: np.ndarray, out: np.ndarray, minus: float, skip: int) -> None:
+    """Dense 3-bit codes from byte ``skip`` of each row (a multiple of 3): every 3 bytes
+    hold 8 codes, each 12-bit half 4 of them, looked up in :func:`triple_table`."""
+    raw = np.ascontiguousarray(words).view(np.uint8)
+    rows, count = out.shape
+    groups = -(-count // 8)
+    nbytes = 3 * groups
+    b = raw[:, skip : skip + nbytes]
+    if b.shape[1] < nbytes:  # a last, partial group: zero bytes past the row's end
+        b = np.concatenate([b, np.zeros((rows, nbytes - b.shape[1]), np.uint8)], axis=1)
+    b = b.reshape(rows, groups, 3)
+    # Bytes b0 b1 b2 hold codes 0-3 in b0 + the low nibble of b1, codes 4-7 in the
+    # high nibble of b1 + b2: two 12-bit table indexes per 3 bytes.
+    index = np.empty((rows, groups, 2), np.uint16)
+    low, high = index[..., 0], index[..., 1]
+    np.copyto(low, b[..., 1])
+    low &= 0xF
+    low <<= 8
+    low |= b[..., 0]
+    np.copyto(high, b[..., 2])
+    high <<= 4
+    high |= b[..., 1] >> 4
+    whole = groups * 8 == count and out.flags.c_contiguous
+    dst = out if whole else np.empty((rows, groups * 8), out.dtype)
+    items = _as(triple_table(minus), out.dtype).view(np.complex128).reshape(1 << 12)
+    np.take(items, index, out=dst.view(np.complex128).reshape(index.shape), mode="clip")
     if dst is not out:
         out[...] = dst[:, :count]
 
@@ -145,7 +218,7 @@ def _by_units(
         w32 = np.concatenate([w32, np.zeros((rows, need - w32.shape[1]), np.uint32)], axis=1)
     u = w32[:, :need].reshape(rows, units, unit_words)
     whole = units * unit_codes == count and out.flags.c_contiguous
-    dst = out if whole else np.empty((rows, units * unit_codes), np.float32)
+    dst = out if whole else np.empty((rows, units * unit_codes), out.dtype)
     fields = dst.reshape(rows, units, unit_codes)
     code = np.empty((rows, units), np.uint32)
     mask = np.uint32((1 << bits) - 1)
@@ -157,7 +230,7 @@ def _by_units(
         code &= mask
         fields[:, :, k] = code
     if minus:
-        dst -= np.float32(minus)
+        dst -= dst.dtype.type(minus)
     if dst is not out:
         out[...] = dst[:, :count]
 
@@ -174,6 +247,21 @@ def gather_codes(words: np.ndarray, bits: int, bit: np.ndarray) -> np.ndarray:
     both = w[:, word] | (w[:, word + 1] << np.uint64(32))
     codes = (both >> (bit % 32).astype(np.uint64)) & np.uint64((1 << bits) - 1)
     return codes.astype(np.float32)
+
+
+def transposed_words(words: np.ndarray, cols: slice) -> np.ndarray:
+    """``words[:, cols].T`` as a new C-contiguous array.
+
+    For decoders whose words are packed along the first axis (GPTQ's qweight
+    ``[in * bits / 32, out]``, AWQ GEMM's): a band of output rows is a band of word
+    columns, and its transpose puts each output row's bit stream in order. The
+    columns are first copied out row by row (sequential runs), then transposed from
+    that narrow copy: transposing straight from the wide array reads rows a
+    power-of-two stride apart, which share cache sets (2.5-5x slower, measured on
+    GPTQ 4- and 8-bit words).
+    """
+    narrow = np.ascontiguousarray(words[:, cols])
+    return np.ascontiguousarray(narrow.T)
 
 
 def pack_words(

@@ -13,9 +13,11 @@
   imported by path, a conftest's oracle functions as one fixture or each as its own,
   the checkpoint writer a ``build`` fixture hands out (:mod:`.oracles`);
 - :mod:`.strategies` (hypothesis: ``box_in``, ``box_case``, ``examples``) and
-  :mod:`.throughput` (the benches' timing loop) are imported by their module name;
+  :mod:`.throughput` (the benches' one timing loop: float32 and bfloat16 decodes of
+  bench cases or checkpoints beside a memcpy of the same bytes, alternating rounds,
+  medians) are imported by their module name;
 - :func:`check_conformance`, :func:`scale_like`: plans declare every scale they read
-  (:mod:`.plans`; also in :mod:`flexq.formatkit`).
+  (:mod:`.plans`; also in :mod:`flexq.formatkit`);
 """
 
 from __future__ import annotations

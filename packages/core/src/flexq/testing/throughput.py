@@ -4,7 +4,9 @@ For bench scripts, not tests (tests assert no wall clock): each run decodes a wh
 logical tensor into an output written before (as a model's parameters are), beside
 ``np.copyto`` of as many float32 bytes, the baseline measured in the same rounds;
 every run is warmed up once, then the runs alternate round by round so drift on a
-shared machine hits all alike, and each figure is a median.
+shared machine hits all alike, and each figure is a median. A bfloat16 run goes through
+one float32 work array, as ``flexq.load_state_dict`` does for bfloat16 host targets,
+its figure GB/s of float32-sized output (so both divide by the same memcpy).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -93,23 +96,42 @@ class Case:
 
 
 def measure_cases(fmt: str, cases: Mapping[str, Case], rounds: int) -> dict[str, float]:
-    """:func:`gbps` of every case (``{name}_gbps``, ``{name}_bf16_gbps``) and of memcpy:
-    each case is written to a scratch checkpoint and composed with format ``fmt`` alone,
-    its sources read once (no file I/O in the timed part). Every case decodes to the
-    same number of float32 bytes, the memcpy baseline's."""
-    from flexq import compose, save_checkpoint
+    """:func:`measure_checkpoints` of every case, each written to a scratch checkpoint."""
+    from flexq import save_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {
+            name: save_checkpoint(f"{tmp}/{name}", case.tensors, config=case.config)
+            for name, case in cases.items()
+        }
+        checkpoints = {name: (paths[name], case.key) for name, case in cases.items()}
+        bfloat16 = {name: case.bfloat16 for name, case in cases.items()}
+        return measure_checkpoints(fmt, checkpoints, rounds, bfloat16=bfloat16)
+
+
+def measure_checkpoints(
+    fmt: str,
+    checkpoints: Mapping[str, tuple[str | Path, str]],
+    rounds: int,
+    *,
+    bfloat16: Mapping[str, bool] | None = None,
+) -> dict[str, float]:
+    """:func:`gbps` of every case (``{name}_gbps``, ``{name}_bf16_gbps`` unless
+    ``bfloat16[name]`` is false) and of memcpy, for checkpoints a bench wrote (``name ->
+    (path, logical key)``, as a format's own writer saves them): each composed with format
+    ``fmt`` alone, its sources read once (no file I/O in the timed part). Every case
+    decodes to the same number of float32 bytes, the memcpy baseline's."""
+    from flexq import compose
 
     runs: dict[str, Run] = {}
     outputs: Outputs = {}
     sizes: set[int] = set()
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, case in cases.items():
-            path = save_checkpoint(f"{tmp}/{name}", case.tensors, config=case.config)
-            ct = compose(path, [fmt])
-            bf16 = case.bfloat16
-            runs.update(dequantize_runs(ct, case.key, name, bfloat16=bf16, outputs=outputs))
-            sizes.add(4 * int(np.prod(ct.entries[case.key].shape)))
-            ct.checkpoint.close()
+    for name, (path, key) in checkpoints.items():
+        ct = compose(path, [fmt])
+        bf16 = True if bfloat16 is None else bfloat16.get(name, True)
+        runs.update(dequantize_runs(ct, key, name, bfloat16=bf16, outputs=outputs))
+        sizes.add(4 * int(np.prod(ct.entries[key].shape)))
+        ct.checkpoint.close()
     if len(sizes) != 1:
         raise ValueError(f"the cases of a {fmt} bench decode to different sizes: {sorted(sizes)}")
     return gbps(runs, sizes.pop(), rounds)
