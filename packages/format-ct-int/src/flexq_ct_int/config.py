@@ -27,13 +27,22 @@ from pydantic import Field, field_validator
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
+from flexq_ct_int.identity import (
+    FORMAT_NAME as FORMAT_NAME,
+)
+from flexq_ct_int.identity import (
+    FORMATS as FORMATS,
+)
+from flexq_ct_int.identity import (
+    INT as INT,
+)
+from flexq_ct_int.identity import (
+    PACK as PACK,
+)
+from flexq_ct_int.identity import (
+    QUANT_METHOD as QUANT_METHOD,
+)
 
-FORMAT_NAME = "ct-int"
-QUANT_METHOD = "compressed-tensors"
-PACK: Literal["pack-quantized"] = "pack-quantized"
-INT: Literal["int-quantized"] = "int-quantized"
-#: The compressed-tensors formats this package decodes.
-FORMATS = (PACK, INT)
 MIXED = "mixed-precision"
 
 Strategy = Literal["tensor", "channel", "group", "block"]
