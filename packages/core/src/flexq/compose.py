@@ -198,7 +198,13 @@ def compose(
     named = config_methods(ckpt.quantization_config)
     # Entry-point formats the config does not name are asked only when a tensor is
     # left that one of them could own, so a load imports only its own formats.
-    later = [n for n in methods if _registry.deferrable(n) and methods[n].isdisjoint(named)]
+    # A container a format opened (GGUF) is asked of everyone: its tensors need not look
+    # quantized to be that format's.
+    later = [
+        n
+        for n in methods
+        if type(ckpt) is Checkpoint and _registry.deferrable(n) and methods[n].isdisjoint(named)
+    ]
     for name in [n for n in methods if n not in later]:
         ask(name)
     if later and _anyone_needed(ckpt, named, methods, used, recognized):
