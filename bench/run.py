@@ -1,7 +1,7 @@
 """Run every flexq benchmark once and write the results, the chart and docs/performance.md.
 
 Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N]
-[--verify-rounds N] [scale | verify | formats-memory]``
+[--verify-rounds N] [scale | verify | formats-memory | passthrough | discovery]``
 (``nox -s bench`` runs it with torch installed for the DCP comparison; without
 torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
 multi-rank scale series (:mod:`bench.scale`) and writes its results and
@@ -10,7 +10,11 @@ verify``) runs only :mod:`bench.verify_cost` and writes its results and the veri
 section of docs/performance.md (about a minute, 1 GiB of scratch disk); ``formats-memory``
 runs only the format packages' own load-memory cases (:func:`bench.formats.memory_all`: the
 GGUF Q4_K_M load of 1 GiB of float32, a 165 MB file) and writes
-bench/results/<date>-formats-memory.json. The defaults a user gets are
+bench/results/<date>-formats-memory.json; ``passthrough`` and ``discovery`` run only
+:mod:`bench.passthrough` (plain bf16 tensors against safetensors' ``safe_open`` and
+fastsafetensors, warm and cold page cache) or :mod:`bench.discovery` (a fresh process's
+entry points and first compose) and write their results and their section of
+docs/performance.md. The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
 2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
@@ -37,10 +41,12 @@ sys.path[0] = str(ROOT)
 
 from bench import (  # noqa: E402
     checkpoints,
+    discovery,
     formats,
     fresh,
     hotspots,
     kept_load,
+    passthrough,
     ranks,
     report,
     scale,
@@ -259,6 +265,26 @@ def _verify(date: str, rounds: int) -> None:
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
 
 
+def _series(name: str, module: Any, date: str, rounds: int) -> None:
+    """A series with its own results file and section of docs/performance.md
+    (``passthrough``, ``discovery``: :mod:`bench.passthrough`, :mod:`bench.discovery`),
+    measured in its own scratch directory."""
+    with tempfile.TemporaryDirectory(prefix=f"flexq-bench-{name}-") as tmp_name:
+        tmp = Path(tmp_name)
+        # Fresh processes get compiled bytecode, as an installed wheel has.
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        figures = module.measure(tmp, rounds, _log)
+    goals = module.goals(figures)
+    results = {"date": date, "machine": _machine(), "figures": figures, "goals": goals}
+    json_path = report.write_json(results, f"{date}-{name}")
+    doc = ROOT / "docs" / "performance.md"
+    verify_cost.replace_section(doc, module.markdown(figures, str(json_path.relative_to(ROOT))))
+    _log(f"wrote {json_path.relative_to(ROOT)}, the {name} section of {doc.relative_to(ROOT)}")
+    for g in goals.values():
+        _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per comparison")
@@ -272,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "only",
         nargs="?",
-        choices=["scale", "verify", "formats-memory"],
+        choices=["scale", "verify", "formats-memory", "passthrough", "discovery"],
         help="run only this series",
     )
     args = parser.parse_args(argv)
@@ -287,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only == "formats-memory":
         _formats_memory(date)
+        return 0
+    if args.only in ("passthrough", "discovery"):
+        module = passthrough if args.only == "passthrough" else discovery
+        _series(args.only, module, date, args.fresh_rounds)
         return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
@@ -333,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     for g in results["goals"].values():
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
     _verify(date, args.verify_rounds)  # after the regenerated doc: its own section
+    _series("passthrough", passthrough, date, args.fresh_rounds)
+    _series("discovery", discovery, date, args.fresh_rounds)
     _formats_memory(date)
     return 0
 

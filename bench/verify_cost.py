@@ -130,20 +130,26 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         f"linears 4096x4096, 128x128 blocks), pages cached, {f['rounds']} alternating "
         f"rounds, medians; figures in `{json_name}` (`nox -s bench -- verify`).",
         "",
-        "| goal | target | measured | met |",
-        "| --- | --- | --- | --- |",
     ]
-    for g in goals(f).values():
+    return [*lines, *goals_table(goals(f)), ""]
+
+
+def goals_table(found: dict[str, dict[str, Any]]) -> list[str]:
+    """A markdown table of goals (goal, target, measured, met), for a series' section."""
+    lines = ["| goal | target | measured | met |", "| --- | --- | --- | --- |"]
+    for g in found.values():
         lines.append(f"| {g['goal']} | {g['target']} | {g['measured']} | {g['met']} |")
-    return [*lines, ""]
+    return lines
 
 
 def replace_section(doc: Path, lines: list[str]) -> None:
-    """Put ``lines`` (a section under :data:`HEADING`) into ``doc``: over the old
-    section, else before the Notes section (else at the end)."""
+    """Put ``lines`` (a section: its heading, ``lines[0]``, then its body) into ``doc``:
+    over the old section of that heading, else before the Notes section (else at the
+    end). Every series with its own section of docs/performance.md writes it so."""
+    heading = lines[0]
     text = doc.read_text().splitlines() if doc.exists() else ["# Performance", ""]
-    if HEADING in text:
-        start = text.index(HEADING)
+    if heading in text:
+        start = text.index(heading)
         end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
     else:
         start = end = next((i for i, t in enumerate(text) if t == "## Notes"), len(text))

@@ -80,6 +80,9 @@ class Checkpoint:
         self.bytes_read_by_file: Counter[str] = Counter()
         self._pages = PageSet()
         self._local = threading.local()
+        # Several threads may read one checkpoint (parallel parts of one box): the
+        # counters and the page set change under this lock.
+        self._counting = threading.Lock()
 
     # -- inventory -----------------------------------------------------------
     @property
@@ -131,8 +134,12 @@ class Checkpoint:
         key: str,
         offset: Sequence[int] | None = None,
         shape: Sequence[int] | None = None,
+        *,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a new numpy array.
+        """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a new numpy array,
+        or into ``out``: a C-contiguous array of the box's storage shape whose items
+        have the storage dtype's size (a target's own memory), which is returned.
 
         Offsets and shapes are in header elements. The array dtype is the
         storage dtype (:mod:`flexq.io.dtypes`): F8/F4 come back as uint8 bytes (F4
@@ -157,11 +164,25 @@ class Checkpoint:
         else:
             items = self._item_shape(info.shape, sd.elems_per_item)
             box = self._item_box(box, sd.elems_per_item)
-        out = np.empty([s.stop - s.start for s in box], dtype=sd.numpy)
+        stored = [s.stop - s.start for s in box]
+        if out is None:
+            out = np.empty(stored, dtype=sd.numpy)
+        elif (
+            list(out.shape) != stored
+            or out.dtype.itemsize != np.dtype(sd.numpy).itemsize
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise CheckpointError(
+                f"{info.file}: tensor {key!r}: cannot read box {box} into a "
+                f"{out.dtype} array of shape {out.shape} (needs a writeable C-contiguous "
+                f"array of shape {tuple(stored)} with {np.dtype(sd.numpy).itemsize}-byte items)"
+            )
         if out.nbytes:
             self._read_box(info, items, box, out)
-        self.bytes_read += out.nbytes
-        self.bytes_read_by_file[info.file] += out.nbytes
+        with self._counting:
+            self.bytes_read += out.nbytes
+            self.bytes_read_by_file[info.file] += out.nbytes
         return out
 
     def check_files(self, names: Iterable[str] | None = None) -> None:
@@ -255,8 +276,9 @@ class Checkpoint:
             band = self._band_buffer()[:span]
             df.read_spans([(first, [memoryview(band.data)])])
             _scatter(band, starts[lo:hi] - first, rows[lo:hi])
-        for lo, hi in spans:  # counted once read
-            self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
+        with self._counting:
+            for lo, hi in spans:  # counted once read
+                self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
 
     def _band_buffer(self) -> np.ndarray:
         """This thread's band buffer (reads may come from several threads)."""

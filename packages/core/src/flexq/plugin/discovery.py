@@ -21,10 +21,21 @@ def distribution_of(ep: EntryPoint) -> str:
     return ep.dist.name if ep.dist else "?"
 
 
+def name_and_version(ep: EntryPoint) -> tuple[str, str]:
+    """The name and version of the distribution that declares ``ep`` (``?`` and ``""``
+    when unknown), from one read of its metadata (each read parses the file anew)."""
+    if ep.dist is None:
+        return "?", ""
+    metadata = ep.dist.metadata
+    return metadata["Name"] or "?", metadata["Version"] or ""
+
+
 def kept_entry_point(name: str, eps: list[EntryPoint]) -> tuple[EntryPoint, str | None]:
     """The entry point to load for format ``name`` and, when several distributions offer
     it, the warning naming them all: a first-party one wins, else the first on sys.path
     (a third-party package registering ``fp8`` must not replace flexq's own)."""
+    if len(eps) == 1:
+        return eps[0], None  # no clash: no distribution's metadata need be read
     kept = next((ep for ep in eps if distribution_of(ep) in FIRST_PARTY), eps[0])
     dist = distribution_of(kept)
     others = sorted({distribution_of(ep) for ep in eps} - {dist})

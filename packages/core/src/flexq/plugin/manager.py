@@ -37,7 +37,7 @@ from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough, spec
 from flexq.plugin.checks import api_version_problem, as_names, logical_problem, shown
-from flexq.plugin.discovery import distribution_of, kept_entry_point
+from flexq.plugin.discovery import kept_entry_point, name_and_version
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -150,7 +150,7 @@ class FormatRegistry:
 
     def _load_one(self, pm: pluggy.PluginManager, ep: EntryPoint) -> FormatInfo:
         """Import and register one entry point; a failure is the format's error row."""
-        dist, version = distribution_of(ep), ep.dist.version if ep.dist else ""
+        dist, version = name_and_version(ep)
         broken = FormatInfo(ep.name, version, dist, "entry point", "")
         self._infos[ep.name] = broken  # so messages name the distribution
         try:
