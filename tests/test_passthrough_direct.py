@@ -67,6 +67,12 @@ def bits_of(t: Any) -> np.ndarray:
     return view.copy()
 
 
+def assert_loaded(state: dict[str, Any], bits: dict[str, np.ndarray]) -> None:
+    """Every target holds exactly the checkpoint's bits."""
+    for k, b in bits.items():
+        np.testing.assert_array_equal(bits_of(state[k]), b)
+
+
 def test_bf16_tensors_are_read_straight_into_bf16_targets(
     plain: tuple[Path, dict[str, np.ndarray]], direct_reads: list[str]
 ) -> None:
@@ -74,8 +80,7 @@ def test_bf16_tensors_are_read_straight_into_bf16_targets(
     state = bf16_targets()
     report = flexq.load_state_dict(state, path)
     assert sorted(direct_reads) == sorted(SHAPES)
-    for k, b in bits.items():
-        np.testing.assert_array_equal(bits_of(state[k]), b)
+    assert_loaded(state, bits)
     assert report.bytes_read == sum(b.nbytes for b in bits.values())
 
 
@@ -90,8 +95,7 @@ def test_trainable_parameters_are_read_straight_into(
         assert state[k].stop_gradient is False  # trainable, as every LLM weight
     flexq.load_state_dict(state, path)
     assert sorted(direct_reads) == sorted(SHAPES)
-    for k, b in bits.items():
-        np.testing.assert_array_equal(bits_of(state[k]), b)
+    assert_loaded(state, bits)
 
 
 def test_a_cast_or_an_atomic_load_takes_the_usual_path_with_the_same_values(
@@ -107,8 +111,7 @@ def test_a_cast_or_an_atomic_load_takes_the_usual_path_with_the_same_values(
     atomic = bf16_targets()
     flexq.load_state_dict(atomic, path, atomic=True)
     assert direct_reads == []  # atomic stages every batch before its first write
-    for k, b in bits.items():
-        np.testing.assert_array_equal(bits_of(atomic[k]), b)
+    assert_loaded(atomic, bits)
 
 
 def test_a_transposing_aoa_takes_the_usual_path(
