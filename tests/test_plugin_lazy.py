@@ -113,6 +113,39 @@ def test_an_fp8_checkpoint_imports_only_fp8(probed: dict[str, object]) -> None:
     assert "flexq_fp8.encode" not in loaded  # a load never imports the encoder
 
 
+#: ``flexq list-formats --json`` in a fresh interpreter; the heavy modules it left.
+LIST_FORMATS = """
+import json, sys
+from flexq.cli.main import main
+
+try:
+    main(["list-formats", "--json"])
+except SystemExit:
+    pass
+heavy = json.loads(sys.argv[1])
+sys.stderr.write(json.dumps(sorted(m for ms in heavy.values() for m in ms if m in sys.modules)))
+"""
+
+
+def test_list_formats_imports_no_format_module() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("FLEXQ_FORMATS", None)
+    env.pop("FLEXQ_DISABLED_FORMATS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", LIST_FORMATS, json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    rows = json.loads(out.stdout)
+    listed = {r["name"]: r for r in rows}
+    assert set(HEAVY) <= set(listed)
+    assert "fp8" in listed["fp8"]["methods"]  # methods come from the cheap plugin object
+    assert json.loads(out.stderr.strip().splitlines()[-1]) == []
+
+
 def test_a_part_that_fails_to_import_disables_its_format(tmp_path: Path) -> None:
     bits = np.full((2, 4), 0x3F80, np.uint16)  # bfloat16 1.0
     save_checkpoint(tmp_path, {"w": RawTensor("BF16", bits)})
