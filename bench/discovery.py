@@ -21,6 +21,7 @@ discovery``) writes the results and the discovery section of docs/performance.md
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -103,7 +104,8 @@ def measure(tmp: Path, rounds: int, log: Any = print) -> dict[str, Any]:
             runs[case].append(run_module("bench.discovery", [str(paths[case]), "1"]))
             walls[case]["baseline"].append(_wall(paths[case], False))
             walls[case]["with"].append(_wall(paths[case], True))
-    out: dict[str, Any] = {"rounds": rounds, "cases": {}}
+    # the machine is shared: how busy it was
+    out: dict[str, Any] = {"rounds": rounds, "load_average_at_end": os.getloadavg(), "cases": {}}
     for case in CASES:
         rs = runs[case]
         entry: dict[str, Any] = {

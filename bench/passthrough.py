@@ -150,6 +150,7 @@ def measure(tmp: Path, rounds: int, log: Any = print, n: int = TENSORS) -> dict[
                 runs[mode][kind].append(run_module("bench.passthrough", [kind, str(path), str(n)]))
     sums = {r["checksum"] for m in runs.values() for rs in m.values() for r in rs}
     out: dict[str, Any] = {
+        "load_average_at_end": os.getloadavg(),  # the machine is shared: how busy it was
         "tensors": n,
         "shape": [ROWS, COLS],
         "checkpoint_bytes": sum(f.stat().st_size for f in path.glob("*.safetensors")),

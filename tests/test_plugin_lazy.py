@@ -66,6 +66,15 @@ print(json.dumps(steps))
 """
 
 
+def fresh_env() -> dict[str, str]:
+    """This process's environment for a fresh interpreter: its import path, every
+    installed format allowed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("FLEXQ_FORMATS", None)
+    env.pop("FLEXQ_DISABLED_FORMATS", None)
+    return env
+
+
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("lazy")
@@ -73,9 +82,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     save_checkpoint(root / "plain", {"embed.weight": RawTensor("BF16", bits)})
     weight = np.full((128, 128), 0.5, np.float32)
     save_fp8_checkpoint(root / "fp8", {"layer.weight": weight})
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    env.pop("FLEXQ_FORMATS", None)
-    env.pop("FLEXQ_DISABLED_FORMATS", None)
+    env = fresh_env()
     out = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(HEAVY), str(root / "plain"), str(root / "fp8")],
         capture_output=True,
@@ -128,9 +135,7 @@ sys.stderr.write(json.dumps(sorted(m for ms in heavy.values() for m in ms if m i
 
 
 def test_list_formats_imports_no_format_module() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    env.pop("FLEXQ_FORMATS", None)
-    env.pop("FLEXQ_DISABLED_FORMATS", None)
+    env = fresh_env()
     out = subprocess.run(
         [sys.executable, "-c", LIST_FORMATS, json.dumps(HEAVY)],
         capture_output=True,
