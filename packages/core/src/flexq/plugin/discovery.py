@@ -23,11 +23,19 @@ def distribution_of(ep: EntryPoint) -> str:
 
 def name_and_version(ep: EntryPoint) -> tuple[str, str]:
     """The name and version of the distribution that declares ``ep`` (``?`` and ``""``
-    when unknown), from one read of its metadata (each read parses the file anew)."""
+    when unknown), from one read of its METADATA file."""
     if ep.dist is None:
         return "?", ""
-    metadata = ep.dist.metadata
-    return metadata["Name"] or "?", metadata["Version"] or ""
+    # The two fields from the header block of METADATA, without the email parser that
+    # Distribution.metadata runs over the whole file (most of discovery's own time).
+    found: dict[str, str] = {}
+    for line in (ep.dist.read_text("METADATA") or "").splitlines():
+        if not line.strip():
+            break  # the header block ends at the first blank line
+        field, sep, value = line.partition(":")
+        if sep and field in ("Name", "Version"):
+            found.setdefault(field, value.strip())
+    return found.get("Name") or "?", found.get("Version", "")
 
 
 def kept_entry_point(name: str, eps: list[EntryPoint]) -> tuple[EntryPoint, str | None]:
