@@ -144,3 +144,30 @@ def test_read_into_a_wrong_array_names_file_and_tensor(
         strided = np.zeros((64, 96), np.uint16)[:, ::2]
         with pytest.raises(CheckpointError, match="C-contiguous"):
             ckpt.read("embed.weight", out=strided)
+
+
+def test_cached_pages_are_copied_without_prefetch_and_the_rest_read_as_before(
+    plain: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run the page cache holds is copied by one page-cache-only read (no prefetch);
+    where the platform has no such read, or the cache holds none of it, the run is
+    prefetched and read as before: the same bytes either way."""
+    from flexq.io import datafile
+
+    path, bits = plain
+    prefetched: list[list[tuple[int, int]]] = []
+    real = datafile.DataFile.prefetch
+
+    def spy(self: Any, ranges: Any) -> None:
+        prefetched.append(list(ranges))
+        real(self, ranges)
+
+    monkeypatch.setattr(datafile.DataFile, "prefetch", spy)
+    with flexq.Checkpoint(path) as ckpt:
+        np.testing.assert_array_equal(ckpt.read("embed.weight"), bits["embed.weight"])
+        if datafile._NOWAIT is not None:  # Linux: the file was just written, so cached
+            assert prefetched == [[]]
+        monkeypatch.setattr(datafile, "_NOWAIT", None)
+        np.testing.assert_array_equal(ckpt.read("embed.weight"), bits["embed.weight"])
+        start = ckpt.info("embed.weight").start
+        assert prefetched[-1] == [(start, start + bits["embed.weight"].nbytes)]

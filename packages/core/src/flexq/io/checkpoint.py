@@ -269,7 +269,16 @@ class Checkpoint:
                 lo = top
         df = self._data[info.file]
         df.check()
-        df.prefetch((int(starts[lo]), int(stops[hi - 1])) for lo, hi in spans)
+        if len(alone) == 1 and not bands:
+            # One contiguous run (a whole tensor, a band of rows): what the page cache
+            # holds is copied at once, only the rest is prefetched and waited for.
+            first, (buffer,) = alone[0]
+            got = df.read_cached(first, buffer)
+            alone = [(first + got, [buffer[got:]])] if got < buffer.nbytes else []
+            spans_read = [(first + got, int(stops[-1]))] if alone else []
+        else:
+            spans_read = [(int(starts[lo]), int(stops[hi - 1])) for lo, hi in spans]
+        df.prefetch(spans_read)
         df.read_spans(alone)
         for lo, hi in bands:
             first, span = int(starts[lo]), int(stops[hi - 1] - starts[lo])
