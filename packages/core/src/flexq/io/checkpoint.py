@@ -20,7 +20,7 @@ import math
 import os
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -56,6 +56,11 @@ class Checkpoint:
         snapshot's files may point into its own ``models--*`` tree).
     """
 
+    #: Several threads may read one checkpoint (parallel parts of one box): the read
+    #: counters and the page set change under this lock (one for every checkpoint, so a
+    #: container class that builds its own state needs none of its own).
+    _counting: ClassVar[threading.Lock] = threading.Lock()
+
     def __init__(self, path: str | os.PathLike[str], *, skip: Collection[str] = ()) -> None:
         located = locate(path)
         self.path = located.path
@@ -80,9 +85,6 @@ class Checkpoint:
         self.bytes_read_by_file: Counter[str] = Counter()
         self._pages = PageSet()
         self._local = threading.local()
-        # Several threads may read one checkpoint (parallel parts of one box): the
-        # counters and the page set change under this lock.
-        self._counting = threading.Lock()
 
     # -- inventory -----------------------------------------------------------
     @property
