@@ -157,6 +157,8 @@ def bench(session: nox.Session) -> None:
     install_workspace(session, "bench")
     # pip, not uv: the CPU wheel; a resolver that prefers the default index pulls CUDA.
     session.run("python", "-m", "pip", "install", "torch==2.13.0")
+    # The passthrough series' third contender (CPU reads, framework="paddle").
+    session.run("python", "-m", "pip", "install", "fastsafetensors==0.5.0")
     session.run("python", "bench/run.py", *session.posargs)
 
 

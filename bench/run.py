@@ -2,7 +2,7 @@
 
 Usage: ``python bench/run.py [--rounds N] [--fresh-rounds N] [--scale-repeats N]
 [--verify-rounds N] [--kept-rounds N] [--physical-rounds N]
-[scale | verify | formats-memory | kept | physical | decoders]``
+[scale | verify | formats-memory | kept | physical | decoders | passthrough | discovery]``
 (``nox -s bench`` runs it with torch installed for the DCP comparison; without
 torch that part is skipped). ``scale`` (``nox -s bench -- scale``) runs only the
 multi-rank scale series (:mod:`bench.scale`) and writes its results and
@@ -22,8 +22,12 @@ and writes bench/results/<date>-physical.json and its section of docs/performanc
 whole run it fills the main table's physical-limit column); ``decoders`` (``nox -s bench --
 decoders``, a few minutes) runs only the format packages' dequantize benches and writes
 bench/results/<date>-decoders.json and the decoders section of docs/performance.md (every
-format's decode GB/s and share of memcpy, float32 and bfloat16 out, against issue 30's bar).
-The defaults a user gets are
+format's decode GB/s and share of memcpy, float32 and bfloat16 out, against issue 30's bar);
+``passthrough`` and ``discovery`` run only
+:mod:`bench.passthrough` (plain bf16 tensors against safetensors' ``safe_open`` and
+fastsafetensors, warm and cold page cache) or :mod:`bench.discovery` (a fresh process's
+entry points and first compose) and write their results and their section of
+docs/performance.md. The defaults a user gets are
 measured one load per fresh process (:mod:`bench.fresh`); runs in about 10
 minutes on a 2-core machine (the scale series about 10 more) and needs about
 2.5 GB of scratch disk (the scale series 2.2 GB more) and 6 GB of memory at its
@@ -51,11 +55,13 @@ sys.path[0] = str(ROOT)
 from bench import (  # noqa: E402
     checkpoints,
     decoders,
+    discovery,
     formats,
     fresh,
     hotspots,
     kept_load,
     kept_pf,
+    passthrough,
     physical,
     ranks,
     report,
@@ -213,9 +219,10 @@ def _notes(r: dict[str, Any]) -> list[str]:
         notes.append(
             f"Discovering only fp8 (`FLEXQ_FORMATS=fp8`) the same load takes "
             f"{_ms(alone['seconds']['median'])}: the other {len(r.get('formats', {})) - 1} "
-            "installed formats cost the difference, importing their plugin modules and "
-            "defining their pydantic config models. pydantic itself (imported by every "
-            "format's config module, fp8's included) is most of the discovery step."
+            "installed formats cost the difference: reading their entry points and importing "
+            "their plugin objects (their config models, detection and decoders are imported "
+            "only when a checkpoint of theirs is composed; fp8's config models are pydantic "
+            "models, so pydantic is part of this load's first compose)."
         )
     return notes
 
@@ -255,22 +262,6 @@ def _formats_memory(date: str) -> None:
             f"{pkg}: peak RSS above targets {m['peak_extra_rss'] / 2**20:.1f} MiB, bound "
             f"{m['bound_bytes'] / 2**20:.1f} MiB, within bound: {m['within_bound']}"
         )
-
-
-def _physical(date: str, rounds: int) -> None:
-    """The physical-limit series (:mod:`bench.physical`) in its own scratch directory, its
-    results file and its section of docs/performance.md."""
-    with tempfile.TemporaryDirectory(prefix="flexq-bench-physical-") as tmp_name:
-        figures = physical.measure(Path(tmp_name), rounds, _log)
-    goals = physical.goals(figures)
-    results = {"date": date, "machine": _machine(), "figures": figures, "goals": goals}
-    json_path = report.write_json(results, f"{date}-physical")
-    doc = ROOT / "docs" / "performance.md"
-    rel = str(json_path.relative_to(ROOT))
-    report.replace_section(doc, physical.markdown(figures, rel))
-    _log(f"wrote {rel}, the physical section of {doc.relative_to(ROOT)}")
-    for g in goals.values():
-        _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
 
 
 def _verify(date: str, rounds: int) -> None:
@@ -344,6 +335,27 @@ def _decoders(date: str, figures: dict[str, dict[str, float]] | None = None) -> 
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
 
 
+def _series(name: str, module: Any, date: str, rounds: int) -> None:
+    """A series with its own results file and section of docs/performance.md
+    (``passthrough``, ``discovery``, ``physical``: :mod:`bench.passthrough`,
+    :mod:`bench.discovery`, :mod:`bench.physical`),
+    measured in its own scratch directory."""
+    with tempfile.TemporaryDirectory(prefix=f"flexq-bench-{name}-") as tmp_name:
+        tmp = Path(tmp_name)
+        # Fresh processes get compiled bytecode, as an installed wheel has.
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        figures = module.measure(tmp, rounds, _log)
+    goals = module.goals(figures)
+    results = {"date": date, "machine": _machine(), "figures": figures, "goals": goals}
+    json_path = report.write_json(results, f"{date}-{name}")
+    doc = ROOT / "docs" / "performance.md"
+    report.replace_section(doc, module.markdown(figures, str(json_path.relative_to(ROOT))))
+    _log(f"wrote {json_path.relative_to(ROOT)}, the {name} section of {doc.relative_to(ROOT)}")
+    for g in goals.values():
+        _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per comparison")
@@ -366,7 +378,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "only",
         nargs="?",
-        choices=["scale", "verify", "formats-memory", "kept", "physical", "decoders"],
+        choices=[
+            "scale",
+            "verify",
+            "formats-memory",
+            "kept",
+            "physical",
+            "decoders",
+            "passthrough",
+            "discovery",
+        ],
         help="run only this series",
     )
     args = parser.parse_args(argv)
@@ -386,10 +407,14 @@ def main(argv: list[str] | None = None) -> int:
         _kept(date, args.kept_rounds)
         return 0
     if args.only == "physical":
-        _physical(date, args.physical_rounds)
+        _series("physical", physical, date, args.physical_rounds)
         return 0
     if args.only == "decoders":
         _decoders(date)
+        return 0
+    if args.only in ("passthrough", "discovery"):
+        module = passthrough if args.only == "passthrough" else discovery
+        _series(args.only, module, date, args.fresh_rounds)
         return 0
     results: dict[str, Any] = {"date": date, "machine": _machine(), "rounds": args.rounds}
     n = checkpoints.BASE_TENSORS
@@ -442,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
     _verify(date, args.verify_rounds)  # after the regenerated doc: its own section
     _decoders(date, results["formats"])  # the same figures, as the per-format table
+    _series("passthrough", passthrough, date, args.fresh_rounds)
+    _series("discovery", discovery, date, args.fresh_rounds)
     _formats_memory(date)
     return 0
 

@@ -130,12 +130,16 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         f"linears 4096x4096, 128x128 blocks), pages cached, {f['rounds']} alternating "
         f"rounds, medians; figures in `{json_name}` (`nox -s bench -- verify`).",
         "",
-        "| goal | target | measured | met |",
-        "| --- | --- | --- | --- |",
     ]
-    for g in goals(f).values():
+    return [*lines, *goals_table(goals(f)), ""]
+
+
+def goals_table(found: dict[str, dict[str, Any]]) -> list[str]:
+    """A markdown table of goals (goal, target, measured, met), for a series' section."""
+    lines = ["| goal | target | measured | met |", "| --- | --- | --- | --- |"]
+    for g in found.values():
         lines.append(f"| {g['goal']} | {g['target']} | {g['measured']} | {g['met']} |")
-    return [*lines, ""]
+    return lines
 
 
 def main() -> None:

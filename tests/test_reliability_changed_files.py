@@ -127,10 +127,10 @@ TRUNCATE_DURING_LOAD = textwrap.dedent(
 
     ckpt, shard = sys.argv[1], sys.argv[2]
     real = os.preadv
-    def truncating(fd, buffers, offset):
+    def truncating(fd, buffers, offset, *flags):  # flags: the page-cache-only read's
         os.truncate(shard, offset)  # cut where this read starts; the header stays
         os.preadv = real
-        return real(fd, buffers, offset)
+        return real(fd, buffers, offset, *flags)
     os.preadv = truncating
     keys = json.loads(sys.argv[3])
     targets = {k: paddle.full(s, 7.0, "float32") for k, s in keys.items()}

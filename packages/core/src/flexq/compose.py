@@ -14,7 +14,7 @@ and (DESIGN invariant 8) quantization no installed format claims.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from flexq.composition import PASSTHROUGH, Composition, LogicalEntry
@@ -167,22 +167,50 @@ def compose(
     used: dict[str, str] = {}  # physical key -> logical key using it
     recognized: dict[str, str] = {}  # physical key -> format recognizing it
     methods: dict[str, frozenset[str]] = {}  # format -> the config methods it decodes
-    for name in asked:
+
+    def asking(name: str, question: Callable[[], Any]) -> Any:
         try:
-            claims = _claims(ckpt, name, _registry)
-            keys = _registry.recognized_keys(name, ckpt)
-            methods[name] = _registry.quant_methods(name)
+            return question()
         except PluginError:
             # A format disabled for a wrong-typed result is left out when every format
             # is in use (one warning); asked for by name, its error is the answer.
             if formats is not None or not _registry.disabled(name):
                 raise
             _registry.warn_disabled(name)
-            continue
-        for entry in claims:
+            methods.pop(name, None)
+            return None
+
+    def ask(name: str) -> None:
+        found = asking(
+            name, lambda: (_claims(ckpt, name, _registry), _registry.recognized_keys(name, ckpt))
+        )
+        if found is None:
+            return
+        for entry in found[0]:
             _add(ckpt, entries, used, entry, _registry)
-        for src in keys:
+        for src in found[1]:
             recognized.setdefault(src, name)
+
+    for name in asked:
+        found = asking(name, lambda: _registry.quant_methods(name))  # noqa: B023 - called now
+        if found is not None:
+            methods[name] = found
+    named = config_methods(ckpt.quantization_config)
+    # Entry-point formats the config does not name are asked only when a tensor is
+    # left that one of them could own, so a load imports only its own formats.
+    # A container a format opened (GGUF) is asked of everyone: its tensors need not look
+    # quantized to be that format's.
+    later = [
+        n
+        for n in methods
+        if type(ckpt) is Checkpoint and _registry.deferrable(n) and methods[n].isdisjoint(named)
+    ]
+    for name in [n for n in methods if n not in later]:
+        ask(name)
+    if later and _anyone_needed(ckpt, named, methods, used, recognized):
+        for name in later:
+            if name in methods:
+                ask(name)
     names = list(methods)
     problems = _unclaimed_methods(ckpt, methods, entries, _registry, allow_unclaimed)
     plain = _registry.logical_metadata(PASSTHROUGH, ckpt)
@@ -217,6 +245,24 @@ def compose(
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise FormatError(problems[0] + more)
     return ComposedTransform(ckpt, entries, problems, names, _registry)
+
+
+def _anyone_needed(
+    ckpt: Checkpoint,
+    named: set[str],
+    methods: Mapping[str, frozenset[str]],
+    used: Mapping[str, str],
+    recognized: Mapping[str, str],
+) -> bool:
+    """Whether the deferred formats must be asked too: the config names a method no
+    format asked so far decodes, or a tensor nobody took is not plainly a float."""
+    if not named <= {m for ms in methods.values() for m in ms}:
+        return True
+    return any(
+        not passthrough.plain_to_every_format(key, info)
+        for key, info in ckpt.tensors.items()
+        if key not in used and key not in recognized
+    )
 
 
 def _claims(ckpt: Checkpoint, name: str, reg: FormatRegistry) -> list[LogicalEntry]:

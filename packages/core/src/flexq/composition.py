@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.errors import FlexqError, PluginError, TargetError
+from flexq.io.dtypes import dtype
 from flexq.numerics.arrays import is_paddle
 from flexq.numerics.ops import ops_for
 from flexq.numerics.rounding import OVERFLOW_ENV, Overflow, round_numpy, to_paddle
@@ -137,6 +138,16 @@ class Composition:
             key: self.checkpoint.read(key, offset, shape)
             for key, (offset, shape) in plan.source_slices.items()
         }
+
+    def unchanged(self, logical_key: str, plan: ReadPlan, output_dtype: str) -> str | None:
+        """The physical tensor whose box of ``plan`` IS the result in ``output_dtype``,
+        byte for byte (a passthrough tensor stored in that very dtype), so the box may be
+        read straight into the target; None when the owner's apply or a cast is needed."""
+        if not self.entry(logical_key).is_passthrough or len(plan.source_slices) != 1:
+            return None
+        ((key, (_, shape)),) = plan.source_slices.items()
+        same = dtype(self.checkpoint.info(key).dtype).paddle == output_dtype
+        return key if same and tuple(shape) == tuple(plan.target.local_shape) else None
 
     def dequantize(
         self,

@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flexq.formatkit import QuantConfig, parse_quant_config
+from flexq_bitsandbytes.identity import FORMAT as FORMAT
 
 if TYPE_CHECKING:
     from flexq import Checkpoint
 
-FORMAT = "bitsandbytes"
 #: Config fields naming the modules bitsandbytes left unquantized.
 SKIP_FIELDS = ("llm_int8_skip_modules", "modules_to_not_convert")
 

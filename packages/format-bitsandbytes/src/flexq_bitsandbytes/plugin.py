@@ -4,37 +4,31 @@ The ``bitsandbytes`` format as one :class:`flexq.formatkit.Format` (entry point
 ``bitsandbytes = "flexq_bitsandbytes.plugin:plugin"``). Detection lives in
 :mod:`flexq_bitsandbytes.detect`, plans in :mod:`flexq_bitsandbytes.plan`, the
 math in :mod:`flexq_bitsandbytes.decode`.
+
+The entry point imports only this module and :mod:`flexq_bitsandbytes.identity`: the parts are
+``"module:attribute"`` references, imported when a checkpoint of the format is
+composed (:class:`flexq.formatkit.Format`); ``flexq_encode`` is :mod:`flexq_bitsandbytes.demo`'s.
 """
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Any
 
-from flexq.formatkit import Encoder, Format
-from flexq_bitsandbytes.config import FORMAT
-from flexq_bitsandbytes.decode import dequantize
-from flexq_bitsandbytes.detect import analyze
-from flexq_bitsandbytes.encode import quantization_config, quantize
-from flexq_bitsandbytes.plan import local_plan
+from flexq.formatkit.format import Format
+from flexq.formatkit.lazy import exports
+from flexq_bitsandbytes.identity import FORMAT
 
 FORMAT_NAME = FORMAT
 
-#: Smallest logits cosine similarity promised for a model loaded from NF4 weights
-#: with double quantization (16 levels per block of 64, absmax coded in 8 bits).
-MIN_LOGITS_COSINE = 0.93
-
-plugin = Format(
+plugin: Format[Any] = Format(
     FORMAT,
     "bitsandbytes: NF4/FP4 4-bit (with or without double quantization) and LLM.int8 weights.",
     methods=(FORMAT,),
-    analyze=analyze,
-    plan=local_plan,
-    decode=dequantize,
-    # flexq_encode: NF4 with double quantization, as transformers saves it
-    encode=Encoder(
-        partial(quantize, mode="nf4", double_quant=True),
-        {"quantization_config": quantization_config("nf4")},
-        MIN_LOGITS_COSINE,
-    ),
+    analyze="flexq_bitsandbytes.detect:analyze",
+    plan="flexq_bitsandbytes.plan:local_plan",
+    decode="flexq_bitsandbytes.decode:dequantize",
+    encode="flexq_bitsandbytes.demo:encode",
     api_version="1.0",
 )
+
+__getattr__ = exports(__name__, {"MIN_LOGITS_COSINE": "flexq_bitsandbytes.demo"})

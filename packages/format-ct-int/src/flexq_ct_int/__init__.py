@@ -9,8 +9,18 @@ tensors), :func:`quantization_config` and :func:`save_ct_int_checkpoint`, all of
 
 from __future__ import annotations
 
-from flexq_ct_int.encode import WeightScheme, quantization_config, quantize, save_ct_int_checkpoint
-from flexq_ct_int.packing import Packing, pack_cols, pack_rows
+from typing import TYPE_CHECKING
+
+from flexq.formatkit.lazy import exports
+
+if TYPE_CHECKING:
+    from flexq_ct_int.encode import (
+        WeightScheme,
+        quantization_config,
+        quantize,
+        save_ct_int_checkpoint,
+    )
+    from flexq_ct_int.packing import Packing, pack_cols, pack_rows
 
 __version__ = "0.1.0"
 
@@ -24,3 +34,18 @@ __all__ = [
     "quantize",
     "save_ct_int_checkpoint",
 ]
+
+# Imported on first use: discovery imports this package for its entry point
+# (flexq_ct_int.plugin), and a load that never encodes need not import the encoder.
+__getattr__ = exports(
+    __name__,
+    {
+        "Packing": "flexq_ct_int.packing",
+        "WeightScheme": "flexq_ct_int.encode",
+        "pack_cols": "flexq_ct_int.packing",
+        "pack_rows": "flexq_ct_int.packing",
+        "quantization_config": "flexq_ct_int.encode",
+        "quantize": "flexq_ct_int.encode",
+        "save_ct_int_checkpoint": "flexq_ct_int.encode",
+    },
+)

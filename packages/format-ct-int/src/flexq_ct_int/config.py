@@ -8,20 +8,18 @@ other format and the core's detection read.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from flexq.formatkit import read_compressed_tensors
+from flexq_ct_int.identity import FORMAT_NAME as FORMAT_NAME
+from flexq_ct_int.identity import FORMATS as FORMATS
+from flexq_ct_int.identity import INT as INT
+from flexq_ct_int.identity import PACK as PACK
+from flexq_ct_int.identity import QUANT_METHOD as QUANT_METHOD
 
 if TYPE_CHECKING:
     from flexq import Checkpoint
     from flexq.formatkit import CtConfig
-
-FORMAT_NAME = "ct-int"
-QUANT_METHOD = "compressed-tensors"
-PACK: Literal["pack-quantized"] = "pack-quantized"
-INT: Literal["int-quantized"] = "int-quantized"
-#: The compressed-tensors formats this package decodes.
-FORMATS = (PACK, INT)
 
 
 def read_config(ckpt: Checkpoint) -> CtConfig | None:

@@ -19,17 +19,15 @@ from pydantic import Field, PositiveInt
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config, read_compressed_tensors
+from flexq_fp8.identity import CT_FORMATS as CT_FORMATS
+from flexq_fp8.identity import FORMAT_NAME as FORMAT_NAME
 
 if TYPE_CHECKING:
     from flexq.formatkit import CtConfig, QuantArgs
     from flexq_fp8.layout import BlockCandidate
 
-FORMAT_NAME = "fp8"
 #: ``quant_method`` values whose configs describe FP8 weights.
 METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors")
-#: compressed-tensors formats of FP8 E4M3 weights: ``float-quantized`` (float scales)
-#: and ``mxfp8-quantized`` (llm-compressor's MXFP8A16: E8M0 ``U8`` scales per 32).
-CT_FORMATS = ("float-quantized", "mxfp8-quantized")
 #: ModelOpt ``quant_algo`` values (lower case) of square block scales whose size no
 #: config records: ``FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG``'s ``fp8_pb_wo``.
 MODELOPT_SQUARE_BLOCKS = frozenset({"fp8_pb_wo"})

@@ -17,7 +17,6 @@ of the inventory (``derived``; ``flexq inspect`` lists them). Data is read by th
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -29,10 +28,9 @@ from flexq.io.datafile import DataFile, Identity
 from flexq.io.header import Header, TensorInfo
 from flexq.io.pages import PageSet
 from flexq_format_gguf.container import GGUFHeader, GGUFTensor, read_gguf_header
+from flexq_format_gguf.files import SUFFIX as SUFFIX
+from flexq_format_gguf.files import gguf_files as gguf_files
 
-SUFFIX = ".gguf"
-#: llama.cpp's split-set names: ``name-00001-of-00003.gguf``.
-SPLIT = re.compile(r"(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
 #: What a GGUF tensor's blocks view is called (no GGUF name has an ``@``).
 BLOCKS_VIEW = "{}@blocks"
 
@@ -40,51 +38,6 @@ BLOCKS_VIEW = "{}@blocks"
 def blocks_view(name: str) -> str:
     """The key of the blocks view of block-type tensor ``name``."""
     return BLOCKS_VIEW.format(name)
-
-
-def gguf_files(path: str) -> list[Path] | None:
-    """The files of the GGUF model ``path`` names, first first; None when it names none.
-
-    ``path`` may be a ``.gguf`` file, the first file of a split set, or a directory
-    holding exactly one GGUF model (and no safetensors checkpoint).
-
-    :raises CheckpointError: a later file of a split set, a split set with files
-        missing, or a directory holding several GGUF models.
-    """
-    p = Path(path)
-    if p.is_file() and p.name.endswith(SUFFIX):
-        return _model_files(p)
-    if not p.is_dir() or any(p.glob("*.safetensors")):
-        return None
-    firsts = sorted(
-        f for f in p.glob(f"*{SUFFIX}")
-        if f.is_file() and ((m := SPLIT.fullmatch(f.name)) is None or int(m["no"]) == 1)
-    )  # fmt: skip
-    if not firsts:
-        return None
-    if len(firsts) > 1:
-        names = ", ".join(f.name for f in firsts)
-        raise CheckpointError(f"{p}: holds {len(firsts)} GGUF models ({names}); pass the file")
-    return _model_files(firsts[0])
-
-
-def _model_files(first: Path) -> list[Path]:
-    m = SPLIT.fullmatch(first.name)
-    if m is None:
-        return [first]
-    if int(m["no"]) != 1:
-        raise CheckpointError(
-            f"{first}: is file {int(m['no'])} of a split set; pass the first "
-            f"({m['stem']}-00001-of-{m['count']}{SUFFIX})"
-        )
-    count = int(m["count"])
-    files = [
-        first.with_name(f"{m['stem']}-{i:05d}-of-{m['count']}{SUFFIX}") for i in range(1, count + 1)
-    ]
-    missing = [f.name for f in files if not f.is_file()]
-    if missing:
-        raise CheckpointError(f"{first}: split set of {count} files lacks {', '.join(missing)}")
-    return files
 
 
 class GGUFDataFile(DataFile):

@@ -33,12 +33,17 @@ from pydantic import ValidationError, field_validator
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config, read_config_file
+from flexq_gptq.identity import (
+    AUTO_ROUND_METHODS as AUTO_ROUND_METHODS,
+)
+from flexq_gptq.identity import (
+    FORMAT_NAME as FORMAT_NAME,
+)
+from flexq_gptq.identity import (
+    GPTQ_METHODS as GPTQ_METHODS,
+)
 from flexq_gptq.packing import BITS
 
-FORMAT_NAME = "gptq"
-#: ``quant_method`` values this format decodes (lower case).
-GPTQ_METHODS = ("gptq",)
-AUTO_ROUND_METHODS = ("auto-round", "intel/auto-round")
 #: auto-round packing formats in the GPTQ layout, and whether they store z - 1.
 AUTO_ROUND_PACKINGS = {
     "auto_round:auto_gptq": True,

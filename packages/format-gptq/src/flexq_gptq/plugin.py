@@ -5,55 +5,35 @@ The ``gptq`` format as one :class:`flexq.formatkit.Format` (entry point
 :mod:`flexq_gptq.detect`, plans in :mod:`flexq_gptq.plan`, the math in
 :mod:`flexq_gptq.decode`, the demo encoder below. ``X.bias`` and unquantized
 tensors are left to pass through.
+
+The entry point imports only this module and :mod:`flexq_gptq.identity`: the parts are
+``"module:attribute"`` references, imported when a checkpoint of the format is
+composed (:class:`flexq.formatkit.Format`); ``flexq_encode`` is :mod:`flexq_gptq.demo`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any
 
-import numpy as np
+from flexq.formatkit.format import Format
+from flexq.formatkit.lazy import exports
+from flexq_gptq.identity import AUTO_ROUND_METHODS, FORMAT_NAME, GPTQ_METHODS
 
-from flexq.formatkit import Encoder, Format
-from flexq_gptq.config import AUTO_ROUND_METHODS, FORMAT_NAME, GPTQ_METHODS
-from flexq_gptq.decode import dequantize
-from flexq_gptq.detect import analyze
-from flexq_gptq.encode import quantization_config, quantize
-from flexq_gptq.plan import local_plan
-
-if TYPE_CHECKING:
-    from flexq import RawTensor
-
-#: Smallest logits cosine similarity promised for a model loaded from 4-bit GPTQ
-#: weights with groups of 32 (16 levels per group, round to nearest).
-MIN_LOGITS_COSINE = 0.95
-DEMO_BITS = 4
-DEMO_GROUP_SIZE = 32
-
-
-def demo_tensors(weights: Mapping[str, np.ndarray]) -> dict[str, RawTensor]:
-    """What ``flexq_encode`` writes: 4-bit, group-32 GPTQ v1 with act-order groups (a
-    fixed column permutation per weight), so that every cross-package load exercises
-    scattered groups."""
-    tensors: dict[str, RawTensor] = {}
-    for n, (key, w) in enumerate(weights.items()):
-        perm = np.random.default_rng(n).permutation(w.shape[1])
-        prefix = key.removesuffix(".weight")
-        tensors.update(quantize(w, DEMO_BITS, DEMO_GROUP_SIZE, perm=perm, prefix=prefix))
-    return tensors
-
-
-plugin = Format(
+plugin: Format[Any] = Format(
     FORMAT_NAME,
     "GPTQ (AutoGPTQ, GPTQModel, optimum, auto-round): qweight, qzeros, scales, g_idx -> X.weight.",
     methods=(*GPTQ_METHODS, *AUTO_ROUND_METHODS),
-    analyze=analyze,
-    plan=local_plan,
-    decode=dequantize,
-    encode=Encoder(
-        demo_tensors,
-        {"quantization_config": quantization_config(DEMO_BITS, DEMO_GROUP_SIZE, desc_act=True)},
-        MIN_LOGITS_COSINE,
-    ),
+    analyze="flexq_gptq.detect:analyze",
+    plan="flexq_gptq.plan:local_plan",
+    decode="flexq_gptq.decode:dequantize",
+    encode="flexq_gptq.demo:encode",
     api_version="1.0",
+)
+
+__getattr__ = exports(
+    __name__,
+    {
+        n: "flexq_gptq.demo"
+        for n in ("MIN_LOGITS_COSINE", "DEMO_BITS", "DEMO_GROUP_SIZE", "demo_tensors")
+    },
 )

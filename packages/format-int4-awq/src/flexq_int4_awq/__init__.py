@@ -7,8 +7,13 @@ Installed as the ``int4-awq`` format (entry point in the group ``flexq``).
 
 from __future__ import annotations
 
-from flexq_int4_awq.encode import pack_int4, quantization_config, quantize, save_awq_checkpoint
-from flexq_int4_awq.layout import AWQ_ORDER
+from typing import TYPE_CHECKING
+
+from flexq.formatkit.lazy import exports
+
+if TYPE_CHECKING:
+    from flexq_int4_awq.encode import pack_int4, quantization_config, quantize, save_awq_checkpoint
+    from flexq_int4_awq.layout import AWQ_ORDER
 
 __version__ = "0.1.0"
 
@@ -20,3 +25,16 @@ __all__ = [
     "quantize",
     "save_awq_checkpoint",
 ]
+
+# Imported on first use: discovery imports this package for its entry point
+# (flexq_int4_awq.plugin), and a load that never encodes need not import the encoder.
+__getattr__ = exports(
+    __name__,
+    {
+        "AWQ_ORDER": "flexq_int4_awq.layout",
+        "pack_int4": "flexq_int4_awq.encode",
+        "quantization_config": "flexq_int4_awq.encode",
+        "quantize": "flexq_int4_awq.encode",
+        "save_awq_checkpoint": "flexq_int4_awq.encode",
+    },
+)

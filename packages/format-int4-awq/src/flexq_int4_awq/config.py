@@ -15,9 +15,7 @@ from typing import Literal
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
-
-#: the name this format is registered under (entry point ``int4-awq``).
-FORMAT_NAME = "int4-awq"
+from flexq_int4_awq.identity import FORMAT_NAME as FORMAT_NAME
 
 Version = Literal["gemm", "gemv"]
 

@@ -13,13 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flexq.formatkit import IgnoreList, read_compressed_tensors
+from flexq_mxfp4.identity import CT_FORMAT as CT_FORMAT
+from flexq_mxfp4.identity import FORMAT_NAME as FORMAT_NAME
 
 if TYPE_CHECKING:
     from flexq import Checkpoint
-
-FORMAT_NAME = "mxfp4"
-#: the compressed-tensors format name of MXFP4 weights.
-CT_FORMAT = "mxfp4-pack-quantized"
 
 
 @dataclass(frozen=True)

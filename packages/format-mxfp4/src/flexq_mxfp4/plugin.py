@@ -5,26 +5,28 @@ The ``mxfp4`` format as one :class:`flexq.formatkit.Format` (the entry point
 :mod:`flexq_mxfp4.detect` (which tensors, from headers and config),
 :mod:`flexq_mxfp4.plan` (local read plans), :mod:`flexq_mxfp4.decode` (the
 math) and :mod:`flexq_mxfp4.encode` (checkpoints for the demo).
+
+The entry point imports only this module and :mod:`flexq_mxfp4.identity`: the parts are
+``"module:attribute"`` references, imported when a checkpoint of the format is
+composed (:class:`flexq.formatkit.Format`).
 """
 
 from __future__ import annotations
 
-from flexq.formatkit import Format
-from flexq_mxfp4.config import CT_FORMAT, FORMAT_NAME
-from flexq_mxfp4.decode import apply
-from flexq_mxfp4.detect import analyze
-from flexq_mxfp4.encode import encode
-from flexq_mxfp4.plan import local_plan
+from typing import Any
+
+from flexq.formatkit.format import Format
+from flexq_mxfp4.identity import CT_FORMAT, FORMAT_NAME
 
 __all__ = ["plugin"]
 
-plugin = Format(
+plugin: Format[Any] = Format(
     FORMAT_NAME,
     "OCP MXFP4: gpt-oss `*_blocks`/`*_scales` and compressed-tensors `mxfp4-pack-quantized`.",
     methods=("mxfp4", f"compressed-tensors/{CT_FORMAT}"),
-    analyze=analyze,
-    plan=local_plan,
-    decode=apply,
-    encode=encode,
+    analyze="flexq_mxfp4.detect:analyze",
+    plan="flexq_mxfp4.plan:local_plan",
+    decode="flexq_mxfp4.decode:apply",
+    encode="flexq_mxfp4.encode:encode",
     api_version="1.0",
 )

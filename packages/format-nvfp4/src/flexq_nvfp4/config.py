@@ -34,9 +34,9 @@ from flexq.formatkit import (
     read_compressed_tensors,
     read_config_file,
 )
+from flexq_nvfp4.identity import CT_FORMAT as CT_FORMAT
+from flexq_nvfp4.identity import FORMAT as FORMAT
 
-FORMAT = "nvfp4"
-CT_FORMAT = "nvfp4-pack-quantized"
 HF_QUANT_CONFIG = "hf_quant_config.json"
 #: ModelOpt algorithms whose weights are plain NVFP4 (the activation side differs).
 MODELOPT_ALGOS = frozenset({"NVFP4", "W4A16_NVFP4"})

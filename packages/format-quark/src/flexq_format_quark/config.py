@@ -23,9 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import QuantConfig, parse_quant_config
-
-#: the name this format is registered under (entry point ``quark``).
-FORMAT_NAME = "quark"
+from flexq_format_quark.identity import FORMAT_NAME as FORMAT_NAME
 
 #: Module types whose ``layer_type_quant_config`` entry applies to a 2-D ``X.weight``:
 #: Quark quantizes ``nn.Linear`` through it; a checkpoint does not record module types,

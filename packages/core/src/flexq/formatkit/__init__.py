@@ -47,52 +47,74 @@ from :mod:`flexq` and the rest from here:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from flexq.formatkit.blocks import nibble_blocks
-from flexq.formatkit.cache import per_checkpoint
-from flexq.formatkit.format import Analysis, Encoder, Format, Layout, Sources
-from flexq.formatkit.groups import grouped_affine
-from flexq.formatkit.qlinear import QLinearKeys, qweight_analysis
-from flexq.numerics.arrays import is_paddle, to_numpy
-from flexq.numerics.bands import (
-    RUNS_PER_TASK,
-    for_bands,
-    for_row_runs,
-    lookup_into,
-    lookup_scaled,
-    pair_items,
-    row_runs,
-)
-from flexq.numerics.elements import (
-    E2M1_PAIRS,
-    E2M1_VALUES,
-    E4M3_TO_FLOAT32,
-    E8M0_TO_FLOAT32,
-    nibble_pairs,
-)
-from flexq.numerics.ops import ArrayOps, NumpyOps, PaddleOps, ops_for
-from flexq.numerics.scales import (
-    FLOAT_SCALE_DTYPES,
-    NONFINITE_SCALES_ENV,
-    check_scales,
-    scale_to_float32,
-)
-from flexq.numerics.threads import run_parts, thread_count
-from flexq.numerics.words import (
-    code_table,
-    gather_codes,
-    pack_words,
-    transposed_words,
-    triple_table,
-    unpack_into,
-)
-from flexq.plan import block_cover, ceil_div
-from flexq.plugin.spec import API_VERSION
-from flexq.quantconfig.ignore import IGNORE_FIELDS, IgnoreList
-from flexq.testing.plans import check_conformance, scale_like
+from flexq.formatkit.lazy import exports
 
 if TYPE_CHECKING:
+    from flexq.formatkit.blocks import nibble_blocks
+    from flexq.formatkit.cache import per_checkpoint
+    from flexq.formatkit.format import (
+        Analysis,
+        Encoder,
+        Format,
+        Layout,
+        Sources,
+    )
+    from flexq.formatkit.groups import grouped_affine
+    from flexq.formatkit.qlinear import (
+        QLinearKeys,
+        qweight_analysis,
+    )
+    from flexq.numerics.arrays import (
+        is_paddle,
+        to_numpy,
+    )
+    from flexq.numerics.bands import (
+        RUNS_PER_TASK,
+        for_bands,
+        for_row_runs,
+        lookup_into,
+        lookup_scaled,
+        pair_items,
+        row_runs,
+    )
+    from flexq.numerics.elements import (
+        E2M1_PAIRS,
+        E2M1_VALUES,
+        E4M3_TO_FLOAT32,
+        E8M0_TO_FLOAT32,
+        nibble_pairs,
+    )
+    from flexq.numerics.ops import (
+        ArrayOps,
+        NumpyOps,
+        PaddleOps,
+        ops_for,
+    )
+    from flexq.numerics.scales import (
+        FLOAT_SCALE_DTYPES,
+        NONFINITE_SCALES_ENV,
+        check_scales,
+        scale_to_float32,
+    )
+    from flexq.numerics.threads import (
+        run_parts,
+        thread_count,
+    )
+    from flexq.numerics.words import (
+        code_table,
+        gather_codes,
+        pack_words,
+        transposed_words,
+        triple_table,
+        unpack_into,
+    )
+    from flexq.plan import (
+        block_cover,
+        ceil_div,
+    )
+    from flexq.plugin.spec import API_VERSION
     from flexq.quantconfig.base import (
         QuantConfig,
         natural_dtype,
@@ -107,36 +129,79 @@ if TYPE_CHECKING:
         QuantArgs,
         read_compressed_tensors,
     )
+    from flexq.quantconfig.ignore import (
+        IGNORE_FIELDS,
+        IgnoreList,
+    )
+    from flexq.testing.plans import (
+        check_conformance,
+        scale_like,
+    )
 
-#: Names of the pydantic config modules, imported on first use: pydantic costs a
-#: fresh process about 0.1 s to import, which a load of a format that never parses
-#: its config with it need not pay.
-_LAZY = {
-    **dict.fromkeys(
-        (
-            "QuantConfig",
-            "natural_dtype",
-            "parse_json_model",
-            "parse_quant_config",
-            "read_config_file",
-        ),
-        "flexq.quantconfig.base",
-    ),
-    **dict.fromkeys(
-        ("ConfigGroup", "CtConfig", "CtScheme", "QuantArgs", "read_compressed_tensors"),
-        "flexq.quantconfig.compressed_tensors",
-    ),
+#: Every name of the kit -> the module defining it, imported on first use: discovery
+#: imports every installed format's plugin object, and a process that loads one format
+#: should not pay for the rest of the kit (pydantic alone costs a fresh process ~0.1 s).
+_WHERE = {
+    "API_VERSION": "flexq.plugin.spec",
+    "Analysis": "flexq.formatkit.format",
+    "ArrayOps": "flexq.numerics.ops",
+    "ConfigGroup": "flexq.quantconfig.compressed_tensors",
+    "CtConfig": "flexq.quantconfig.compressed_tensors",
+    "CtScheme": "flexq.quantconfig.compressed_tensors",
+    "E2M1_PAIRS": "flexq.numerics.elements",
+    "E2M1_VALUES": "flexq.numerics.elements",
+    "E4M3_TO_FLOAT32": "flexq.numerics.elements",
+    "E8M0_TO_FLOAT32": "flexq.numerics.elements",
+    "Encoder": "flexq.formatkit.format",
+    "FLOAT_SCALE_DTYPES": "flexq.numerics.scales",
+    "Format": "flexq.formatkit.format",
+    "IGNORE_FIELDS": "flexq.quantconfig.ignore",
+    "IgnoreList": "flexq.quantconfig.ignore",
+    "Layout": "flexq.formatkit.format",
+    "NONFINITE_SCALES_ENV": "flexq.numerics.scales",
+    "NumpyOps": "flexq.numerics.ops",
+    "PaddleOps": "flexq.numerics.ops",
+    "QLinearKeys": "flexq.formatkit.qlinear",
+    "QuantArgs": "flexq.quantconfig.compressed_tensors",
+    "QuantConfig": "flexq.quantconfig.base",
+    "RUNS_PER_TASK": "flexq.numerics.bands",
+    "Sources": "flexq.formatkit.format",
+    "block_cover": "flexq.plan",
+    "ceil_div": "flexq.plan",
+    "check_conformance": "flexq.testing.plans",
+    "check_scales": "flexq.numerics.scales",
+    "code_table": "flexq.numerics.words",
+    "for_bands": "flexq.numerics.bands",
+    "for_row_runs": "flexq.numerics.bands",
+    "gather_codes": "flexq.numerics.words",
+    "grouped_affine": "flexq.formatkit.groups",
+    "is_paddle": "flexq.numerics.arrays",
+    "lookup_into": "flexq.numerics.bands",
+    "lookup_scaled": "flexq.numerics.bands",
+    "natural_dtype": "flexq.quantconfig.base",
+    "nibble_blocks": "flexq.formatkit.blocks",
+    "nibble_pairs": "flexq.numerics.elements",
+    "ops_for": "flexq.numerics.ops",
+    "pack_words": "flexq.numerics.words",
+    "pair_items": "flexq.numerics.bands",
+    "parse_json_model": "flexq.quantconfig.base",
+    "parse_quant_config": "flexq.quantconfig.base",
+    "per_checkpoint": "flexq.formatkit.cache",
+    "qweight_analysis": "flexq.formatkit.qlinear",
+    "read_compressed_tensors": "flexq.quantconfig.compressed_tensors",
+    "read_config_file": "flexq.quantconfig.base",
+    "row_runs": "flexq.numerics.bands",
+    "run_parts": "flexq.numerics.threads",
+    "scale_like": "flexq.testing.plans",
+    "scale_to_float32": "flexq.numerics.scales",
+    "thread_count": "flexq.numerics.threads",
+    "to_numpy": "flexq.numerics.arrays",
+    "transposed_words": "flexq.numerics.words",
+    "triple_table": "flexq.numerics.words",
+    "unpack_into": "flexq.numerics.words",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is not None:
-        import importlib
-
-        return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = exports(__name__, _WHERE)
 
 __all__ = [
     "API_VERSION",

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from flexq.errors import FormatError
+from flexq.formatkit.lazy import resolve
 from flexq.io.writer import save_checkpoint
 from flexq.markers import hookimpl
 from flexq.numerics.sources import Sources as Sources
@@ -115,6 +116,8 @@ class Format(Generic[L]):
         from the planned :class:`Sources`; ``out`` is None or a float32 array of the box
         to fill.
     :param encode: optional: writes a checkpoint of the format (``flexq_encode``).
+        Each of ``analyze``, ``plan``, ``decode`` and ``encode`` may instead be a
+        ``"module:attribute"`` reference, imported on first use (a cheap entry point).
     :param api_version: the :data:`flexq.formatkit.API_VERSION` the format was built for
         (a literal such as ``"1.0"``, not the constant: it records what the code was
         written against); flexq disables a format built for another major version.
@@ -127,19 +130,56 @@ class Format(Generic[L]):
         description: str,
         *,
         methods: Sequence[str],
-        analyze: Callable[[Checkpoint], Analysis[L] | None],
-        plan: Callable[[L, TargetSlice], ReadPlan | None],
-        decode: Callable[[L, Sources, Any], Any],
-        encode: Encode | None = None,
+        analyze: Callable[[Checkpoint], Analysis[L] | None] | str,
+        plan: Callable[[L, TargetSlice], ReadPlan | None] | str,
+        decode: Callable[[L, Sources, Any], Any] | str,
+        encode: Encode | str | None = None,
         api_version: str | None = None,
     ) -> None:
         self.FORMAT_NAME = name
+        # It claims only tensors its config methods name or that look quantized, so the
+        # composer need not import it for a checkpoint with neither.
+        self.FLEXQ_DEFERRABLE = True
         self.FLEXQ_API_VERSION = api_version
         self.__doc__ = description
         self.methods = tuple(methods)
-        self._analyze, self._plan, self._decode = analyze, plan, decode
+        self._parts: dict[str, Any] = {"analyze": analyze, "plan": plan, "decode": decode}
         if encode is not None:
-            self.flexq_encode = _encoder(encode)
+            self._parts["encode"] = encode
+            self.flexq_encode = _encoder(self._encode)
+
+    def _part(self, which: str) -> Any:
+        """The function ``which`` (``analyze`` ...), imported on first use when given as a
+        reference; an import failure says which format and module (the registry
+        disables the format)."""
+        part = self._parts[which]
+        if isinstance(part, str):
+            try:
+                part = resolve(part)
+            except Exception as exc:
+                raise ImportError(
+                    f"format {self.FORMAT_NAME!r}: its {which} ({part}) failed to import: "
+                    f"{exc!r}; reinstall the format's package"
+                ) from exc
+            self._parts[which] = part  # the same object for every thread: idempotent
+        return part
+
+    def _analyze(self, checkpoint: Checkpoint) -> Analysis[L] | None:
+        found: Analysis[L] | None = self._part("analyze")(checkpoint)
+        return found
+
+    def _plan(self, layout: L, target: TargetSlice) -> ReadPlan | None:
+        plan: ReadPlan | None = self._part("plan")(layout, target)
+        return plan
+
+    def _decode(self, layout: L, sources: Sources, out: Any) -> Any:
+        return self._part("decode")(layout, sources, out)
+
+    def _encode(
+        self, directory: Path, weights: Mapping[str, np.ndarray], others: Mapping[str, RawTensor]
+    ) -> float:
+        cosine: float = self._part("encode")(directory, weights, others)
+        return cosine
 
     def layout(self, checkpoint: Checkpoint, logical_key: str) -> L:
         """The layout of a logical tensor this format claimed."""

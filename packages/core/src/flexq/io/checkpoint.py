@@ -20,7 +20,7 @@ import math
 import os
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -55,6 +55,11 @@ class Checkpoint:
         config.json is malformed or points outside the directory (a cache
         snapshot's files may point into its own ``models--*`` tree).
     """
+
+    #: Several threads may read one checkpoint (parallel parts of one box): the read
+    #: counters and the page set change under this lock (one for every checkpoint, so a
+    #: container class that builds its own state needs none of its own).
+    _counting: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, path: str | os.PathLike[str], *, skip: Collection[str] = ()) -> None:
         located = locate(path)
@@ -131,8 +136,12 @@ class Checkpoint:
         key: str,
         offset: Sequence[int] | None = None,
         shape: Sequence[int] | None = None,
+        *,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a new numpy array.
+        """Read tensor ``key`` (or its box ``offset`` + ``shape``) as a new numpy array,
+        or into ``out``: a C-contiguous array of the box's storage shape whose items
+        have the storage dtype's size (a target's own memory), which is returned.
 
         Offsets and shapes are in header elements. The array dtype is the
         storage dtype (:mod:`flexq.io.dtypes`): F8/F4 come back as uint8 bytes (F4
@@ -143,11 +152,25 @@ class Checkpoint:
             (was replaced, rewritten or truncated) since its header was read.
         """
         info, items, box, sd = self._locate(key, offset, shape)
-        out = np.empty([s.stop - s.start for s in box], dtype=sd.numpy)
+        stored = [s.stop - s.start for s in box]
+        if out is None:
+            out = np.empty(stored, dtype=sd.numpy)
+        elif (
+            list(out.shape) != stored
+            or out.dtype.itemsize != np.dtype(sd.numpy).itemsize
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise CheckpointError(
+                f"{info.file}: tensor {key!r}: cannot read box {box} into a "
+                f"{out.dtype} array of shape {out.shape} (needs a writeable C-contiguous "
+                f"array of shape {tuple(stored)} with {np.dtype(sd.numpy).itemsize}-byte items)"
+            )
         if out.nbytes:
             self._read_box(info, items, box, out)
-        self.bytes_read += out.nbytes
-        self.bytes_read_by_file[info.file] += out.nbytes
+        with self._counting:
+            self.bytes_read += out.nbytes
+            self.bytes_read_by_file[info.file] += out.nbytes
         return out
 
     def prefetch(
@@ -270,15 +293,25 @@ class Checkpoint:
                 lo = top
         df = self._data[info.file]
         df.check()
-        df.prefetch(_span_ranges(starts, stops, spans))
+        if len(alone) == 1 and not bands:
+            # One contiguous run (a whole tensor, a band of rows): what the page cache
+            # holds is copied at once, only the rest is prefetched and waited for.
+            first, (buffer,) = alone[0]
+            got = df.read_cached(first, buffer)
+            alone = [(first + got, [buffer[got:]])] if got < buffer.nbytes else []
+            spans_read = [(first + got, int(stops[-1]))] if alone else []
+        else:
+            spans_read = _span_ranges(starts, stops, spans)
+        df.prefetch(spans_read)
         df.read_spans(alone)
         for lo, hi in bands:
             first, span = int(starts[lo]), int(stops[hi - 1] - starts[lo])
             band = self._band_buffer()[:span]
             df.read_spans([(first, [memoryview(band.data)])])
             _scatter(band, starts[lo:hi] - first, rows[lo:hi])
-        for lo, hi in spans:  # counted once read
-            self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
+        with self._counting:
+            for lo, hi in spans:  # counted once read
+                self._pages.add(info.file, int(starts[lo]), int(stops[hi - 1]))
 
     def _band_buffer(self) -> np.ndarray:
         """This thread's band buffer (reads may come from several threads)."""

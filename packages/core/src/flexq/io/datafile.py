@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 MAX_CALL_BYTES = 1 << 30
 _PROC_FD = Path("/proc/self/fd")
 _PREADV = hasattr(os, "preadv")
+#: preadv2's flag for "only what the page cache holds, never wait for the disk" (Linux).
+_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None) if _PREADV else None
 #: Bytes one prefetch request asks for (below any read-ahead window the kernel uses).
 PREFETCH_CHUNK = 2 << 20
 #: Most buffers one ``preadv`` call takes (POSIX guarantees at least 16; Linux takes 1024).
@@ -141,6 +143,18 @@ class DataFile:
             # The kernel queues at most one read-ahead window per call: ask in chunks.
             for at in range(start, stop, PREFETCH_CHUNK):
                 os.posix_fadvise(fd, at, min(PREFETCH_CHUNK, stop - at), os.POSIX_FADV_WILLNEED)
+
+    def read_cached(self, offset: int, buffer: memoryview) -> int:
+        """Fill ``buffer`` from ``offset`` with what the page cache already holds, never
+        waiting for the disk; the bytes filled (0 where the platform cannot tell). A warm
+        read then needs no prefetch, whose walk over cached pages costs as much as a
+        fifth of the copy."""
+        if _NOWAIT is None or not buffer.nbytes:
+            return 0
+        try:
+            return os.preadv(self._fh.fileno(), [buffer], offset, _NOWAIT)
+        except OSError:
+            return 0  # EAGAIN (nothing cached), or a file system without the flag
 
     def read_spans(self, spans: Sequence[tuple[int, Sequence[memoryview]]]) -> None:
         """Fill buffers from the file: each span is (file offset, buffers filled in order

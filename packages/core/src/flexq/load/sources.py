@@ -29,15 +29,20 @@ from flexq.io.dtypes import DTYPES, dtype
 from flexq.io.pages import disk_read_bytes
 from flexq.load.quiet import quiet_paddle
 from flexq.numerics.arrays import host_to_numpy
+from flexq.numerics.threads import run_parts
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    import numpy as np
 
     from flexq.compose import ComposedTransform
     from flexq.io.checkpoint import Checkpoint
     from flexq.load.report import LoadOptions
     from flexq.plan import Box, ReadPlan
 
+#: Bytes of one part of a box read straight into a target on the worker threads.
+READ_PART_BYTES = 16 << 20
 #: safetensors dtypes Paddle 3.3.1's FlexCheckpoint loader can carry.
 CARRIED = frozenset(name for name, d in DTYPES.items() if d.transport is not None)
 
@@ -68,6 +73,11 @@ class Source(Protocol):
     def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
         """``plans[index]``'s boxes (all, or those of ``keys``) will be asked for soon:
         start fetching them now, holding nothing (a hint; a source may ignore it)."""
+
+    def read_into(self, index: int, plan: ReadPlan, key: str, out: np.ndarray) -> bool:
+        """Read ``plan``'s one box, of physical tensor ``key``, straight into ``out`` (a
+        C-contiguous array of the box in its storage dtype: the target's own memory);
+        False when this source cannot (the caller then decodes as usual)."""
 
     def release(self) -> None:
         """A batch is done: let go of what it read."""
@@ -147,6 +157,28 @@ class DirectSource(_Opened):
         for k in slices if keys is None else keys:
             self._ct.checkpoint.prefetch(k, *slices[k])
 
+    def read_into(self, index: int, plan: ReadPlan, key: str, out: np.ndarray) -> bool:
+        self._held.pop(index, None)
+        offset, shape = plan.source_slices[key]
+        read = self._ct.checkpoint.read
+        rows = int(shape[0]) if shape else 0
+        parts = min(rows, out.nbytes // READ_PART_BYTES)
+        if parts < 2:
+            read(key, offset, shape, out=out)
+            return True
+        # Row bands read on the worker threads: preadv copies out of the page cache (or
+        # waits for the disk) without the GIL, so the bands' copies overlap.
+        step = -(-rows // parts)
+
+        def work(starts: Sequence[int]) -> None:
+            for at in starts:
+                n = min(step, rows - at)
+                band = (int(offset[0]) + at, *offset[1:])
+                read(key, band, (n, *shape[1:]), out=out[at : at + n])
+
+        run_parts(work, range(0, rows, step), 1)
+        return True
+
     def release(self) -> None:
         # Reads are copies the caller frees (nothing is mapped): nothing to let go.
         return None
@@ -182,6 +214,9 @@ class FlexCheckpointSource(_Opened):
 
     def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
         return None  # every box was fetched when the source opened
+
+    def read_into(self, index: int, plan: ReadPlan, key: str, out: np.ndarray) -> bool:
+        return False  # the boxes arrive through Paddle's loader, not from the files
 
     def release(self) -> None:
         return None

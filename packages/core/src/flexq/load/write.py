@@ -91,6 +91,15 @@ def fill(
                 if view is not None and not options.atomic and not p.transposes:
                     into = view[_target_box(p)]
                     into = into if into.flags.c_contiguous else None
+                # A tensor stored in the target's dtype is read straight into it.
+                same = ct.unchanged(p.logical_key, p.plan, p.target.dtype)
+                if (
+                    into is not None
+                    and same is not None
+                    and source.read_into(i, p.plan, same, into)
+                ):
+                    source.release()
+                    continue
                 # Host targets in another float dtype are rounded from one float32 buffer.
                 work = None
                 if view is not None and p.target.dtype != "float32":

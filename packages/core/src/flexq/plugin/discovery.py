@@ -21,10 +21,29 @@ def distribution_of(ep: EntryPoint) -> str:
     return ep.dist.name if ep.dist else "?"
 
 
+def name_and_version(ep: EntryPoint) -> tuple[str, str]:
+    """The name and version of the distribution that declares ``ep`` (``?`` and ``""``
+    when unknown), from one read of its METADATA file."""
+    if ep.dist is None:
+        return "?", ""
+    # The two fields from the header block of METADATA, without the email parser that
+    # Distribution.metadata runs over the whole file (most of discovery's own time).
+    found: dict[str, str] = {}
+    for line in (ep.dist.read_text("METADATA") or "").splitlines():
+        if not line.strip():
+            break  # the header block ends at the first blank line
+        field, sep, value = line.partition(":")
+        if sep and field in ("Name", "Version"):
+            found.setdefault(field, value.strip())
+    return found.get("Name") or "?", found.get("Version", "")
+
+
 def kept_entry_point(name: str, eps: list[EntryPoint]) -> tuple[EntryPoint, str | None]:
     """The entry point to load for format ``name`` and, when several distributions offer
     it, the warning naming them all: a first-party one wins, else the first on sys.path
     (a third-party package registering ``fp8`` must not replace flexq's own)."""
+    if len(eps) == 1:
+        return eps[0], None  # no clash: no distribution's metadata need be read
     kept = next((ep for ep in eps if distribution_of(ep) in FIRST_PARTY), eps[0])
     dist = distribution_of(kept)
     others = sorted({distribution_of(ep) for ep in eps} - {dist})

@@ -37,7 +37,7 @@ from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough, spec
 from flexq.plugin.checks import api_version_problem, as_names, logical_problem, shown
-from flexq.plugin.discovery import distribution_of, kept_entry_point
+from flexq.plugin.discovery import kept_entry_point, name_and_version
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -150,7 +150,7 @@ class FormatRegistry:
 
     def _load_one(self, pm: pluggy.PluginManager, ep: EntryPoint) -> FormatInfo:
         """Import and register one entry point; a failure is the format's error row."""
-        dist, version = distribution_of(ep), ep.dist.version if ep.dist else ""
+        dist, version = name_and_version(ep)
         broken = FormatInfo(ep.name, version, dist, "entry point", "")
         self._infos[ep.name] = broken  # so messages name the distribution
         try:
@@ -281,6 +281,19 @@ class FormatRegistry:
         """Whether format ``name`` implements hook ``hook`` (e.g. ``"flexq_encode"``)."""
         return any(i.plugin_name == name for i in getattr(self.manager.hook, hook).get_hookimpls())
 
+    def deferrable(self, name: str) -> bool:
+        """Whether :func:`flexq.compose` may leave installed format ``name`` unasked for a
+        checkpoint whose config names none of its methods and whose other tensors are
+        plain floats (a :class:`flexq.formatkit.Format` from an entry point: it claims
+        only quantized tensors; unasked, its modules are never imported)."""
+        info = self._infos.get(name)
+        plugin = self.manager.get_plugin(name)
+        return (
+            info is not None
+            and info.source == "entry point"
+            and getattr(plugin, "FLEXQ_DEFERRABLE", False) is True
+        )
+
     def disabled(self, name: str) -> bool:
         """Whether format ``name`` was disabled for returning a result of the wrong type."""
         info = self._infos.get(name)
@@ -298,10 +311,13 @@ class FormatRegistry:
     def _wrong_result(self, name: str, hook: str, what: str) -> PluginError:
         """Disable format ``name`` (hook ``hook`` returned ``what``) and return the error
         saying so; the format's tensors are then nobody's until it is fixed."""
-        who = self.describe(name)
+        return self._disable(name, f"{self.describe(name)}: {hook} returned {what}")
+
+    def _disable(self, name: str, why: str) -> PluginError:
+        """Disable format ``name`` for ``why`` and return the error saying so."""
         info = self._infos.get(name)
         fix = f"fix or uninstall {info.distribution}" if info and info.distribution else "fix it"
-        error = f"{who}: {hook} returned {what}; the format is disabled ({fix})"
+        error = f"{why}; the format is disabled ({fix})"
         with self._lock:
             info = self._infos.get(name)
             if info is not None and info.error is None and name != passthrough.NAME:
@@ -329,6 +345,10 @@ class FormatRegistry:
             return caller(**kwargs)
         except FlexqError:
             raise
+        except ImportError as exc:
+            # A part of a lazy format (flexq.formatkit.Format's "module:attribute") that
+            # fails to import is a broken plugin, as if its entry point had failed.
+            raise self._disable(name, f"{self.describe(name)}: {hook}: {exc}") from exc
         except Exception as exc:
             raise PluginError(
                 f"{self.describe(name)}: {hook} raised {type(exc).__name__}: {exc}"

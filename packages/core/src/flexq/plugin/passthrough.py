@@ -65,6 +65,26 @@ def looks_quantized(key: str, info: TensorInfo) -> str | None:
     return None
 
 
+#: Checkpoint dtypes of tensors that are plain values to every format.
+_PLAIN_DTYPES = frozenset({"BF16", "F16", "F32", "F64"})
+#: Parts of a last name component that a format's companion tensor may carry (a scale
+#: beside a plain weight is an orphan some format must report).
+_COMPANION_PARTS = ("scale", "zero", "idx", "absmax", "quant", "pack", "shape", "format")
+
+
+def plain_to_every_format(key: str, info: TensorInfo) -> bool:
+    """Whether no format could claim or recognize tensor ``key``: a float that neither
+    looks quantized nor is named like a companion (scale, zero point, group index).
+    Conservative, for the composer: a tensor for which this is False makes it ask
+    every installed format, as it would without deferral."""
+    last = key.rsplit(".", 1)[-1].lower()
+    return (
+        info.dtype in _PLAIN_DTYPES
+        and looks_quantized(key, info) is None
+        and not any(part in last for part in _COMPANION_PARTS)
+    )
+
+
 @hookimpl
 def flexq_logical_metadata(checkpoint: Checkpoint) -> dict[str, LogicalTensor]:
     """Every physical tensor Paddle has a dtype for, as itself."""

@@ -1,0 +1,11 @@
+"""The format's identity: its name and the config methods it claims.
+
+Cheap constants, no imports of the modules that do the work: the entry point
+(:mod:`flexq_mxfp4.plugin`) reads them at discovery in every process that uses flexq.
+"""
+
+from __future__ import annotations
+
+FORMAT_NAME = "mxfp4"
+#: the compressed-tensors format name of MXFP4 weights.
+CT_FORMAT = "mxfp4-pack-quantized"
