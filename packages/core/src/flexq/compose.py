@@ -195,7 +195,12 @@ def compose(
         found = asking(name, lambda: _registry.quant_methods(name))  # noqa: B023 - called now
         if found is not None:
             methods[name] = found
-    named = config_methods(ckpt.quantization_config)
+    try:
+        named: set[str] | None = config_methods(ckpt.quantization_config)
+    except FormatError:
+        # A malformed config: every format is asked, so the one it is for names what it
+        # cannot read (and, if none does, the unclaimed-method check below names the file).
+        named = None
     # Entry-point formats the config does not name are asked only when a tensor is
     # left that one of them could own, so a load imports only its own formats.
     # A container a format opened (GGUF) is asked of everyone: its tensors need not look
@@ -203,11 +208,14 @@ def compose(
     later = [
         n
         for n in methods
-        if type(ckpt) is Checkpoint and _registry.deferrable(n) and methods[n].isdisjoint(named)
+        if named is not None
+        and type(ckpt) is Checkpoint
+        and _registry.deferrable(n)
+        and methods[n].isdisjoint(named)
     ]
     for name in [n for n in methods if n not in later]:
         ask(name)
-    if later and _anyone_needed(ckpt, named, methods, used, recognized):
+    if later and named is not None and _anyone_needed(ckpt, named, methods, used, recognized):
         for name in later:
             if name in methods:
                 ask(name)
