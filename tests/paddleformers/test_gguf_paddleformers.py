@@ -13,6 +13,7 @@ Run by ``nox -s paddleformers``; skipped where paddleformers is not installed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -135,6 +136,16 @@ def write_model(
     return path
 
 
+def logits(model: Any) -> np.ndarray:
+    """``model``'s float32 logits for one fixed sequence of 12 token ids (CPU kernels)."""
+    model.config.fuse_rms_norm = False  # the fused kernel is GPU-only
+    model.eval()
+    ids = paddle.to_tensor(np.arange(12).reshape(1, 12) % VOCAB)
+    with paddle.no_grad():
+        out: np.ndarray = model(input_ids=ids)[0].numpy()
+    return out
+
+
 #: Llama only: PaddleFormers 1.2.0's Qwen2/Qwen3 classes (the *Deprecated ones too)
 #: import paddlefleet here, which this session does not install.
 CLASS = {"llama": "LlamaForCausalLM"}
@@ -152,12 +163,7 @@ def test_from_pretrained_of_a_gguf_file_gives_the_logits_of_its_converted_checkp
     assert main(["convert", str(path), str(out), "--dtype", "float32"]) == 0
     ours = flexq.paddleformers.from_pretrained(cls, path, dtype="float32")
     ref = cls.from_pretrained(str(out), dtype="float32")
-    ids = paddle.to_tensor(np.arange(12).reshape(1, 12) % VOCAB)
-    for model in (ours, ref):
-        model.config.fuse_rms_norm = False  # the fused kernel is GPU-only
-        model.eval()
-    with paddle.no_grad():
-        got, want = ours(input_ids=ids)[0].numpy(), ref(input_ids=ids)[0].numpy()
+    got, want = logits(ours), logits(ref)
     assert np.isfinite(want).all()
     np.testing.assert_array_equal(got, want)
 
@@ -221,12 +227,7 @@ def test_gguf_logits_stay_within_the_quantization_error_of_the_checkpoint_it_cam
     )
     ours = flexq.paddleformers.from_pretrained(LlamaForCausalLM, path, dtype="float32")
     ref = LlamaForCausalLM.from_pretrained(str(source), dtype="float32")
-    ids = paddle.to_tensor(np.arange(12).reshape(1, 12) % VOCAB)
-    for model in (ours, ref):
-        model.config.fuse_rms_norm = False  # the fused kernel is GPU-only
-        model.eval()
-    with paddle.no_grad():
-        got, want = ours(input_ids=ids)[0].numpy(), ref(input_ids=ids)[0].numpy()
+    got, want = logits(ours), logits(ref)
     assert np.isfinite(want).all()
     assert not np.array_equal(got, want)  # the GGUF file is quantized, not a float copy
     cosine = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
