@@ -75,12 +75,13 @@ def test_a_new_format_package_changes_only_generated_text(tmp_path: Path) -> Non
         "new-x", "0.1.0", "flexq-format-new-x", "entry point", "a new format", methods=("new-x",)
     )
     dists = sorted({*flexq.plugin.published.DISTRIBUTIONS, "flexq-format-new-x"})
-    text = published_module([*rows, extra], dists)
+    text = published_module([*rows, extra], dists, {"weight_new": "new-x tensors"})
     assert text != (ROOT / "packages/core/src/flexq/plugin/published.py").read_text()
     namespace: dict[str, object] = {}
     exec(compile(text, "published.py", "exec"), namespace)
     assert namespace["PUBLISHED"]["new-x"] == (("new-x", "flexq-format-new-x"),)  # type: ignore[index]
     assert "flexq-format-new-x" in namespace["DISTRIBUTIONS"]  # type: ignore[operator]
+    assert namespace["COMPANIONS"] == {"weight_new": "new-x tensors"}
 
 
 def test_a_hand_edited_count_is_caught_as_stale() -> None:

@@ -2,9 +2,10 @@
 
 A new format package's methods reach ``plugin/known.py``'s PUBLISHED through the
 generated ``plugin/published.py`` (``python -m flexq.cli.doc_blocks .``; so a checkpoint
-of its method names the distribution to install when it is missing) and it may need a
-name in ``passthrough.QUANT_COMPANIONS`` (so its checkpoint is refused, not passed
-through, when it is missing). These tests fail when either table and the formats disagree.
+of its method names the distribution to install when it is missing), and so do the
+tensor names of its checkpoints that the pass-through guard's own rules miss
+(``published.COMPANIONS``: so its checkpoint is refused, not passed through, when it is
+missing). These tests fail when the tables and the formats disagree.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def test_a_formats_checkpoint_looks_quantized_to_the_core_without_the_format(
     format_ckpt: tuple[str, Path],
 ) -> None:
     """Every logical tensor a first-party format builds has a source the pass-through
-    guard (``looks_quantized``: QUANT_COMPANIONS, integer weights, quant states) refuses,
-    so with the format uninstalled its checkpoint is an error, never passed through."""
+    guard (``looks_quantized``: QUANT_COMPANIONS, the generated COMPANIONS, integer
+    weights, quant states) refuses, so with the format uninstalled its checkpoint is an
+    error, never passed through."""
     name, path = format_ckpt
     registry = flexq.plugin.manager.registry
     checkpoint = flexq.Checkpoint(path)
@@ -78,7 +80,10 @@ def test_a_formats_checkpoint_looks_quantized_to_the_core_without_the_format(
             for source in registry.source_keys(name, checkpoint, key)
         )
     ]
-    assert unguarded == []
+    assert unguarded == [], (
+        f"{name}: {unguarded} would pass through without the format: "
+        "run `python -m flexq.cli.doc_blocks .` from the repository root"
+    )
 
 
 def test_every_first_party_format_declares_this_kit_api_version() -> None:

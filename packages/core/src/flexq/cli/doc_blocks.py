@@ -120,11 +120,18 @@ def generated_files(root: Path, rows: Sequence[FormatInfo]) -> dict[Path, str]:
     (:mod:`flexq.plugin.published`). A new format package changes these and nothing
     else outside its directory."""
     from flexq.cli.documents import formats_page
-    from flexq.cli.published import MODULE, published_module, workspace_distributions
+    from flexq.cli.published import (
+        MODULE,
+        published_module,
+        unguarded_companions,
+        workspace_distributions,
+    )
 
     texts = {root / name: render((root / name).read_text(), rows) for name in FILES}
     texts[root / "docs" / "formats.md"] = formats_page(list(rows))
-    texts[root / MODULE] = published_module(rows, workspace_distributions(root))
+    dists = workspace_distributions(root)
+    companions = unguarded_companions(rows, dists)
+    texts[root / MODULE] = published_module(rows, dists, companions)
     return texts
 
 

@@ -19,6 +19,7 @@ from flexq.io.dtypes import dtype
 from flexq.numerics.arrays import is_paddle
 from flexq.numerics.rounding import bfloat16_bits_to_float32
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
+from flexq.plugin.published import COMPANIONS
 from flexq.plugin.spec import hookimpl
 
 if TYPE_CHECKING:
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 
 NAME = "passthrough"
 
-#: Last name components that only quantized checkpoints carry, with who writes them.
+#: Last name components that only quantized checkpoints carry, with who writes them
+#: (the producers' names; a first-party format's own names the guard would miss are
+#: generated into :data:`flexq.plugin.published.COMPANIONS`, no line here).
 QUANT_COMPANIONS = {
     "qweight": "GPTQ / AWQ packed weights",
     "qzeros": "GPTQ / AWQ zero points",
@@ -47,17 +50,24 @@ QUANT_COMPANIONS = {
 }
 
 
-def looks_quantized(key: str, info: TensorInfo) -> str | None:
+def looks_quantized(
+    key: str, info: TensorInfo, companions: Mapping[str, str] = COMPANIONS
+) -> str | None:
     """Why tensor ``key`` looks like part of a quantized weight, or None.
 
     Quantized checkpoints give themselves away by companion names (packed words,
     zero points, group indexes, quant states) and by integer weights; a plain
     checkpoint has neither. Activation and cache scales (``input_scale``,
     ``k_scale``) are plain floats and do not count.
+
+    :param companions: the first-party formats' own companion names (generated;
+        ``{}`` gives the hand-kept rules alone, which the generator measures against).
     """
     last = key.rsplit(".", 1)[-1]
     if last in QUANT_COMPANIONS:
         return QUANT_COMPANIONS[last]
+    if last in companions:
+        return companions[last]
     if ".quant_state." in f".{key}" or last.startswith("quant_state"):
         return "bitsandbytes quant state"
     if last in ("weight", "weight_blocks") and dtype(info.dtype).kind in ("int", "element"):

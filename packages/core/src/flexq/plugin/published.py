@@ -2,7 +2,8 @@
 
 The config methods flexq's own format packages decode and the distributions this
 repository ships, for :mod:`flexq.plugin.known`: a refusal names the package that
-decodes a method even when it is not installed.
+decodes a method even when it is not installed; and the tensor names of those formats
+that only :mod:`flexq.plugin.passthrough`'s guard learns from here.
 """
 
 from __future__ import annotations
@@ -50,3 +51,7 @@ DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexq-format-quark",
     }
 )
+
+#: Last name components only these formats write, which the rules of the pass-through
+#: guard miss: with the format not installed, such a checkpoint is refused.
+COMPANIONS: dict[str, str] = {}
