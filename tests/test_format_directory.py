@@ -13,7 +13,8 @@ pyproject, its module, its conformance class), pip-installed into a directory of
   (``python -m flexq.cli.doc_blocks .``) rewrites exactly the generated files,
   only inside their generated blocks: ``git status`` shows nothing else.
 
-One pip install (~5 s) and three subprocess runs, ~25 s on a quiet machine.
+One pip install and a few fresh processes: ~40 s on the shared 2-core machine, as long as
+tests/test_plugin_install.py (~34 s) in the same run.
 """
 
 from __future__ import annotations
