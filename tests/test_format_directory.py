@@ -187,8 +187,10 @@ def test_a_new_format_is_one_directory_plus_generated_text(
         ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True
     ).stdout.splitlines()
     generated = {*FILES, "docs/formats.md", str(MODULE)}
-    assert sorted(status) == sorted(
-        ["?? packages/format-int8row/", *(f" M {name}" for name in generated)]
+    expected = ["?? packages/format-int8row/", *(f" M {name}" for name in generated)]
+    assert sorted(status) == sorted(expected), (
+        "outside the new directory only the generated files may change (if the checkout's "
+        "own are stale, run `python -m flexq.cli.doc_blocks .` from the repository root)"
     )
     for name in FILES:  # only inside their generated blocks
         assert outside_blocks((repo / name).read_text()) == outside_blocks(
