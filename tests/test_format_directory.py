@@ -35,6 +35,7 @@ import pytest
 import flexq
 from flexq.cli.doc_blocks import _BLOCK, FILES
 from flexq.cli.published import MODULE
+from flexq.plugin.passthrough import looks_quantized
 from flexq.testing import FormatConformance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,3 +206,11 @@ def test_a_new_format_is_one_directory_plus_generated_text(
         "weight_q": f"int8row tensors ({PACKAGE})",
         "weight_qscale": f"int8row tensors ({PACKAGE})",
     }
+    # ... so without the format installed its checkpoint is refused, not passed through
+    path, _ = checkpoint(tmp_path / "int8row-checkpoint")
+    ckpt = flexq.Checkpoint(path)
+    companions = namespace["COMPANIONS"]
+    assert isinstance(companions, dict)
+    for key in ("lin.weight_q", "lin.weight_qscale"):
+        assert looks_quantized(key, ckpt.info(key), {}) is None  # the hand-kept rules alone
+        assert looks_quantized(key, ckpt.info(key), companions) == f"int8row tensors ({PACKAGE})"
