@@ -23,11 +23,12 @@ included.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flexq.formatkit import RUNS_PER_TASK, code_table, nibble_pairs, pair_items, run_parts
+from flexq.formatkit import RUNS_PER_TASK, nibble_pairs, pair_items, run_parts
 from flexq_format_gguf.ggml import BY_NAME, QK_K
 
 #: Decode of one band: (blocks ``[n, nbytes]`` uint8, C-contiguous; out ``[n, block]``
@@ -44,33 +45,13 @@ IQ4_VALUES = np.array(
 )
 
 
-def _nibbles(minus: float = 0.0, book: np.ndarray | None = None) -> np.ndarray:
-    """byte -> its (low, high) nibble as float32, less ``minus`` or through ``book``, as
-    one uint64 item (a gather copies both)."""
-    values = np.arange(16, dtype=_F32) - _F32(minus) if book is None else book
-    return pair_items(nibble_pairs(values))
-
-
-def _bit_rows(bits: int, weight: float, base: float = 0.0) -> np.ndarray:
-    """byte -> its ``8 // bits`` fields (low bits first) times ``weight`` plus ``base``,
-    float32 ``[256, 8 // bits]`` rows (gathered with ``np.take(..., axis=0)``)."""
-    rows = code_table(bits) * _F32(weight) + _F32(base)
-    return np.ascontiguousarray(rows, dtype=_F32)
-
-
-_Q4_MINUS8 = _nibbles(8)
-_Q4 = _nibbles()
-_Q5_MINUS16 = _nibbles(16)
-_Q6_MINUS32 = _nibbles(32)
-_IQ4 = _nibbles(book=IQ4_VALUES)
-#: byte -> its four 2-bit fields as float32, one 16-byte item.
-_CRUMBS = np.ascontiguousarray(code_table(2)).view(np.complex128).reshape(256)
-#: byte -> 16 x each of its eight bits (the fifth bit of eight quants).
-_HIGH_BITS = _bit_rows(1, 16)
-#: byte -> 16 x each of its four 2-bit fields (Q6_K's two high bits of four quants).
-_HIGH_CRUMBS = _bit_rows(2, 16)
-#: byte -> -4 for each clear bit, 0 for a set one (Q3_K stores the complement).
-_Q3_MASK = _bit_rows(1, 4, -4)
+_U8 = np.uint8
+#: IQ4_NL / IQ4_XS's code book over byte pairs: byte -> the values of its (low, high)
+#: nibble side by side, one uint64 item (a gather copies both).
+_IQ4_PAIRS = pair_items(nibble_pairs(IQ4_VALUES))
+#: Shifts that take a byte's eight bits, or its four 2-bit fields, one plane at a time.
+_BIT_SHIFTS = np.arange(8, dtype=_U8).reshape(8, 1)
+_CRUMB_SHIFTS = np.array([0, 2, 4, 6], _U8).reshape(4, 1)
 
 
 def _fields(*fields: tuple[str, str, tuple[int, ...]]) -> np.dtype[np.void]:
@@ -121,109 +102,136 @@ def _f32(half: np.ndarray, *shape: int) -> np.ndarray:
     return half.astype(_F32).reshape(half.shape[0], *shape)
 
 
-def _gather(items: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """``items[codes]`` (one wide item per code byte) as float32, the items' values last."""
-    got = np.take(items, codes, mode="clip")
-    values: np.ndarray = got.view(_F32).reshape(*codes.shape, -1)
-    return values
+_local = threading.local()
 
 
-def _rows(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """``table[codes]`` for a ``[256, k]`` table: ``[*codes.shape, k]`` float32."""
-    out: np.ndarray = np.take(table, codes, axis=0, mode="clip")
+def _codes(n: int, block: int) -> np.ndarray:
+    """This thread's reused ``uint8 [n, block]``, a band's quants in element order (new
+    arrays of a band's size were mapped afresh by every call: their page faults cost
+    several times the work)."""
+    buf: np.ndarray | None = getattr(_local, "codes", None)
+    if buf is None or buf.size < n * block:
+        buf = _local.codes = np.empty(max(n * block, BAND_ELEMENTS), _U8)
+    return buf[: n * block].reshape(n, block)
+
+
+def _nibbles(qs: np.ndarray, group: int, into: np.ndarray) -> None:
+    """The nibbles of ``qs`` (``[n, m]`` bytes) into ``into`` (``[n, 2 m]``) in ggml's
+    order: within each ``group`` bytes, every low nibble, then every high one."""
+    n = qs.shape[0]
+    grouped = qs.reshape(n, -1, group)
+    o = into.reshape(n, -1, 2, group)
+    np.bitwise_and(grouped, _U8(0x0F), out=o[:, :, 0])
+    np.right_shift(grouped, _U8(4), out=o[:, :, 1])
+
+
+def _planes(packed: np.ndarray, shifts: np.ndarray, mask: int) -> np.ndarray:
+    """Fields of ``packed`` (``[n, k, 32]`` bytes) plane by plane: ``[n, k, planes, 32]``,
+    field p of byte l at ``[.., p, l]`` (as ggml's K-quants lay their bits)."""
+    out: np.ndarray = np.right_shift(packed[:, :, None, :], shifts)
+    out &= _U8(mask)
     return out
+
+
+def _to_float(codes: np.ndarray, out: np.ndarray, minus: int = 0) -> None:
+    """``out = codes - minus`` in float32: the small integers are exact; ``minus`` is
+    taken in uint8 and read back as int8 (the codes are below 128 + ``minus``)."""
+    if minus:
+        codes -= _U8(minus)
+        codes = codes.view(np.int8)
+    np.copyto(out, codes.reshape(out.shape))
 
 
 def q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q8_0: f16 d, 32 int8; x = q * d."""
     b = _struct("Q8_0", blocks)
-    np.multiply(b["qs"], _f32(b["d"], 1), out=out)
+    np.copyto(out, b["qs"])
+    out *= _f32(b["d"], 1)
 
 
-def _q4_into(b: np.ndarray, items: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``d * items[qs]`` of a 32-element block type (low nibbles are elements 0..15, high
-    ones 16..31) into ``out`` viewed ``[n, 2, 16]``; returns that view."""
-    n = b.shape[0]
-    o = out.reshape(n, 2, 16)
-    np.multiply(_gather(items, b["qs"]).transpose(0, 2, 1), _f32(b["d"], 1, 1), out=o)
-    return o
+def _q4_codes(b: np.ndarray) -> np.ndarray:
+    """Q4_0/Q4_1's 32 nibbles per block in element order (low nibbles first)."""
+    codes = _codes(b.shape[0], 32)
+    _nibbles(b["qs"], 16, codes)
+    return codes
 
 
 def q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q4_0: f16 d, 16 bytes of nibbles; x = (q - 8) * d (q - 8 exact, in the table)."""
-    _q4_into(_struct("Q4_0", blocks), _Q4_MINUS8, out)
+    """Q4_0: f16 d, 16 bytes of nibbles; x = (q - 8) * d."""
+    b = _struct("Q4_0", blocks)
+    _to_float(_q4_codes(b), out, 8)
+    out *= _f32(b["d"], 1)
 
 
 def q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q * d + m."""
     b = _struct("Q4_1", blocks)
-    _q4_into(b, _Q4, out)
+    _to_float(_q4_codes(b), out)
+    out *= _f32(b["d"], 1)
     out += _f32(b["m"], 1)
 
 
-def iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
-    """IQ4_NL: f16 d, 16 bytes of nibbles indexing the code book; x = d * book[q]."""
-    _q4_into(_struct("IQ4_NL", blocks), _IQ4, out)
-
-
-def _q5_into(b: np.ndarray, items: np.ndarray, out: np.ndarray) -> None:
-    """``d * (items[qs] + 16 * high bit)`` of a Q5_0/Q5_1 block into ``out``: bit j of the
-    little-endian 32-bit ``qh`` is element j's fifth bit (exact sums of small integers)."""
-    n = b.shape[0]
-    o = out.reshape(n, 2, 16)
-    high = _rows(_HIGH_BITS, b["qh"]).reshape(n, 2, 16)
-    np.add(_gather(items, b["qs"]).transpose(0, 2, 1), high, out=o)
-    o *= _f32(b["d"], 1, 1)
+def _q5_codes(b: np.ndarray) -> np.ndarray:
+    """Q5_0/Q5_1's 5-bit quants: the nibbles, and bit j of the little-endian 32-bit
+    ``qh`` as element j's fifth bit."""
+    codes = _q4_codes(b)
+    high = np.unpackbits(b["qh"], axis=1, bitorder="little")
+    high <<= _U8(4)
+    codes |= high
+    return codes
 
 
 def q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = (q - 16) * d."""
-    _q5_into(_struct("Q5_0", blocks), _Q5_MINUS16, out)
+    b = _struct("Q5_0", blocks)
+    _to_float(_q5_codes(b), out, 16)
+    out *= _f32(b["d"], 1)
 
 
 def q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = q * d + m."""
     b = _struct("Q5_1", blocks)
-    _q5_into(b, _Q4, out)
+    _to_float(_q5_codes(b), out)
+    out *= _f32(b["d"], 1)
     out += _f32(b["m"], 1)
 
 
-def _crumbs(qs: np.ndarray) -> np.ndarray:
-    """Q2_K/Q3_K's 64 bytes of 2-bit quants as float32 ``[n, 2, 4, 2, 16]`` in element
-    order (half of the block, shift, sixteen, element): field k of byte ``32 h + l`` is
-    element ``128 h + 32 k + l``."""
-    n = qs.shape[0]
-    return _gather(_CRUMBS, qs).reshape(n, 2, 2, 16, 4).transpose(0, 1, 4, 2, 3)
+def _by_sixteen(out: np.ndarray) -> np.ndarray:
+    """``out`` ``[n, 256]`` viewed as its sixteen sub-blocks of sixteen."""
+    return out.reshape(out.shape[0], 16, 16)
 
 
 def q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q2_K: 16 scale bytes (4-bit scale, 4-bit min), 64 bytes of 2-bit quants, f16 d, dmin;
-    x = (d * scale) * q - (dmin * min) per sixteen elements."""
+    x = (d * scale) * q - (dmin * min) per sixteen elements (field k of byte ``32 h + l``
+    is element ``128 h + 32 k + l``)."""
     b = _struct("Q2_K", blocks)
     n = b.shape[0]
     scales = b["scales"]
     dl = _f32(b["d"], 1) * (scales & 0x0F).astype(_F32)
     ml = _f32(b["dmin"], 1) * (scales >> 4).astype(_F32)
-    o = out.reshape(n, 2, 4, 2, 16)
-    np.multiply(_crumbs(b["qs"]), dl.reshape(n, 2, 4, 2, 1), out=o)
-    o -= ml.reshape(n, 2, 4, 2, 1)
+    _to_float(_planes(b["qs"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3), out)
+    o = _by_sixteen(out)
+    o *= dl.reshape(n, 16, 1)
+    o -= ml.reshape(n, 16, 1)
 
 
 def q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q3_K: 32 bytes of high-bit mask, 64 of 2-bit quants, 12 of 6-bit scales, f16 d;
-    x = (d * (scale - 32)) * (q - 4 * (mask bit clear)) per sixteen elements."""
+    x = (d * (scale - 32)) * (q - 4 * (mask bit clear)) per sixteen elements: bit
+    ``4 h + k`` of mask byte l belongs to element ``128 h + 32 k + l``."""
     b = _struct("Q3_K", blocks)
     n = b.shape[0]
     packed = b["scales"]
     low = np.stack([packed[:, :8] & 0x0F, packed[:, :8] >> 4], axis=1).reshape(n, 16)
-    high = (packed[:, 8:].reshape(n, 1, 4) >> np.array([0, 2, 4, 6], np.uint8)[:, None]) & 3
+    high = (packed[:, 8:].reshape(n, 1, 4) >> _CRUMB_SHIFTS) & 3
     scales = (low | (high.reshape(n, 16) << 4)).astype(_F32) - _F32(32)
-    dl = _f32(b["d"], 1) * scales
-    # Bit 4 h + k of mask byte l belongs to element 128 h + 32 k + l.
-    mask = _rows(_Q3_MASK, b["hmask"]).reshape(n, 2, 16, 2, 4).transpose(0, 3, 4, 1, 2)
-    o = out.reshape(n, 2, 4, 2, 16)
-    np.add(_crumbs(b["qs"]), mask, out=o)
-    o *= dl.reshape(n, 2, 4, 2, 1)
+    codes = _planes(b["qs"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3)
+    mask = _planes(b["hmask"].reshape(n, 1, 32), _BIT_SHIFTS, 1)
+    mask <<= _U8(2)
+    codes |= mask.reshape(codes.shape)  # q + 4 * bit; less 4 below
+    _to_float(codes, out, 4)
+    _by_sixteen(out)[...] *= (_f32(b["d"], 1) * scales).reshape(n, 16, 1)
 
 
 def _k_scale_min(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -241,17 +249,16 @@ def _k_quant(b: np.ndarray, out: np.ndarray, fifth: bool) -> None:
     of ``qh[l]`` is the fifth bit of element ``32 j + l``."""
     n = b.shape[0]
     sc, mn = _k_scale_min(b["scales"])
-    dl = (_f32(b["d"], 1) * sc).reshape(n, 4, 2, 1)
-    ml = (_f32(b["dmin"], 1) * mn).reshape(n, 4, 2, 1)
-    q = _gather(_Q4, b["qs"]).reshape(n, 4, 32, 2).transpose(0, 1, 3, 2)
-    o = out.reshape(n, 4, 2, 32)
+    codes = _codes(n, QK_K)
+    _nibbles(b["qs"], 32, codes)
     if fifth:
-        high = _rows(_HIGH_BITS, b["qh"]).transpose(0, 2, 1).reshape(n, 4, 2, 32)
-        np.add(q, high, out=o)
-        o *= dl
-    else:
-        np.multiply(q, dl, out=o)
-    o -= ml
+        high = _planes(b["qh"].reshape(n, 1, 32), _BIT_SHIFTS, 1)
+        high <<= _U8(4)
+        codes |= high.reshape(n, QK_K)
+    _to_float(codes, out)
+    o = out.reshape(n, 8, 32)
+    o *= (_f32(b["d"], 1) * sc).reshape(n, 8, 1)
+    o -= (_f32(b["dmin"], 1) * mn).reshape(n, 8, 1)
 
 
 def q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -266,17 +273,35 @@ def q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
 
 def q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q6_K: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d;
-    x = (d * scale) * (q - 32) per sixteen elements. In half h, nibble p of byte
-    ``64 h + 32 s + l`` is element ``128 h + 64 p + 32 s + l``, and field ``2 p + s`` of
-    ``qh[32 h + l]`` its two high bits."""
+    x = (d * scale) * (q - 32) per sixteen elements. Nibbles go 64 bytes at a time (low
+    ones first), and field k of ``qh[32 h + l]`` holds the two high bits of element
+    ``128 h + 32 k + l``."""
     b = _struct("Q6_K", blocks)
     n = b.shape[0]
-    low = _gather(_Q6_MINUS32, b["ql"]).reshape(n, 2, 2, 32, 2).transpose(0, 1, 4, 2, 3)
-    high = _rows(_HIGH_CRUMBS, b["qh"]).reshape(n, 2, 32, 2, 2).transpose(0, 1, 3, 4, 2)
-    np.add(low, high, out=out.reshape(n, 2, 2, 2, 32))
-    dl = _f32(b["d"], 1) * b["scales"].astype(_F32)
-    o = out.reshape(n, 16, 16)
-    o *= dl.reshape(n, 16, 1)
+    codes = _codes(n, QK_K)
+    _nibbles(b["ql"], 64, codes)
+    high = _planes(b["qh"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3)
+    high <<= _U8(4)
+    codes |= high.reshape(n, QK_K)
+    _to_float(codes, out, 32)
+    _by_sixteen(out)[...] *= (_f32(b["d"], 1) * b["scales"].astype(_F32)).reshape(n, 16, 1)
+
+
+def _book(codes: np.ndarray, out: np.ndarray) -> None:
+    """``out = IQ4_VALUES[codes]`` (codes in element order): each pair of codes packed
+    into one byte and looked up as a pair of float32 (one 8-byte gather per two values,
+    ~4x faster than a gather per value)."""
+    pairs = codes.reshape(-1, 2)
+    packed = np.left_shift(pairs[:, 1], _U8(4))
+    packed |= pairs[:, 0]
+    np.take(_IQ4_PAIRS, packed, out=out.reshape(-1).view(np.uint64), mode="clip")
+
+
+def iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
+    """IQ4_NL: f16 d, 16 bytes of nibbles indexing the code book; x = d * book[q]."""
+    b = _struct("IQ4_NL", blocks)
+    _book(_q4_codes(b), out)
+    out *= _f32(b["d"], 1)
 
 
 def iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -286,13 +311,15 @@ def iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
     b = _struct("IQ4_XS", blocks)
     n = b.shape[0]
     shifts = 2 * np.arange(8, dtype=np.uint16)
-    high = ((b["scales_h"].reshape(n, 1) >> shifts) & 3).astype(np.uint8)
+    high = ((b["scales_h"].reshape(n, 1) >> shifts) & 3).astype(_U8)
     packed = b["scales_l"]
     low = np.stack([packed & 0x0F, packed >> 4], axis=2).reshape(n, 8)
     dl = _f32(b["d"], 1) * ((low | (high << 4)).astype(_F32) - _F32(32))
-    o = out.reshape(n, 8, 2, 16)
-    q = _gather(_IQ4, b["qs"]).reshape(n, 8, 16, 2).transpose(0, 1, 3, 2)
-    np.multiply(q, dl.reshape(n, 8, 1, 1), out=o)
+    codes = _codes(n, QK_K)
+    _nibbles(b["qs"], 16, codes)
+    _book(codes, out)
+    o = out.reshape(n, 8, 32)
+    o *= dl.reshape(n, 8, 1)
 
 
 DECODERS: dict[str, Decoder] = {
