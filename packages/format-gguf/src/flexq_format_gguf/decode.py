@@ -338,6 +338,11 @@ def decode_rows(type_name: str, raw: np.ndarray, out: np.ndarray | None = None) 
     t = BY_NAME[type_name]
     blocks = np.ascontiguousarray(raw).reshape(-1, t.nbytes)
     shape = (*raw.shape[:-1], raw.shape[-1] // t.nbytes * t.block)
+    if out is not None and (out.shape != shape or out.dtype != _F32 or not out.flags.c_contiguous):
+        raise ValueError(
+            f"decode_rows({type_name!r}): out= must be C-contiguous float32 {shape}, "
+            f"not {out.dtype} {out.shape}"
+        )
     result = np.empty(shape, _F32) if out is None else out
     values = result.reshape(-1, t.block)  # a view: ``out`` is C-contiguous
     decoder = DECODERS[type_name]
