@@ -156,21 +156,6 @@ def _q4_codes(b: np.ndarray) -> np.ndarray:
     return codes
 
 
-def q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q4_0: f16 d, 16 bytes of nibbles; x = (q - 8) * d."""
-    b = _struct("Q4_0", blocks)
-    _to_float(_q4_codes(b), out, 8)
-    out *= _f32(b["d"], 1)
-
-
-def q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q * d + m."""
-    b = _struct("Q4_1", blocks)
-    _to_float(_q4_codes(b), out)
-    out *= _f32(b["d"], 1)
-    out += _f32(b["m"], 1)
-
-
 def _q5_codes(b: np.ndarray) -> np.ndarray:
     """Q5_0/Q5_1's 5-bit quants: the nibbles, and bit j of the little-endian 32-bit
     ``qh`` as element j's fifth bit."""
@@ -181,19 +166,30 @@ def _q5_codes(b: np.ndarray) -> np.ndarray:
     return codes
 
 
-def q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = (q - 16) * d."""
-    b = _struct("Q5_0", blocks)
-    _to_float(_q5_codes(b), out, 16)
-    out *= _f32(b["d"], 1)
+def _legacy(name: str, codes: Callable[[np.ndarray], np.ndarray], minus: int, doc: str) -> Decoder:
+    """The decoder of Q4_0 / Q5_0 (x = (q - minus) * d) or, with ``minus`` 0, of Q4_1 /
+    Q5_1 (a min ``m`` too: x = q * d + m), from their ``codes`` in element order."""
+
+    def decode(blocks: np.ndarray, out: np.ndarray) -> None:
+        b = _struct(name, blocks)
+        _to_float(codes(b), out, minus)
+        out *= _f32(b["d"], 1)
+        if not minus:
+            out += _f32(b["m"], 1)
+
+    decode.__name__ = decode.__qualname__ = name.lower()
+    decode.__doc__ = doc
+    return decode
 
 
-def q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = q * d + m."""
-    b = _struct("Q5_1", blocks)
-    _to_float(_q5_codes(b), out)
-    out *= _f32(b["d"], 1)
-    out += _f32(b["m"], 1)
+q4_0 = _legacy("Q4_0", _q4_codes, 8, "Q4_0: f16 d, 16 bytes of nibbles; x = (q - 8) * d.")
+q4_1 = _legacy("Q4_1", _q4_codes, 0, "Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q * d + m.")
+q5_0 = _legacy(
+    "Q5_0", _q5_codes, 16, "Q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = (q - 16) * d."
+)
+q5_1 = _legacy(
+    "Q5_1", _q5_codes, 0, "Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = q * d + m."
+)
 
 
 def _by_sixteen(out: np.ndarray) -> np.ndarray:
