@@ -49,9 +49,13 @@ _U8 = np.uint8
 #: IQ4_NL / IQ4_XS's code book over byte pairs: byte -> the values of its (low, high)
 #: nibble side by side, one uint64 item (a gather copies both).
 _IQ4_PAIRS = pair_items(nibble_pairs(IQ4_VALUES))
+_W = np.uint64
+#: 0x01 in every byte of a uint64 lane (times a byte mask: that mask in every byte).
+_EVERY_BYTE = _W(0x0101010101010101)
+_LOW_NIBBLES = _EVERY_BYTE * _W(0x0F)
 #: Shifts that take a byte's eight bits, or its four 2-bit fields, one plane at a time.
-_BIT_SHIFTS = np.arange(8, dtype=_U8).reshape(8, 1)
-_CRUMB_SHIFTS = np.array([0, 2, 4, 6], _U8).reshape(4, 1)
+_BIT_SHIFTS = tuple(_W(i) for i in range(8))
+_CRUMB_SHIFTS = tuple(_W(i) for i in (0, 2, 4, 6))
 
 
 def _fields(*fields: tuple[str, str, tuple[int, ...]]) -> np.dtype[np.void]:
@@ -115,22 +119,45 @@ def _codes(n: int, block: int) -> np.ndarray:
     return buf[: n * block].reshape(n, block)
 
 
+def _lanes(x: np.ndarray) -> np.ndarray:
+    """Bytes ``[..., m]`` (m a multiple of 8) as uint64 ``[..., m // 8]``: shifts and
+    masks of every byte done 8 bytes at a time (numpy shifts uint8 a byte at a time,
+    several times slower); a field's bits never cross into the next byte once masked."""
+    return np.ascontiguousarray(x).view(_W)
+
+
 def _nibbles(qs: np.ndarray, group: int, into: np.ndarray) -> None:
     """The nibbles of ``qs`` (``[n, m]`` bytes) into ``into`` (``[n, 2 m]``) in ggml's
     order: within each ``group`` bytes, every low nibble, then every high one."""
     n = qs.shape[0]
-    grouped = qs.reshape(n, -1, group)
-    o = into.reshape(n, -1, 2, group)
-    np.bitwise_and(grouped, _U8(0x0F), out=o[:, :, 0])
-    np.right_shift(grouped, _U8(4), out=o[:, :, 1])
+    lanes = _lanes(qs)
+    # Both halves over the whole band first (long loops), then one interleaving copy.
+    low = lanes & _LOW_NIBBLES
+    high = lanes >> _W(4)
+    high &= _LOW_NIBBLES
+    halves = [x.reshape(n, -1, group // 8) for x in (low, high)]
+    np.stack(halves, axis=2, out=into.view(_W).reshape(n, -1, 2, group // 8))
 
 
-def _planes(packed: np.ndarray, shifts: np.ndarray, mask: int) -> np.ndarray:
-    """Fields of ``packed`` (``[n, k, 32]`` bytes) plane by plane: ``[n, k, planes, 32]``,
-    field p of byte l at ``[.., p, l]`` (as ggml's K-quants lay their bits)."""
-    out: np.ndarray = np.right_shift(packed[:, :, None, :], shifts)
-    out &= _U8(mask)
-    return out
+def _planes(packed: np.ndarray, shifts: tuple[np.uint64, ...], mask: int) -> np.ndarray:
+    """Fields of ``packed`` (``[n, k, 32]`` bytes) plane by plane: ``[n, k, planes, 32]``
+    bytes, field p of byte l at ``[.., p, l]`` (as ggml's K-quants lay their bits)."""
+    n, k = packed.shape[:2]
+    lanes = _lanes(packed).reshape(n, k, 4)
+    every = _EVERY_BYTE * _W(mask)
+    planes = []
+    for shift in shifts:  # each plane over the whole band (long loops), then one copy
+        plane = lanes >> shift
+        plane &= every
+        planes.append(plane)
+    out: np.ndarray = np.stack(planes, axis=2)
+    return out.view(_U8).reshape(n, k, len(shifts), 32)
+
+
+def _shift_left(x: np.ndarray, bits: int) -> None:
+    """``x <<= bits`` for contiguous bytes whose values stay below 256 (8 at a time)."""
+    lanes = x.view(_W)
+    lanes <<= _W(bits)
 
 
 def _to_float(codes: np.ndarray, out: np.ndarray, minus: int = 0) -> None:
@@ -161,7 +188,7 @@ def _q5_codes(b: np.ndarray) -> np.ndarray:
     ``qh`` as element j's fifth bit."""
     codes = _q4_codes(b)
     high = np.unpackbits(b["qh"], axis=1, bitorder="little")
-    high <<= _U8(4)
+    _shift_left(high, 4)
     codes |= high
     return codes
 
@@ -220,11 +247,11 @@ def q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
     n = b.shape[0]
     packed = b["scales"]
     low = np.stack([packed[:, :8] & 0x0F, packed[:, :8] >> 4], axis=1).reshape(n, 16)
-    high = (packed[:, 8:].reshape(n, 1, 4) >> _CRUMB_SHIFTS) & 3
+    high = (packed[:, 8:].reshape(n, 1, 4) >> np.array(_CRUMB_SHIFTS, _U8).reshape(4, 1)) & 3
     scales = (low | (high.reshape(n, 16) << 4)).astype(_F32) - _F32(32)
     codes = _planes(b["qs"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3)
     mask = _planes(b["hmask"].reshape(n, 1, 32), _BIT_SHIFTS, 1)
-    mask <<= _U8(2)
+    _shift_left(mask, 2)
     codes |= mask.reshape(codes.shape)  # q + 4 * bit; less 4 below
     _to_float(codes, out, 4)
     _by_sixteen(out)[...] *= (_f32(b["d"], 1) * scales).reshape(n, 16, 1)
@@ -249,7 +276,7 @@ def _k_quant(b: np.ndarray, out: np.ndarray, fifth: bool) -> None:
     _nibbles(b["qs"], 32, codes)
     if fifth:
         high = _planes(b["qh"].reshape(n, 1, 32), _BIT_SHIFTS, 1)
-        high <<= _U8(4)
+        _shift_left(high, 4)
         codes |= high.reshape(n, QK_K)
     _to_float(codes, out)
     o = out.reshape(n, 8, 32)
@@ -277,7 +304,7 @@ def q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
     codes = _codes(n, QK_K)
     _nibbles(b["ql"], 64, codes)
     high = _planes(b["qh"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3)
-    high <<= _U8(4)
+    _shift_left(high, 4)
     codes |= high.reshape(n, QK_K)
     _to_float(codes, out, 32)
     _by_sixteen(out)[...] *= (_f32(b["d"], 1) * b["scales"].astype(_F32)).reshape(n, 16, 1)
