@@ -7,12 +7,14 @@ blocks, a ``uint8`` array ``[n, nbytes]``, into its float32 ``[n, block]`` in pl
 
 A band is read through a structured view of its block struct (ggml-common.h's
 ``block_q*``), so ``d`` / ``dmin`` / ``scales`` / ``qs`` are strided fields and no
-Python runs per block. Packed quants decode by table: one gather per byte gives its two
-nibbles (or four 2-bit fields) as float32 side by side in one 8- or 16-byte item, with
-the format's offset folded in where it is exact; the fifth / sixth / third bits come
-from a second table per byte. The gathered values are in byte order, so the scale
-multiply reads them through a transposed view and writes ggml's element order straight
-into the output: the permutation costs no pass of its own.
+Python runs per block. Quants are unpacked into a reused per-thread ``uint8`` band in
+ggml's element order: shifts and masks run on uint64 lanes (eight bytes at once) over
+the whole band, then one interleaving copy puts each plane in its place (numpy's uint8
+shifts go a byte at a time, and a strided op costs a loop per 32 bytes); K-quant 6-bit
+scales unpack four at a time on 32-bit words. One exact conversion to float32 into the
+output follows, then the scale multiply (and min) in place while the band is in cache.
+IQ4 packs each two neighbours' nibbles into one index byte and gathers their two code
+book values as one 8-byte item, in element order.
 
 The arithmetic is ggml's own, in its order (a block's scale times its sub-block scale,
 rounded to float32, times the exact small-integer quant, then minus the min term: no
@@ -35,16 +37,13 @@ from flexq_format_gguf.ggml import BY_NAME, QK_K
 #: float32, C-contiguous), filled in place.
 Decoder = Callable[[np.ndarray, np.ndarray], None]
 _F32 = np.float32
-#: float32 elements one band decodes: 256 KiB of output, its gathered quants as much
-#: again, so every pass over a band finds it in a 1 MiB L2 cache (bands of 1 MiB of
-#: output were ~1.3x slower on the bench's 2-core EPYC).
+#: float32 elements one band decodes: 256 KiB of output, a quarter of that in codes and
+#: the band's blocks, so every pass over a band finds it in a core's 1 MiB L2 cache.
 BAND_ELEMENTS = 1 << 16
 #: IQ4_NL / IQ4_XS: the non-linear 4-bit code book (ggml's kvalues_iq4nl).
 IQ4_VALUES = np.array(
     [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32
 )
-
-
 _U8 = np.uint8
 #: IQ4_NL / IQ4_XS's code book over byte pairs: byte -> the values of its (low, high)
 #: nibble side by side, one uint64 item (a gather copies both).
@@ -292,7 +291,8 @@ def _k_scale_min(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _words(packed: np.ndarray, count: int) -> list[np.ndarray]:
-    """``[n, 4 count]`` bytes as ``count`` arrays ``[n]`` of little-endian uint32."""
+    """``[n, 4 count]`` bytes as ``count`` arrays ``[n]`` of little-endian uint32 (their
+    results are read back as bytes: a little-endian host, as ggml's own decoders assume)."""
     words = np.ascontiguousarray(packed).view("<u4").reshape(packed.shape[0], count)
     return [words[:, i] for i in range(count)]
 
