@@ -11,6 +11,7 @@ They are imported by path: the bench directories are not packages.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,10 +33,11 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
-def measure_all() -> dict[str, dict[str, float]]:
-    """Package name -> that package's ``measure()`` figures (GB/s)."""
+def measure_all(modules: Mapping[str, Path] | None = None) -> dict[str, dict[str, float]]:
+    """Package name -> that package's ``measure()`` figures (GB/s), for every bench module
+    or those of ``modules``."""
     results = {}
-    for name, path in bench_modules().items():
+    for name, path in (bench_modules() if modules is None else modules).items():
         figures = _load(path).measure()
         results[name] = {k: float(v) for k, v in figures.items()}
     return results

@@ -22,7 +22,8 @@ and writes bench/results/<date>-physical.json and its section of docs/performanc
 whole run it fills the main table's physical-limit column); ``decoders`` (``nox -s bench --
 decoders``, a few minutes) runs only the format packages' dequantize benches and writes
 bench/results/<date>-decoders.json and the decoders section of docs/performance.md (every
-format's decode GB/s and share of memcpy, float32 and bfloat16 out, against issue 30's bar);
+format's decode GB/s and share of memcpy, float32 and bfloat16 out, against issue 30's bar;
+``--package format-gguf`` runs only that package's bench, repeatable);
 ``passthrough`` and ``discovery`` run only
 :mod:`bench.passthrough` (plain bf16 tensors against safetensors' ``safe_open`` and
 fastsafetensors, warm and cold page cache) or :mod:`bench.discovery` (a fresh process's
@@ -44,6 +45,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -294,10 +296,13 @@ def _kept(date: str, rounds: int) -> None:
     _log(f"wrote {json_path.relative_to(ROOT)}, the kept section of {doc.relative_to(ROOT)}")
 
 
-def _decoders(date: str, figures: dict[str, dict[str, float]] | None = None) -> None:
+def _decoders(
+    date: str, figures: dict[str, dict[str, float]] | None = None, packages: Sequence[str] = ()
+) -> None:
     """Every format's decode vs memcpy, float32 and bfloat16 out (:mod:`bench.decoders`):
-    measured here unless the full run's ``figures`` are given; its results file
-    (measured here) and the decoders section of docs/performance.md."""
+    measured here (only ``packages``' benches when it names some) unless the full run's
+    ``figures`` are given; its results file (measured here) and the decoders section of
+    docs/performance.md."""
     load = os.getloadavg()[0]
     note = (
         f"One process on this shared machine: load average {load:.1f} on "
@@ -306,7 +311,7 @@ def _decoders(date: str, figures: dict[str, dict[str, float]] | None = None) -> 
     )
     if figures is None:
         _log("format packages' dequantize benches, float32 and bfloat16 out")
-        measured = formats.measure_all()
+        measured = formats.measure_all(decoders.pick(formats.bench_modules(), packages))
         rows = decoders.table(measured)
         results = {
             "date": date,
@@ -390,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
         ],
         help="run only this series",
     )
+    parser.add_argument(
+        "--package",
+        action="append",
+        default=[],
+        help="decoders: only this format package's bench (format-gguf or gguf; repeatable)",
+    )
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
     started = time.perf_counter()
@@ -410,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         _series("physical", physical, date, args.physical_rounds)
         return 0
     if args.only == "decoders":
-        _decoders(date)
+        _decoders(date, packages=args.package)
         return 0
     if args.only in ("passthrough", "discovery"):
         module = passthrough if args.only == "passthrough" else discovery

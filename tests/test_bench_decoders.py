@@ -51,6 +51,15 @@ def test_table_pairs_each_cases_float32_and_bfloat16_figures(decoders: ModuleTyp
     assert gguf["bfloat16_share"] is None
 
 
+def test_pick_keeps_the_named_packages_benches_or_all(decoders: ModuleType) -> None:
+    modules = {"format-fp8": Path("a.py"), "format-gguf": Path("b.py")}
+    assert decoders.pick(modules, ["gguf"]) == {"format-gguf": Path("b.py")}
+    assert decoders.pick(modules, ["format-fp8", "gguf"]) == modules
+    assert decoders.pick(modules, []) == modules
+    with pytest.raises(ValueError, match="no format package bench for ggml: there are format-fp8"):
+        decoders.pick(modules, ["ggml"])
+
+
 def test_goals_name_the_cases_under_the_bar(decoders: ModuleType) -> None:
     goals = decoders.goals(decoders.table(FIGURES))
     assert not goals["float32"]["met"]  # gptq3 at 35% < 40%

@@ -2,10 +2,13 @@
 and the memory of a 1 GiB Q4_K_M load.
 
 Run ``python packages/format-gguf/bench/bench_gguf.py`` (or ``nox -s bench``, which calls
-:func:`measure` and :func:`measure_memory`). :func:`measure` times
-:func:`flexq_format_gguf.decode.decode_rows` on in-memory random blocks (finite scales;
-no file I/O) of a ``rows x cols`` tensor to float32, and ``np.copyto`` of the same
-float32 bytes, in alternating rounds (:mod:`bench.timing`).
+:func:`measure` and :func:`measure_memory`). :func:`measure` writes one GGUF file (gguf-py's
+writer) holding a ``rows x cols`` tensor of every block type (random blocks, finite scales),
+composes it with the gguf format and times the dequantize of each tensor whole, as a load
+does (:func:`flexq.testing.throughput.measure_checkpoints`: sources read once, no file I/O
+in the timed part, outputs written before): into float32 (``gguf_<type>``) and into
+bfloat16 through a float32 work array (``gguf_<type>_bf16``, GB/s of float32-sized
+output), beside ``np.copyto`` of the same float32 bytes, in alternating rounds, medians.
 
 :func:`measure_memory` writes a llama-layout GGUF file with gguf-py's writer whose
 tensors are 1 GiB as float32 (the dtype Paddle targets get by default): Q4_K linears and
@@ -28,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the workspace root: bench.timing
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the workspace root: bench.fresh
 
-from bench.timing import Contender, alternate, median
+from flexq.testing.throughput import measure_checkpoints, report
 from flexq_format_gguf.decode import DECODERS, decode_rows
 from flexq_format_gguf.ggml import BY_NAME
 from flexq_format_gguf.names import BLOCK, GLOBAL
@@ -46,24 +49,32 @@ def _blocks(rng: np.random.Generator, name: str, rows: int, cols: int) -> np.nda
     return (raw & 0xBF).reshape(rows, -1)
 
 
-def _decoding(name: str, raw: np.ndarray) -> Contender:
-    return lambda: lambda: decode_rows(name, raw)
-
-
 def measure(rows: int = ROWS, cols: int = COLS, rounds: int = 5) -> dict[str, float]:
-    """GB/s of float32 output for each block type (``gguf_<type>_gbps``) and for a memcpy
-    of the same bytes (``memcpy_gbps``)."""
+    """GB/s of float32 output for each block type, float32 (``gguf_<type>_gbps``) and
+    bfloat16 out (``gguf_<type>_bf16_gbps``), and for a memcpy of the same bytes
+    (``memcpy_gbps``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path, keys = write_types(Path(tmp) / "types.gguf", rows, cols)
+        cases = {f"gguf_{name}": (path, key) for name, key in keys.items()}
+        return measure_checkpoints("gguf", cases, rounds)
+
+
+def write_types(path: Path, rows: int, cols: int) -> tuple[Path, dict[str, str]]:
+    """A llama-layout GGUF file at ``path`` whose layer i's ``ffn_down`` is a ``rows x
+    cols`` tensor of the i-th block type (random blocks, finite scales; not permuted:
+    whole rows decode in place), and block type -> the HF name it loads under."""
+    import gguf
+
     rng = np.random.default_rng(0)
-    out_bytes = rows * cols * 4
-    src, dst = np.ones((rows, cols), np.float32), np.ones((rows, cols), np.float32)
-    contenders: dict[str, Contender] = {"memcpy": lambda: lambda: np.copyto(dst, src)}
-    for name in DECODERS:
+    w = gguf.GGUFWriter(str(path), "llama")
+    _llama_metadata(w, {**LLAMA_1G, "num_hidden_layers": len(DECODERS)})
+    keys = {}
+    for i, name in enumerate(DECODERS):
         raw = _blocks(rng, name, rows, cols)
-        contenders[name] = _decoding(name, raw)
-    times = alternate(contenders, rounds)
-    figures = {f"gguf_{n}_gbps": out_bytes / median(times[n]) / 1e9 for n in DECODERS}
-    figures["memcpy_gbps"] = out_bytes / median(times["memcpy"]) / 1e9
-    return figures
+        w.add_tensor(f"blk.{i}.ffn_down.weight", raw, raw_dtype=gguf.GGMLQuantizationType[name])
+        keys[name] = f"model.layers.{i}.{BLOCK['ffn_down']}.weight"
+    _finish(w)
+    return path, keys
 
 
 #: A TinyLlama-shaped model of 3 layers: 263M values, 0.98 GiB as float32; the largest
@@ -103,6 +114,19 @@ def write_model(path: Path, config: dict[str, int] = LLAMA_1G) -> Path:
 
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), "llama")
+    _llama_metadata(w, config)
+    for name, (_, shape, type_name) in llama_tensors(config).items():
+        if type_name == "F32":
+            w.add_tensor(name, np.ones(shape, np.float32))
+        else:
+            raw = _blocks(rng, type_name, *shape)
+            w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType[type_name])
+    _finish(w)
+    return path
+
+
+def _llama_metadata(w: Any, config: dict[str, int]) -> None:
+    """The llama hyperparameters of ``config`` on gguf-py writer ``w``."""
     w.add_block_count(config["num_hidden_layers"])
     w.add_embedding_length(config["hidden_size"])
     w.add_feed_forward_length(config["intermediate_size"])
@@ -112,17 +136,13 @@ def write_model(path: Path, config: dict[str, int] = LLAMA_1G) -> Path:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(config["vocab_size"])
-    for name, (_, shape, type_name) in llama_tensors(config).items():
-        if type_name == "F32":
-            w.add_tensor(name, np.ones(shape, np.float32))
-        else:
-            raw = _blocks(rng, type_name, *shape)
-            w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType[type_name])
+
+
+def _finish(w: Any) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
 
 
 def _memory_child(path: str, config: dict[str, int]) -> dict[str, Any]:
@@ -184,9 +204,8 @@ def measure_memory(
 
 
 def main() -> None:
-    print(f"gguf decode, {ROWS}x{COLS} -> float32 ({ROWS * COLS * 4 / 1e6:.0f} MB)")
-    for name, value in measure().items():
-        print(f"  {name:24s} {value:6.2f} GB/s")
+    title = f"gguf dequantize, {ROWS}x{COLS} -> {ROWS * COLS * 4 / 1e6:.0f} MB of float32"
+    print(report(title, measure()))
     m = measure_memory()
     mib = 1 << 20
     print(

@@ -61,16 +61,35 @@ def test_decoder_is_bit_exact_with_gguf_py_on_any_bytes(
 def test_a_box_reads_only_its_blocks_and_equals_gguf_py(
     boxed: tuple[Path, dict[str, np.ndarray]], type_name: str, data: st.DataObject
 ) -> None:
+    r0 = data.draw(st.integers(0, 5))
+    r1 = data.draw(st.integers(r0 + 1, 6))
+    c0 = data.draw(st.integers(0, 511))
+    c1 = data.draw(st.integers(c0 + 1, 512))
+    _box_equals_gguf_py(boxed, type_name, (r0, r1), (c0, c1))
+
+
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
+def test_whole_rows_are_decoded_in_place_and_equal_gguf_py(
+    boxed: tuple[Path, dict[str, np.ndarray]], type_name: str
+) -> None:
+    _box_equals_gguf_py(boxed, type_name, (1, 5), (0, 512))
+
+
+def _box_equals_gguf_py(
+    boxed: tuple[Path, dict[str, np.ndarray]],
+    type_name: str,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+) -> None:
+    """The box ``rows`` x ``cols`` of the [6, 512] tensor of ``type_name``, read and
+    decoded as a load does, reads only its covering blocks and equals gguf-py."""
     from flexq.formatkit import Sources
     from flexq_format_gguf.checkpoint import GGUFCheckpoint
     from flexq_format_gguf.layout import GGUFLayout, Part, decode_box, local_plan
 
     path, ref = boxed
     key = f"t.{type_name}"
-    r0 = data.draw(st.integers(0, 5))
-    r1 = data.draw(st.integers(r0 + 1, 6))
-    c0 = data.draw(st.integers(0, 511))
-    c1 = data.draw(st.integers(c0 + 1, 512))
+    (r0, r1), (c0, c1) = rows, cols
     with GGUFCheckpoint([path]) as opened:
         assert isinstance(opened, GGUFCheckpoint)
         ckpt = opened
@@ -85,3 +104,35 @@ def test_a_box_reads_only_its_blocks_and_equals_gguf_py(
         blocks = -(-c1 // t.type.block) - c0 // t.type.block
         assert ckpt.bytes_read == (r1 - r0) * blocks * t.type.nbytes  # only the covering blocks
     same_bits(got, ref[key][r0:r1, c0:c1])
+
+
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
+def test_many_bands_on_two_threads_into_out_equal_gguf_py(
+    dequantize_ref: Dequantize, type_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three and a half bands of random bytes (NaN and infinite scales among them), split
+    between two worker threads, decoded into an output written before: every value is
+    gguf-py's, band edges included, and the output is the one given."""
+    from flexq_format_gguf.decode import BAND_ELEMENTS
+
+    monkeypatch.setenv("FLEXQ_THREADS", "2")
+    t = BY_NAME[type_name]
+    blocks = (7 * BAND_ELEMENTS // 2) // t.block
+    rows = 7  # a row is a whole number of blocks: blocks // rows of them
+    per_row = blocks // rows
+    rng = np.random.default_rng(3)
+    raw = rng.integers(0, 256, (rows, per_row * t.nbytes), dtype=np.uint8)
+    out = np.full((rows, per_row * t.block), np.nan, np.float32)
+    with np.errstate(all="ignore"):
+        got = decode_rows(type_name, raw, out=out)
+        ref = dequantize_ref(raw, type_name)
+    assert got is out
+    same_bits(out, ref)
+
+
+def test_out_of_another_shape_or_layout_is_refused() -> None:
+    raw = np.zeros((2, BY_NAME["Q4_0"].nbytes * 2), np.uint8)
+    with pytest.raises(ValueError, match="C-contiguous float32 \\(2, 64\\)"):
+        decode_rows("Q4_0", raw, out=np.empty((2, 128), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="float32"):
+        decode_rows("Q4_0", raw, out=np.empty((2, 64), np.float64))

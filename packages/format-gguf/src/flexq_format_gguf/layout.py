@@ -202,8 +202,19 @@ def _decode_part(
         return
     head = part.shape[0] // heads if heads is not None else 1
     width = raw.shape[1] // (1 if t.plain else t.nbytes) * t.block
-    band = max(1, BAND_BYTES // (4 * width * head)) * head
     rows, cols = box
+    if (
+        not t.plain
+        and heads is None
+        and (cols.start, cols.stop) == (0, width)
+        and out.flags.c_contiguous
+        and out.shape == (rows.stop - rows.start, width)
+    ):
+        # Whole rows into a contiguous box: decoded in place, band by band on the
+        # worker threads (no float32 copy of the box, no second pass).
+        decode_rows(t.name, raw[rows], out=out)
+        return
+    band = max(1, BAND_BYTES // (4 * width * head)) * head
     for lo in range(rows.start // band * band, rows.stop, band):
         chunk = _float32(t, raw[lo : lo + band])
         if heads is not None:
