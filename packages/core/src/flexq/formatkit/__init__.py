@@ -15,7 +15,8 @@ from :mod:`flexq` and the rest from here:
 - conformance: :func:`check_conformance` (fails a format whose read plans omit a
   scale-like component from ``ReadPlan.scales`` / ``ReadPlan.checks``), :func:`scale_like`;
 - configs: :class:`QuantConfig` / :func:`parse_quant_config` (pydantic models of
-  ``quantization_config`` with errors naming file and field; :func:`parse_json_model`
+  ``quantization_config`` with errors naming file and field; :func:`validate_config`
+  for a config mapping read elsewhere; :func:`parse_json_model`
   for JSON stored in a tensor), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
 - compressed-tensors configs: :func:`read_compressed_tensors` gives the one model,
@@ -121,6 +122,7 @@ if TYPE_CHECKING:
         parse_json_model,
         parse_quant_config,
         read_config_file,
+        validate_config,
     )
     from flexq.quantconfig.compressed_tensors import (
         ConfigGroup,
@@ -199,6 +201,7 @@ _WHERE = {
     "transposed_words": "flexq.numerics.words",
     "triple_table": "flexq.numerics.words",
     "unpack_into": "flexq.numerics.words",
+    "validate_config": "flexq.quantconfig.base",
 }
 
 __getattr__ = exports(__name__, _WHERE)
@@ -261,4 +264,5 @@ __all__ = [
     "transposed_words",
     "triple_table",
     "unpack_into",
+    "validate_config",
 ]
