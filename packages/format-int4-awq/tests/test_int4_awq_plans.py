@@ -16,14 +16,8 @@ from flexq.testing.strategies import case_and_box
 
 # (version, out, in, group_size); boxes of every alignment are drawn over these.
 CASES = [
-    ("gemm", 24, 64, 16),
-    ("gemm", 40, 24, 8),
-    ("gemm", 16, 96, 32),
-    ("gemm", 32, 40, -1),
-    ("gemv", 24, 128, 32),
-    ("gemv", 16, 192, 64),
-    ("gemv", 8, 256, 128),
-    ("gemv", 12, 64, -1),
+    *(("gemm", *shape) for shape in [(24, 64, 16), (40, 24, 8), (16, 96, 32), (32, 40, -1)]),
+    *(("gemv", *shape) for shape in [(24, 128, 32), (16, 192, 64), (8, 256, 128), (12, 64, -1)]),
 ]
 
 
