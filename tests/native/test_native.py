@@ -16,9 +16,6 @@ directory is never changed. The loader is the real one when this Paddle has
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +30,7 @@ from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 import flexq
 
 from ..conftest import NORM
+from ..multirank.launch import launch_two_ranks, rank_arrays
 from .conftest import Loader, snapshot, symlink_copy
 
 L0 = "model.layers.0"
@@ -314,16 +312,8 @@ def launch(tmp_path: Path, worker: str, ckpt: Path, name: str) -> list[dict[str,
     """Run ``worker`` CKPT OUT FORMAT on 2 ranks; each rank's arrays."""
     out = tmp_path / f"out-{worker}"
     out.mkdir()
-    log = tmp_path / f"log-{worker}"
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-         "--log_dir", str(log), str(HERE / worker), str(ckpt), str(out), name],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
-    logs = "".join(p.read_text() for p in sorted(log.glob("*")) if p.is_file())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-6000:]
-    return [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
+    launch_two_ranks(HERE / worker, [str(ckpt), str(out), name], tmp_path / f"log-{worker}")
+    return rank_arrays(out)
 
 
 def rank_results(
