@@ -42,15 +42,20 @@ def llama_cpp_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return llamacpp.vendored_llama_cpp(tmp_path_factory.mktemp("llama.cpp"))
 
 
+def f32_of(
+    arch: str, llama_cpp_tree: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, Path]:
+    """(arch, the HF model dir, its F32 GGUF by llama.cpp's converter)."""
+    root = tmp_path_factory.mktemp(arch)
+    hf = llamacpp.build_hf(root / "hf", arch)
+    return arch, hf, llamacpp.convert(llama_cpp_tree, hf, root / "f32.gguf")
+
+
 @pytest.fixture(scope="module", params=list(llamacpp.ARCHS))
 def f32_gguf(
     request: pytest.FixtureRequest, llama_cpp_tree: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, Path, Path]:
-    """(arch, the HF model dir, its F32 GGUF by llama.cpp's converter)."""
-    arch = request.param
-    root = tmp_path_factory.mktemp(arch)
-    hf = llamacpp.build_hf(root / "hf", arch)
-    return arch, hf, llamacpp.convert(llama_cpp_tree, hf, root / "f32.gguf")
+    return f32_of(request.param, llama_cpp_tree, tmp_path_factory)
 
 
 def logits(model: torch.nn.Module) -> torch.Tensor:
@@ -100,10 +105,7 @@ MOE_COSINE = {"Q8_0": 0.999, "Q4_K_M": 0.95, "Q6_K": 0.995}
 def moe_f32_gguf(
     request: pytest.FixtureRequest, llama_cpp_tree: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, Path, Path]:
-    arch = request.param
-    root = tmp_path_factory.mktemp(arch)
-    hf = llamacpp.build_hf(root / "hf", arch)
-    return arch, hf, llamacpp.convert(llama_cpp_tree, hf, root / "f32.gguf")
+    return f32_of(request.param, llama_cpp_tree, tmp_path_factory)
 
 
 @pytest.mark.parametrize("kind", list(MOE_COSINE))

@@ -160,28 +160,22 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_a_killed_convert_leaves_no_dst_and_the_next_one_cleans_up(tmp_path: Path) -> None:
-    rng = np.random.default_rng(1)
+def many_small_tensors(tmp_path: Path, seed: int) -> tuple[Path, dict[str, flexq.RawTensor]]:
+    """A checkpoint ``tmp_path/src`` of 400 random float32 64x64 tensors (16 KiB each, so a
+    20KB shard limit writes one shard a tensor: a convert slow enough to interrupt)."""
+    rng = np.random.default_rng(seed)
     many = {
         f"t{i:03d}": flexq.RawTensor.of(rng.standard_normal((64, 64)).astype(np.float32))
         for i in range(400)
     }
-    src = flexq.save_checkpoint(tmp_path / "src", many)
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flexq.cli",
-            "convert",
-            str(src),
-            str(out),
-            "--max-shard-size",
-            "20KB",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return flexq.save_checkpoint(tmp_path / "src", many), many
+
+
+def three_shards_written(
+    proc: subprocess.Popen[str] | subprocess.Popen[bytes], tmp_path: Path
+) -> list[Path]:
+    """Wait (60 s at most) until the convert ``proc`` into ``tmp_path/out`` has written three
+    shards to its temporary directory or has ended; the temporary directories seen last."""
     deadline = time.monotonic() + 60
     tmp_dirs: list[Path] = []
     while time.monotonic() < deadline and proc.poll() is None:
@@ -189,6 +183,17 @@ def test_a_killed_convert_leaves_no_dst_and_the_next_one_cleans_up(tmp_path: Pat
         if tmp_dirs and len(list(tmp_dirs[0].glob("*.safetensors"))) >= 3:
             break
         time.sleep(0.01)
+    return tmp_dirs
+
+
+def test_a_killed_convert_leaves_no_dst_and_the_next_one_cleans_up(tmp_path: Path) -> None:
+    src, many = many_small_tensors(tmp_path, 1)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "flexq.cli", "convert", str(src), str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--max-shard-size", "20KB"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    tmp_dirs = three_shards_written(proc, tmp_path)
     assert proc.poll() is None, "convert finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -205,21 +210,11 @@ def test_a_killed_convert_leaves_no_dst_and_the_next_one_cleans_up(tmp_path: Pat
 def test_sigint_and_sigterm_print_one_line_remove_the_temp_directory_and_exit(
     tmp_path: Path, sig: signal.Signals, code: int
 ) -> None:
-    rng = np.random.default_rng(2)
-    many = {
-        f"t{i:03d}": flexq.RawTensor.of(rng.standard_normal((64, 64)).astype(np.float32))
-        for i in range(400)
-    }
-    src = flexq.save_checkpoint(tmp_path / "src", many)
+    src, _ = many_small_tensors(tmp_path, 2)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "flexq.cli", "convert", str(src), str(out)]
     proc = subprocess.Popen([*cmd, "--max-shard-size", "20KB"], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        tmp_dirs = list(tmp_path.glob(".out.flexq-tmp-*"))
-        if tmp_dirs and len(list(tmp_dirs[0].glob("*.safetensors"))) >= 3:
-            break
-        time.sleep(0.01)
+    three_shards_written(proc, tmp_path)
     assert proc.poll() is None, "convert finished before it could be interrupted"
     os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=60)

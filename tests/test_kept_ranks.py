@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,8 @@ from flexq_fp8 import save_fp8_checkpoint
 from flexq_mxfp4.encode import save_mxfp4_checkpoint
 from flexq_nvfp4.encode import MODELOPT_NVFP4_CONFIG
 from flexq_nvfp4.encode import quantize as nvfp4_quantize
+
+from .multirank.launch import launch_two_ranks, rank_arrays
 
 pytestmark = pytest.mark.multirank
 WORKER = Path(__file__).parent / "multirank" / "worker_kept.py"
@@ -135,16 +134,8 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     spec.write_text(json.dumps({"checkpoints": ckpts, "cases": CASES}))
     out = root / "out"
     out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-         "--log_dir", str(root / "log"), str(WORKER), str(spec), str(out)],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
-    )  # fmt: skip
-    logs = "".join(p.read_text() for p in sorted((root / "log").glob("*")) if p.is_file())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-6000:]
-    ranks = [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
-    return {"checkpoints": ckpts, "ranks": ranks}
+    launch_two_ranks(WORKER, [str(spec), str(out)], root / "log", timeout=600)
+    return {"checkpoints": ckpts, "ranks": rank_arrays(out)}
 
 
 def stored(path: str, key: str) -> tuple[np.ndarray, str]:

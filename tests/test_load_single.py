@@ -155,11 +155,12 @@ def test_an_integer_passthrough_tensor_never_becomes_a_float_target(tmp_path: Pa
     np.testing.assert_array_equal(target.numpy(), np.full(4, 7.0, np.float32))
 
 
-def test_atomic_load_restores_earlier_batches_when_a_plugin_fails_in_a_later_one(
-    int8row_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+def load_failing_at_the_fourth_apply(
+    sd: dict[str, Any], ckpt: Path, monkeypatch: pytest.MonkeyPatch, *, atomic: bool
 ) -> None:
-    sd = targets("plain")
-    before = values(sd)
+    """Load ``sd`` from the int8row ``ckpt`` one row a batch while the plugin's fourth apply
+    raises ``RuntimeError("disk on fire")``: the load fails naming the plugin, after
+    exactly four applies."""
     calls = {"n": 0}
     # pluggy holds the bound method it calls, so patch the hookimpl itself.
     impl = next(
@@ -178,9 +179,17 @@ def test_atomic_load_restores_earlier_batches_when_a_plugin_fails_in_a_later_one
     monkeypatch.setattr(impl, "function", flaky)
     with pytest.raises(FlexqError, match="int8row.*disk on fire"):
         flexq.load_state_dict(
-            sd, int8row_ckpt, aoa_config={"aoa_statements": AOA}, max_inflight_bytes=1, atomic=True
+            sd, ckpt, aoa_config={"aoa_statements": AOA}, max_inflight_bytes=1, atomic=atomic
         )
     assert calls["n"] == 4
+
+
+def test_atomic_load_restores_earlier_batches_when_a_plugin_fails_in_a_later_one(
+    int8row_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sd = targets("plain")
+    before = values(sd)
+    load_failing_at_the_fourth_apply(sd, int8row_ckpt, monkeypatch, atomic=True)
     after = values(sd)
     for key in before:
         np.testing.assert_array_equal(after[key], before[key], err_msg=key)
@@ -242,25 +251,7 @@ def test_non_atomic_loads_keep_no_undo_copies_and_leave_earlier_batches_on_failu
     int8row_ckpt: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sd = targets("plain")
-    calls = {"n": 0}
-    impl = next(
-        i
-        for i in flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
-        if i.plugin_name == "int8row"
-    )
-    real = impl.function
-
-    def flaky(*args: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise RuntimeError("disk on fire")
-        return real(*args)
-
-    monkeypatch.setattr(impl, "function", flaky)
-    with pytest.raises(FlexqError, match="disk on fire"):
-        flexq.load_state_dict(
-            sd, int8row_ckpt, aoa_config={"aoa_statements": AOA}, max_inflight_bytes=1, atomic=False
-        )
+    load_failing_at_the_fourth_apply(sd, int8row_ckpt, monkeypatch, atomic=False)
     # targets load in key order, one row per batch here: the first rows of down were
     # written before the fourth apply failed, and nothing after it
     after = values(sd)

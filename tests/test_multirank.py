@@ -21,6 +21,7 @@ import pytest
 import flexq
 
 from .multirank import moe
+from .multirank.launch import launch_two_ranks, rank_arrays
 
 WORKER = Path(__file__).parent / "multirank" / "worker_load.py"
 pytestmark = pytest.mark.multirank
@@ -29,33 +30,8 @@ pytestmark = pytest.mark.multirank
 def launch(tmp_path: Path, ckpt: Path, engine: str, formats: str) -> list[dict[str, np.ndarray]]:
     out = tmp_path / f"out-{engine}"
     out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paddle.distributed.launch",
-            "--nproc_per_node",
-            "2",
-            "--log_dir",
-            str(tmp_path / f"log-{engine}"),
-            str(WORKER),
-            str(ckpt),
-            str(out),
-            engine,
-            formats,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    logs = "".join(
-        p.read_text() for p in sorted((tmp_path / f"log-{engine}").glob("*")) if p.is_file()
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-5000:]
-    return [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
+    launch_two_ranks(WORKER, [str(ckpt), str(out), engine, formats], tmp_path / f"log-{engine}")
+    return rank_arrays(out)
 
 
 def test_direct_engine_reads_exactly_each_ranks_plan_slices(

@@ -16,9 +16,7 @@ directory is never changed. The loader is the real one when this Paddle has
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
 import flexq
 
 from ..conftest import NORM
+from ..multirank.launch import launch_two_ranks, rank_arrays
 from .conftest import Loader, snapshot, symlink_copy
 
 L0 = "model.layers.0"
@@ -313,16 +312,21 @@ def launch(tmp_path: Path, worker: str, ckpt: Path, name: str) -> list[dict[str,
     """Run ``worker`` CKPT OUT FORMAT on 2 ranks; each rank's arrays."""
     out = tmp_path / f"out-{worker}"
     out.mkdir()
-    log = tmp_path / f"log-{worker}"
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-         "--log_dir", str(log), str(HERE / worker), str(ckpt), str(out), name],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
-    logs = "".join(p.read_text() for p in sorted(log.glob("*")) if p.is_file())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-6000:]
-    return [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
+    launch_two_ranks(HERE / worker, [str(ckpt), str(out), name], tmp_path / f"log-{worker}")
+    return rank_arrays(out)
+
+
+def rank_results(
+    tmp_path: Path, worker: str, ckpt: Path, name: str
+) -> Iterator[tuple[int, dict[str, np.ndarray], int, str, np.ndarray]]:
+    """Run ``worker`` on two ranks; then, for each rank and each quantized linear:
+    (rank, its results, the linear's index in key order, its key, its float32 one-process load)."""
+    ranks = launch(tmp_path, worker, ckpt, name)
+    ct = flexq.compose(ckpt, [name])
+    linears = sorted(k for k, e in ct.entries.items() if not e.is_passthrough)
+    for r, got in enumerate(ranks):
+        for i, key in enumerate(linears):
+            yield r, got, i, key, ct.load(key, "float32")
 
 
 @pytest.mark.multirank
@@ -334,25 +338,20 @@ def test_two_ranks_with_sharded_weight_shard0_targets_match_direct(
     quarters per rank) through engine='native': each rank's rows of the one-process load."""
     name, ckpt = format_ckpt
     before = snapshot(ckpt)
-    ranks = launch(tmp_path, "worker_native.py", ckpt, name)
-    ct = flexq.compose(ckpt, [name])
-    linears = sorted(k for k, e in ct.entries.items() if not e.is_passthrough)
-    for r, got in enumerate(ranks):
-        for i, key in enumerate(linears):
-            full = ct.load(key, "float32")
-            rows, cols = full.shape[0] // 2, full.shape[1] // 2
-            want = full[r * rows : (r + 1) * rows]
-            for mode in ("direct", "raw", "native"):
-                np.testing.assert_array_equal(got[f"{mode}.{i}"], want, err_msg=f"{mode} {key}")
+    for r, got, i, key, full in rank_results(tmp_path, "worker_native.py", ckpt, name):
+        rows, cols = full.shape[0] // 2, full.shape[1] // 2
+        want = full[r * rows : (r + 1) * rows]
+        for mode in ("direct", "raw", "native"):
+            np.testing.assert_array_equal(got[f"{mode}.{i}"], want, err_msg=f"{mode} {key}")
+        np.testing.assert_array_equal(
+            got[f"native.t{i}"], full.T[r * cols : (r + 1) * cols], err_msg=f"^T {key}"
+        )
+        # Tuple-keyed multi-shard targets: row quarters r and r + 2 on rank r.
+        quarter = full.shape[0] // 4
+        for q in (r, r + 2):
             np.testing.assert_array_equal(
-                got[f"native.t{i}"], full.T[r * cols : (r + 1) * cols], err_msg=f"^T {key}"
+                got[f"multi.{i}.{q}"], full[q * quarter : (q + 1) * quarter], err_msg=key
             )
-            # Tuple-keyed multi-shard targets: row quarters r and r + 2 on rank r.
-            quarter = full.shape[0] // 4
-            for q in (r, r + 2):
-                np.testing.assert_array_equal(
-                    got[f"multi.{i}.{q}"], full[q * quarter : (q + 1) * quarter], err_msg=key
-                )
     assert snapshot(ckpt) == before
 
 
@@ -363,13 +362,8 @@ def test_two_ranks_with_dist_tensor_targets_of_every_placement(
     """Shard(0), Shard(1) and Replicate copies of one tensor start at the same offset
     on rank 0, so they load in separate rounds."""
     name, ckpt = format_ckpt
-    ranks = launch(tmp_path, "worker_dist.py", ckpt, name)
-    ct = flexq.compose(ckpt, [name])
-    linears = sorted(k for k, e in ct.entries.items() if not e.is_passthrough)
-    for r, got in enumerate(ranks):
-        for i, key in enumerate(linears):
-            full = ct.load(key, "float32")
-            rows, cols = full.shape[0] // 2, full.shape[1] // 2
-            np.testing.assert_array_equal(got[f"w{i}.r"], full, err_msg=key)
-            np.testing.assert_array_equal(got[f"w{i}.s0"], full[r * rows : (r + 1) * rows])
-            np.testing.assert_array_equal(got[f"w{i}.s1"], full[:, r * cols : (r + 1) * cols])
+    for r, got, i, key, full in rank_results(tmp_path, "worker_dist.py", ckpt, name):
+        rows, cols = full.shape[0] // 2, full.shape[1] // 2
+        np.testing.assert_array_equal(got[f"w{i}.r"], full, err_msg=key)
+        np.testing.assert_array_equal(got[f"w{i}.s0"], full[r * rows : (r + 1) * rows])
+        np.testing.assert_array_equal(got[f"w{i}.s1"], full[:, r * cols : (r + 1) * cols])

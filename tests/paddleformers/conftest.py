@@ -37,51 +37,40 @@ from flexq.cli.convert import convert
 from flexq.formatkit.rounding import bfloat16_bits_to_float32
 from flexq.plugin.manager import registry
 
+#: what every tiny model shares: a 128-token vocabulary, 64 wide, two layers, GQA 4:2.
+TINY: dict[str, Any] = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
 #: class name -> config overrides (small, but with every structural feature: GQA,
 #: tied / untied lm_head, dense and MoE layers, shared experts, biases, sinks).
 CONFIGS: dict[str, dict[str, Any]] = {
     "LlamaForCausalLM": {
-        "vocab_size": 128,
-        "hidden_size": 64,
+        **TINY,
         "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 64,
         "tie_word_embeddings": False,
     },
     "GptOssForCausalLM": {
-        "vocab_size": 128,
-        "hidden_size": 64,
+        **TINY,
         "intermediate_size": 96,
         "head_dim": 16,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
         "sliding_window": 8,
-        "max_position_embeddings": 64,
     },
     "Ernie4_5ForCausalLM": {
-        "vocab_size": 128,
-        "hidden_size": 64,
+        **TINY,
         "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "head_dim": 16,
-        "max_position_embeddings": 64,
         "tie_word_embeddings": True,
     },
     "Ernie4_5_MoeForCausalLM": {
-        "vocab_size": 128,
-        "hidden_size": 64,
+        **TINY,
         "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 64,
         "moe_num_experts": 4,
         "moe_k": 2,
         "moe_intermediate_size": 64,
@@ -92,13 +81,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # HF's Phi-3 stores qkv_proj and gate_up_proj fused already: AOA's fused_qkv_old and
     # the one-source fused_ffn re-lay them out (per rank under tensor parallelism).
     "Phi3ForCausalLM": {
-        "vocab_size": 128,
-        "hidden_size": 64,
+        **TINY,
         "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 64,
         "tie_word_embeddings": False,
     },
 }

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.formatkit import QLinearKeys, qweight_analysis
+from flexq.formatkit import QLinearKeys, check_stored, qweight_analysis, require_companions
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,24 @@ def test_a_claiming_config_without_any_qweight_is_a_format_error(tmp_path: Path)
         r"\(tensor dtypes: I32\) \(format 'f'\)",
     ):
         qweight_analysis(ckpt, ("qweight",), Lin, where="cfg", method="m", format_name="f")
+
+
+def fail(key: str, msg: str) -> flexq.FormatError:
+    return flexq.FormatError(f"{key} {msg}")
+
+
+def test_require_companions_names_the_first_missing_one_on_the_qweight(tmp_path: Path) -> None:
+    ckpt = written(tmp_path, ["m.qweight", "m.scales"])
+    require_companions(ckpt.tensors, "m", ("scales",), fail)
+    with pytest.raises(flexq.FormatError, match=r"^m\.qweight has no companion m\.qzeros "):
+        require_companions(ckpt.tensors, "m", ("scales", "qzeros", "g_idx"), fail)
+
+
+def test_check_stored_checks_dtype_then_rank_in_order(tmp_path: Path) -> None:
+    ckpt = written(tmp_path, ["m.qweight", "m.scales"])  # both I32 of shape (2,)
+    q, s = ckpt.tensors["m.qweight"], ckpt.tensors["m.scales"]
+    check_stored([(q, ("I32",), 1), (s, ("F16", "I32"), 1)], fail)
+    with pytest.raises(flexq.FormatError, match=r"^m\.qweight has shape \(2,\), expected a 2-D"):
+        check_stored([(q, ("I32",), 2), (s, ("F16",), 1)], fail)
+    with pytest.raises(flexq.FormatError, match=r"^m\.scales has dtype I32, expected F16 or BF16$"):
+        check_stored([(q, ("I32",), 1), (s, ("F16", "BF16"), 2)], fail)

@@ -268,8 +268,7 @@ def test_pack_words_writes_one_dense_stream_that_unpacks_back(
     words = packed if axis == 1 else packed.T
     assert words.dtype == np.int32
     assert words.shape == (rows, -(-cols * bits // 32))
-    stream = np.unpackbits(np.ascontiguousarray(words).view(np.uint8), axis=1, bitorder="little")
-    got = sum(stream[:, b::bits][:, :cols].astype(np.int64) << b for b in range(bits))
+    got = stream_codes(np.ascontiguousarray(words), bits, np.arange(cols) * bits)
     np.testing.assert_array_equal(got, codes)
     if 8 % bits == 0:
         out = np.empty((rows, words.shape[1] * (32 // bits)), np.float32)

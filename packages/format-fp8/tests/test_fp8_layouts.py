@@ -46,7 +46,7 @@ class Case:
     block: tuple[int, ...]
     scale_dtype: str
     suffix: str
-    qc: dict[str, Any] | None
+    qc: dict[str, Any] | None = None  # None: no quantization_config
     stored: tuple[int, ...] | None = None  # stored scale shape when not the grid shape
     key: str = "model.layers.0.mlp.down_proj.weight"
 
@@ -56,16 +56,22 @@ class Case:
 
 
 W = (300, 260)
+B128 = block_fp8(128, 128)
+CT_BLOCK = compressed("block", block_structure=[128, 64])
+#: stacked experts' logical keys ([E, out, in] tensors, no ``.weight``)
+UP0, DOWN0 = "model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj"
+DOWN1 = "model.layers.1.mlp.experts.down_proj"
+E128 = (1, 128, 128)  # a 128x128 block of each expert
 CASES = [
     Case("per-tensor 0-d F32 (AutoFP8)", W, W, "F32", "_scale", FP8, stored=()),
     Case("per-tensor (1,) compressed-tensors", W, W, "F32", "_scale", compressed("tensor"), (1,)),
     Case("per-channel [out,1] FBGEMM", W, (1, 260), "F32", "_scale", FBGEMM),
     Case("per-channel (out,) without config", W, (1, 260), "F32", "_scale", None, stored=(300,)),
-    Case("block 128x128 F32", W, (128, 128), "F32", "_scale_inv", block_fp8(128, 128)),
-    Case("block 128x128 BF16", W, (128, 128), "BF16", "_scale_inv", block_fp8(128, 128)),
-    Case("block 128x128 F16", W, (128, 128), "F16", "_scale_inv", block_fp8(128, 128)),
-    Case("block E8M0 as U8", W, (128, 128), "U8", "_scale_inv", block_fp8(128, 128)),
-    Case("block E8M0 as F8_E8M0", W, (128, 128), "F8_E8M0", "_scale_inv", block_fp8(128, 128)),
+    Case("block 128x128 F32", W, (128, 128), "F32", "_scale_inv", B128),
+    Case("block 128x128 BF16", W, (128, 128), "BF16", "_scale_inv", B128),
+    Case("block 128x128 F16", W, (128, 128), "F16", "_scale_inv", B128),
+    Case("block E8M0 as U8", W, (128, 128), "U8", "_scale_inv", B128),
+    Case("block E8M0 as F8_E8M0", W, (128, 128), "F8_E8M0", "_scale_inv", B128),
     Case("block 128x64, whole column blocks", (300, 256), (128, 64), "F32", "_scale_inv", None),
     Case("block 64x32 from config", W, (64, 32), "F32", "_scale_inv", block_fp8(64, 32)),
     Case("block 128 inferred without config", W, (128, 128), "F32", "_scale_inv", None),
@@ -73,31 +79,12 @@ CASES = [
     Case("block 25x20 inferred (no power of two fits)", W, (25, 20), "F32", "_scale_inv", None),
     Case("ct group 32 BF16", W, (1, 32), "BF16", "_scale", compressed("group", group_size=32)),
     Case("ct channel BF16", W, (1, 260), "BF16", "_scale", compressed("channel")),
+    Case("ct block 128x64", W, (128, 64), "BF16", "_scale", CT_BLOCK),
     Case(
-        "ct block 128x64",
-        W,
-        (128, 64),
-        "BF16",
-        "_scale",
-        compressed("block", block_structure=[128, 64]),
+        "stacked experts [E,out,in] block", (3, 300, 260), E128, "F32", "_scale_inv", B128, key=UP0
     ),
     Case(
-        "stacked experts [E,out,in] block",
-        (3, 300, 260),
-        (1, 128, 128),
-        "F32",
-        "_scale_inv",
-        block_fp8(128, 128),
-        key="model.layers.0.mlp.experts.gate_up_proj",
-    ),
-    Case(
-        "stacked experts BF16 without config",
-        (2, 200, 136),
-        (1, 128, 128),
-        "BF16",
-        "_scale_inv",
-        None,
-        key="model.layers.0.mlp.experts.down_proj",
+        "stacked experts BF16 without config", (2, 200, 136), E128, "BF16", "_scale_inv", key=DOWN0
     ),
     Case(
         "stacked experts per-expert scalar (E,)",
@@ -105,9 +92,8 @@ CASES = [
         (1, 40, 24),
         "F32",
         "_scale",
-        None,
+        key=DOWN1,
         stored=(3,),
-        key="model.layers.1.mlp.experts.down_proj",
     ),
 ]
 

@@ -3,6 +3,7 @@ with gguf-py's own writer (the producer's library; llama.cpp-built files are in 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,24 @@ def reference() -> Callable[[Path], dict[str, np.ndarray]]:
     """:func:`reference_state_dict` (tests take helpers as fixtures: mypy cannot import a
     conftest under a directory whose name has a hyphen)."""
     return reference_state_dict
+
+
+Converted = tuple[Path, dict[str, Any]]
+
+
+@pytest.fixture
+def convert(tmp_path: Path) -> Callable[[Path], Converted]:
+    """``convert(path)`` -> the plain checkpoint ``flexq convert --dtype float32`` writes of
+    the GGUF model at ``path`` (the command exits 0) and the config.json it writes there."""
+
+    def run(path: Path) -> Converted:
+        from flexq.cli.main import main
+
+        out = tmp_path / "out"
+        assert main(["convert", str(path), str(out), "--dtype", "float32"]) == 0
+        return out, json.loads((out / "config.json").read_text())
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from flexq_format_gguf.names import BLOCK, GLOBAL
 
 Build = Callable[..., Path]
 Reference = Callable[[Path], dict[str, np.ndarray]]
+Convert = Callable[[Path], tuple[Path, dict[str, Any]]]
 Write = Callable[[str, str, dict[str, tuple[np.ndarray, str]]], Path]
 
 HF_OF = {**GLOBAL, **{f"blk.0.{k}.weight": f"model.layers.0.{v}.weight" for k, v in BLOCK.items()}}
@@ -194,12 +196,10 @@ def test_load_state_dict_fills_paddle_targets_by_hf_name(
 
 
 def test_convert_writes_a_plain_checkpoint_with_the_built_config(
-    reference: Reference, build: Build, tmp_path: Path
+    reference: Reference, build: Build, convert: Convert
 ) -> None:
     path = build("llama", "Q3_K")
-    out = tmp_path / "out"
-    assert main(["convert", str(path), str(out), "--dtype", "float32"]) == 0
-    config = json.loads((out / "config.json").read_text())
+    out, config = convert(path)
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["num_key_value_heads"] == 2
     ref = reference(path)

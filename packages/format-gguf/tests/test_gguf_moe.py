@@ -3,9 +3,9 @@ names, stacking and config as transformers' GGUF loader gives them."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ from flexq.plan import TargetSlice
 
 Build = Callable[..., Path]
 Reference = Callable[[Path], dict[str, np.ndarray]]
+Convert = Callable[[Path], tuple[Path, dict[str, Any]]]
 Write = Callable[[str, str, dict[str, tuple[np.ndarray, str]]], Path]
 
 #: The HF names transformers gives the tensors of block 0 of a qwen2moe / qwen3moe model
@@ -133,12 +134,10 @@ def test_moe_config_json_has_the_experts_and_transformers_model_type(
 
 
 def test_convert_of_a_moe_gguf_writes_transformers_names_and_its_config(
-    reference: Reference, build: Build, tmp_path: Path
+    reference: Reference, build: Build, convert: Convert
 ) -> None:
     path = build("qwen2moe", "Q6_K")
-    out = tmp_path / "out"
-    assert main(["convert", str(path), str(out), "--dtype", "float32"]) == 0
-    config = json.loads((out / "config.json").read_text())
+    out, config = convert(path)
     assert config["model_type"] == "qwen2_moe"
     want = transformers_moe(reference(path))
     ct = flexq.compose(out)

@@ -88,28 +88,27 @@ def test_whole_weight_equals_the_oracle(built: Built, oracle: Any, case: int) ->
     oracle.same_bits(whole, lin.reference())
 
 
-#: a case of CASES, a box of its ``fc.weight`` -> the reads its plan makes.
+Slice = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def fc_reads(qweight: Slice, qzeros: Slice, scales: Slice) -> dict[str, Slice]:
+    """The (offset, shape) reads of linear ``fc``'s packed sources, keyed as a plan's."""
+    return {"fc.qweight": qweight, "fc.qzeros": qzeros, "fc.scales": scales}
+
+
+#: a case of CASES, a box of its ``fc.weight`` -> the reads of its packed sources (its
+#: ``fc.g_idx`` read is always the box's columns).
 GIDX_BOXES = [
     pytest.param(
         1,  # 4 bits, out 32, in 96, g 32, permuted
         TargetSlice((32, 96), (10, 1), (8, 50), "float32"),
-        {
-            "fc.qweight": ((6, 8), (1, 10)),
-            "fc.qzeros": ((0, 1), (3, 2)),
-            "fc.scales": ((0, 8), (3, 10)),
-            "fc.g_idx": ((50,), (1,)),
-        },
+        fc_reads(((6, 8), (1, 10)), ((0, 1), (3, 2)), ((0, 8), (3, 10))),
         id="act-order reads every group row of its columns",
     ),
     pytest.param(
         0,  # 4 bits, out 24, in 64, g 16, g_idx = i // 16
         TargetSlice((24, 64), (24, 10), (0, 30), "float32"),
-        {
-            "fc.qweight": ((3, 0), (2, 24)),
-            "fc.qzeros": ((1, 0), (2, 3)),
-            "fc.scales": ((1, 0), (2, 24)),
-            "fc.g_idx": ((30,), (10,)),
-        },
+        fc_reads(((3, 0), (2, 24)), ((1, 0), (2, 3)), ((1, 0), (2, 24))),
         id="trivial g_idx reads only the covering groups",
     ),
 ]
@@ -120,7 +119,8 @@ def test_a_g_idx_plan_reads_only_the_groups_its_columns_use(
     built: Built, case: int, target: TargetSlice, reads: dict[str, Any]
 ) -> None:
     ct, whole, _ = built.items[case]
-    assert planned_box(ct, "fc.weight", target, whole) == reads
+    columns = ((target.global_offset[1],), (target.local_shape[1],))
+    assert planned_box(ct, "fc.weight", target, whole) == {**reads, "fc.g_idx": columns}
 
 
 def test_three_bit_row_slice_reads_whole_three_word_units(built: Built) -> None:

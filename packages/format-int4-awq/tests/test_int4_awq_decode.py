@@ -12,14 +12,8 @@ from flexq.testing import source_to_paddle
 
 # (version, out, in, group_size): out != in everywhere, so a missing transpose fails.
 CASES = [
-    ("gemm", 24, 64, 16),
-    ("gemm", 8, 96, 32),
-    ("gemm", 40, 32, 8),
-    ("gemm", 16, 48, -1),
-    ("gemv", 24, 128, 32),
-    ("gemv", 40, 192, 64),
-    ("gemv", 8, 256, 128),
-    ("gemv", 16, 64, -1),
+    *(("gemm", *shape) for shape in [(24, 64, 16), (8, 96, 32), (40, 32, 8), (16, 48, -1)]),
+    *(("gemv", *shape) for shape in [(24, 128, 32), (40, 192, 64), (8, 256, 128), (16, 64, -1)]),
 ]
 
 

@@ -16,14 +16,8 @@ from flexq.testing.strategies import case_and_box
 
 # (version, out, in, group_size); boxes of every alignment are drawn over these.
 CASES = [
-    ("gemm", 24, 64, 16),
-    ("gemm", 40, 24, 8),
-    ("gemm", 16, 96, 32),
-    ("gemm", 32, 40, -1),
-    ("gemv", 24, 128, 32),
-    ("gemv", 16, 192, 64),
-    ("gemv", 8, 256, 128),
-    ("gemv", 12, 64, -1),
+    *(("gemm", *shape) for shape in [(24, 64, 16), (40, 24, 8), (16, 96, 32), (32, 40, -1)]),
+    *(("gemv", *shape) for shape in [(24, 128, 32), (16, 192, 64), (8, 256, 128), (12, 64, -1)]),
 ]
 
 
@@ -113,26 +107,26 @@ def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Bu
     np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
 
 
+Slice = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def fc_reads(qweight: Slice, qzeros: Slice, scales: Slice) -> dict[str, Slice]:
+    """The (offset, shape) reads of linear ``fc``'s packed sources, keyed as a plan's."""
+    return {"fc.qweight": qweight, "fc.qzeros": qzeros, "fc.scales": scales}
+
+
 #: gemm out=24 in=64 g=16: a box of ``fc.weight`` -> the reads its plan makes.
 GEMM_BOXES = [
     pytest.param(
         TargetSlice((24, 64), (6, 64), (5, 0), "float32"),
         # out rows 5..10 live in packed columns 0 and 1; all 4 groups; scales exactly 5..10.
-        {
-            "fc.qweight": ((0, 0), (64, 2)),
-            "fc.qzeros": ((0, 0), (4, 2)),
-            "fc.scales": ((0, 5), (4, 6)),
-        },
+        fc_reads(((0, 0), (64, 2)), ((0, 0), (4, 2)), ((0, 5), (4, 6))),
         id="unaligned row slice reads the covering packed columns",
     ),
     pytest.param(
         TargetSlice((24, 64), (24, 10), (0, 30), "float32"),
         # in columns 30..39 = qweight rows 30..39; groups 1 and 2 (rows 16..47).
-        {
-            "fc.qweight": ((30, 0), (10, 3)),
-            "fc.qzeros": ((1, 0), (2, 3)),
-            "fc.scales": ((1, 0), (2, 24)),
-        },
+        fc_reads(((30, 0), (10, 3)), ((1, 0), (2, 3)), ((1, 0), (2, 24))),
         id="column slice reads qweight rows and whole groups",
     ),
 ]

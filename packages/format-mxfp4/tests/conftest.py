@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import ml_dtypes
@@ -12,6 +13,7 @@ import pytest
 
 import flexq
 from flexq.testing import fixture_of, write_checkpoint
+from flexq_mxfp4.encode import CT_MXFP4_CONFIG
 
 RefDecode = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 Build = Callable[..., Path]
@@ -72,21 +74,32 @@ GPT_OSS_CONFIG = {
     },
 }
 
+#: llm-compressor's config (the encoder's own) with its head left unquantized.
 CT_CONFIG = {
     "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "compressed-tensors",
-        "format": "mxfp4-pack-quantized",
-        "config_groups": {
-            "group_0": {
-                "format": "mxfp4-pack-quantized",
-                "targets": ["Linear"],
-                "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group"},
-            }
-        },
-        "ignore": ["lm_head"],
-    },
+    "quantization_config": {**CT_MXFP4_CONFIG, "ignore": ["lm_head"]},
 }
+
+
+@pytest.fixture(scope="session")
+def mx() -> SimpleNamespace:
+    """The builder, the random data, the oracle and both producers' configs in one, for
+    tests that need them all: ``build``, ``random``, ``ref_decode``, ``gpt_oss``, ``ct``."""
+    return SimpleNamespace(
+        build=write_checkpoint,
+        random=random_mx,
+        ref_decode=reference_decode,
+        gpt_oss=GPT_OSS_CONFIG,
+        ct=CT_CONFIG,
+    )
+
+
+@pytest.fixture(params=[("U8", "U8"), ("F4", "F8_E8M0")], ids=["U8-U8", "F4-F8_E8M0"])
+def stored(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """The packed codes' and the scales' stored dtypes: raw bytes, as gpt-oss and
+    llm-compressor write them, or safetensors' own F4 and F8_E8M0."""
+    param: tuple[str, str] = request.param
+    return param
 
 
 @pytest.fixture

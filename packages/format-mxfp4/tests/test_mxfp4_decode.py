@@ -51,36 +51,28 @@ def test_tables_match_ml_dtypes_for_every_byte() -> None:
     assert E8M0_TO_FLOAT32[0] == np.float32(2.0**-127)
 
 
-@pytest.mark.parametrize(("packed_dtype", "scale_dtype"), [("U8", "U8"), ("F4", "F8_E8M0")])
-def test_gpt_oss_experts_are_bit_exact(
-    tmp_path: Path,
-    build: Build,
-    ref_decode: RefDecode,
-    random_mx_data: Callable[..., tuple[np.ndarray, np.ndarray]],
-    gpt_oss_config: dict[str, Any],
-    packed_dtype: str,
-    scale_dtype: str,
-) -> None:
+def test_gpt_oss_experts_are_bit_exact(tmp_path: Path, mx: Any, stored: tuple[str, str]) -> None:
+    packed_dtype, scale_dtype = stored
     rng = np.random.default_rng(1)
     e, out_f, g = 3, 10, 4  # [E, 2I, H/32, 16]
-    packed, scales = random_mx_data(rng, (e, out_f), g * 32)
+    packed, scales = mx.random(rng, (e, out_f), g * 32)
     blocks = packed.reshape(e, out_f, g, 16)
     key = "model.layers.0.mlp.experts.gate_up_proj"
-    path = build(
+    path = mx.build(
         tmp_path / "c",
         {
             key + "_blocks": flexq.RawTensor(packed_dtype, blocks),
             key + "_scales": flexq.RawTensor(scale_dtype, scales),
             key + "_bias": flexq.RawTensor("BF16", np.zeros((e, out_f), dtype=np.uint16)),
         },
-        gpt_oss_config,
+        mx.gpt_oss,
     )
     ct = flexq.compose(path, formats=FORMATS)
     # the unquantized twin's [E, in, out] (transformers' convert_moe_packed_tensors)
     assert ct.entries[key].shape == (e, g * 32, out_f)
     assert ct.entries[key].owner == "mxfp4"
     assert ct.entries[key + "_bias"].is_passthrough
-    want = ref_decode(packed, scales, g * 32).transpose(0, 2, 1)
+    want = mx.ref_decode(packed, scales, g * 32).transpose(0, 2, 1)
     assert np.isnan(want).any()
     assert np.isinf(want).any()
     np.testing.assert_array_equal(bits(ct.load(key, "float32")), bits(want))
@@ -88,33 +80,26 @@ def test_gpt_oss_experts_are_bit_exact(
     np.testing.assert_array_equal(ct.load(key, "bfloat16"), bf16)
 
 
-@pytest.mark.parametrize(("packed_dtype", "scale_dtype"), [("U8", "U8"), ("F4", "F8_E8M0")])
 @pytest.mark.parametrize("n", [64, 96, 40])
 def test_compressed_tensors_layout_is_bit_exact(
-    tmp_path: Path,
-    build: Build,
-    ref_decode: RefDecode,
-    random_mx_data: Callable[..., tuple[np.ndarray, np.ndarray]],
-    ct_config: dict[str, Any],
-    packed_dtype: str,
-    scale_dtype: str,
-    n: int,
+    tmp_path: Path, mx: Any, stored: tuple[str, str], n: int
 ) -> None:
+    packed_dtype, scale_dtype = stored
     rng = np.random.default_rng(n)
-    packed, scales = random_mx_data(rng, (12,), n)  # n=40 ends on a partial block
-    path = build(
+    packed, scales = mx.random(rng, (12,), n)  # n=40 ends on a partial block
+    path = mx.build(
         tmp_path / "c",
         {
             "model.layers.0.mlp.down_proj.weight_packed": flexq.RawTensor(packed_dtype, packed),
             "model.layers.0.mlp.down_proj.weight_scale": flexq.RawTensor(scale_dtype, scales),
         },
-        ct_config,
+        mx.ct,
     )
     ct = flexq.compose(path, formats=FORMATS)
     key = "model.layers.0.mlp.down_proj.weight"
     assert ct.entries[key].shape == (12, n)
     np.testing.assert_array_equal(
-        bits(ct.load(key, "float32")), bits(ref_decode(packed, scales, n))
+        bits(ct.load(key, "float32")), bits(mx.ref_decode(packed, scales, n))
     )
 
 

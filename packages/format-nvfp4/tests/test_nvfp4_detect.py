@@ -306,6 +306,10 @@ def test_ignore_regex_matches_from_the_start_only(
             r"quantization_config\.ignore: Input should be a valid list",
         ),
         ({"quant_method": "modelopt"}, r"quantization_config\.quant_algo: Field required"),
+        (
+            {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "ignore": "x"}},
+            r"quantization_config\.quantization\.ignore: Input should be a valid list",
+        ),
         ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 8}, r"group_size is 8"),
         (
             {"quant_method": "auto-round", "data_type": "nv_fp", "group_size": 32},
@@ -333,6 +337,11 @@ def test_malformed_hf_quant_config_names_the_file(tmp_path: Path, build: Build, 
     (path / "hf_quant_config.json").write_text(json.dumps(doc))
     with pytest.raises(
         FormatError, match=r"hf_quant_config\.json: quantization\.exclude_modules: Input should"
+    ):
+        flexq.compose(path, FORMATS)
+    (path / "hf_quant_config.json").write_text(json.dumps({"quant_algo": "NVFP4"}))
+    with pytest.raises(
+        FormatError, match=r"hf_quant_config\.json: quantization: missing or not an object"
     ):
         flexq.compose(path, FORMATS)
 

@@ -23,7 +23,14 @@ Rules (each pinned by a test):
 from __future__ import annotations
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import Analysis, natural_dtype, per_checkpoint, qweight_analysis
+from flexq.formatkit import (
+    Analysis,
+    check_stored,
+    natural_dtype,
+    per_checkpoint,
+    qweight_analysis,
+    require_companions,
+)
 from flexq_gptq.config import FORMAT_NAME, GptqConfig, parse_config, quant_config_of
 from flexq_gptq.layout import COMPONENTS, SCALE_DTYPES, GptqLinear
 from flexq_gptq.packing import Packing
@@ -82,9 +89,7 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
             qweight.key,
             f"sits beside a stored {prefix}.weight: the module would have two weights",
         )
-    for comp in ("qzeros", "scales"):
-        if f"{prefix}.{comp}" not in ckpt.tensors:
-            raise fail(qweight.key, f"has no companion {prefix}.{comp} (missing component)")
+    require_companions(ckpt.tensors, prefix, ("qzeros", "scales"), fail)
     has_g_idx = f"{prefix}.g_idx" in ckpt.tensors
     if scheme.desc_act and not has_g_idx:
         raise fail(qweight.key, f"has no {prefix}.g_idx, which desc_act: true needs")
@@ -92,11 +97,7 @@ def _linear(ckpt: Checkpoint, config: GptqConfig, prefix: str) -> GptqLinear:
     checks = [(qweight, ("I32",), 2), (qzeros, ("I32",), 2), (scales, tuple(SCALE_DTYPES), 2)]
     if has_g_idx:
         checks.append((ckpt.tensors[f"{prefix}.g_idx"], ("I32",), 1))
-    for info, allowed, rank in checks:
-        if info.dtype not in allowed:
-            raise fail(info.key, f"has dtype {info.dtype}, expected {' or '.join(allowed)}")
-        if len(info.shape) != rank:
-            raise fail(info.key, f"has shape {info.shape}, expected a {rank}-D tensor")
+    check_stored(checks, fail)
     bits = scheme.bits
     packing = Packing(bits)
     rows, out_f = qweight.shape

@@ -10,7 +10,7 @@ its ``X.qzeros`` and ``X.scales`` is one linear (:class:`AwqLinear`).
 from __future__ import annotations
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import Analysis, per_checkpoint
+from flexq.formatkit import Analysis, check_stored, per_checkpoint, require_companions
 from flexq_int4_awq.config import FORMAT_NAME, AwqConfig, read_config
 from flexq_int4_awq.layout import COMPONENTS, PACK, SCALE_DTYPES, AwqLinear, gemv_zeros_width
 
@@ -75,15 +75,11 @@ def _linear(ckpt: Checkpoint, config: AwqConfig, prefix: str) -> AwqLinear:
             "AWQ's GEMM/GEMV layouts define no symmetric (zero-free) weights, "
             "only stored zeros (auto-round's auto_awq export stores them, all 8)",
         )
-    for comp in COMPONENTS[1:]:
-        if f"{prefix}.{comp}" not in ckpt.tensors:
-            raise fail(qweight.key, f"has no companion {prefix}.{comp!s} (missing component)")
+    require_companions(ckpt.tensors, prefix, COMPONENTS[1:], fail)
     qzeros, scales = ckpt.tensors[f"{prefix}.qzeros"], ckpt.tensors[f"{prefix}.scales"]
-    for info, allowed in ((qweight, ("I32",)), (qzeros, ("I32",)), (scales, tuple(SCALE_DTYPES))):
-        if info.dtype not in allowed:
-            raise fail(info.key, f"has dtype {info.dtype}, expected {' or '.join(allowed)}")
-        if len(info.shape) != 2:
-            raise fail(info.key, f"has shape {info.shape}, expected a 2-D tensor")
+    check_stored(
+        [(qweight, ("I32",), 2), (qzeros, ("I32",), 2), (scales, tuple(SCALE_DTYPES), 2)], fail
+    )
     rows, cols = qweight.shape
     if config.version == "gemm":
         out_f, in_f = cols * PACK, rows

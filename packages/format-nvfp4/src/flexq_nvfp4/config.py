@@ -22,9 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import (
@@ -33,6 +31,7 @@ from flexq.formatkit import (
     parse_quant_config,
     read_compressed_tensors,
     read_config_file,
+    validate_config,
 )
 from flexq_nvfp4.identity import CT_FORMAT as CT_FORMAT
 from flexq_nvfp4.identity import FORMAT as FORMAT
@@ -45,8 +44,6 @@ GROUP_SIZE = 16
 
 if TYPE_CHECKING:
     from flexq.formatkit import CtConfig
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class ModeloptLayer(QuantConfig):
@@ -65,12 +62,6 @@ class ModeloptSettings(QuantConfig):
     exclude_modules: list[str] | None = None
     ignore: list[str] | None = None
     quantized_layers: dict[str, ModeloptLayer] | None = None
-
-
-class HfQuantConfig(QuantConfig):
-    """ModelOpt's ``hf_quant_config.json``."""
-
-    quantization: ModeloptSettings
 
 
 class AutoRoundConfig(QuantConfig):
@@ -129,15 +120,13 @@ def read_config(ckpt: Checkpoint) -> Nvfp4Config:
         return Nvfp4Config(where, auto_round=True)
     if method.startswith("modelopt"):
         if isinstance(qc.get("quantization"), Mapping):
-            nested = _validate(HfQuantConfig, qc, ckpt.path / "config.json", "quantization_config.")
-            return _modelopt(nested.quantization, f"{where}.quantization")
-        return _modelopt(parse_quant_config(ModeloptSettings, ckpt, FORMAT), where)
+            return _modelopt(qc["quantization"], f"{where}.quantization")
+        return _modelopt(qc, where)
     if not method:
         path = ckpt.path / HF_QUANT_CONFIG
         doc = _hf_quant_config(ckpt, path)
         if doc is not None:
-            hf = _validate(HfQuantConfig, doc, path, "")
-            return _modelopt(hf.quantization, f"{path}: quantization")
+            return _modelopt(doc.get("quantization"), f"{path}: quantization")
     return Nvfp4Config(where)
 
 
@@ -148,7 +137,15 @@ def _compressed_tensors(ct: CtConfig) -> Nvfp4Config:
     return Nvfp4Config(ct.where, ct_formats=ct.declared_formats, ignored=ct.ignored)
 
 
-def _modelopt(body: ModeloptSettings, where: str) -> Nvfp4Config:
+def _modelopt(settings: object, where: str) -> Nvfp4Config:
+    """ModelOpt's ``settings`` (the mapping at ``where``) validated by the kit's one
+    config check, so a bad field is named as every format names it."""
+    if not isinstance(settings, Mapping):
+        raise FormatError(
+            f"{where}: missing or not an object (got {settings!r}; format {FORMAT!r}); "
+            f"ModelOpt writes its settings there as an object with quant_algo"
+        )
+    body = validate_config(ModeloptSettings, settings, where, f"format {FORMAT!r}")
     algo = body.quant_algo.upper()
     if algo in MODELOPT_ALGOS:
         _check_group_size(body.group_size, where)
@@ -169,18 +166,6 @@ def _check_group_size(value: int | None, where: str) -> None:
             f"{where}.group_size is {value!r}; NVFP4 blocks are {GROUP_SIZE} elements "
             f"(format {FORMAT!r})"
         )
-
-
-def _validate(model: type[M], doc: Mapping[str, Any], path: Path, prefix: str) -> M:
-    """``doc`` validated as ``model``; errors name ``path`` and the field (as the kit's do)."""
-    try:
-        return model.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise FormatError(
-            f"{path}: {prefix}{name}: {err['msg']} (got {err.get('input')!r}; format {FORMAT!r})"
-        ) from None
 
 
 def _hf_quant_config(ckpt: Checkpoint, path: Path) -> dict[str, Any] | None:

@@ -15,7 +15,8 @@ from :mod:`flexq` and the rest from here:
 - conformance: :func:`check_conformance` (fails a format whose read plans omit a
   scale-like component from ``ReadPlan.scales`` / ``ReadPlan.checks``), :func:`scale_like`;
 - configs: :class:`QuantConfig` / :func:`parse_quant_config` (pydantic models of
-  ``quantization_config`` with errors naming file and field; :func:`parse_json_model`
+  ``quantization_config`` with errors naming file and field; :func:`validate_config`
+  for a config mapping read elsewhere; :func:`parse_json_model`
   for JSON stored in a tensor), :class:`IgnoreList`
   (the one rule for ignored modules), :func:`natural_dtype`;
 - compressed-tensors configs: :func:`read_compressed_tensors` gives the one model,
@@ -34,7 +35,8 @@ from :mod:`flexq` and the rest from here:
 - planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
   with one scale per block along the last axis);
 - :class:`QLinearKeys`, :func:`qweight_analysis`: the keys and the analysis of linears
-  stored as ``X.qweight`` + ``X.qzeros`` + ``X.scales`` (GPTQ, AWQ);
+  stored as ``X.qweight`` + ``X.qzeros`` + ``X.scales`` (GPTQ, AWQ); :func:`require_companions`,
+  :func:`check_stored`: one linear's component checks (present, dtype, rank);
 - :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
 - :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
@@ -64,7 +66,9 @@ if TYPE_CHECKING:
     from flexq.formatkit.groups import grouped_affine
     from flexq.formatkit.qlinear import (
         QLinearKeys,
+        check_stored,
         qweight_analysis,
+        require_companions,
     )
     from flexq.numerics.arrays import (
         is_paddle,
@@ -121,6 +125,7 @@ if TYPE_CHECKING:
         parse_json_model,
         parse_quant_config,
         read_config_file,
+        validate_config,
     )
     from flexq.quantconfig.compressed_tensors import (
         ConfigGroup,
@@ -170,6 +175,7 @@ _WHERE = {
     "ceil_div": "flexq.plan",
     "check_conformance": "flexq.testing.plans",
     "check_scales": "flexq.numerics.scales",
+    "check_stored": "flexq.formatkit.qlinear",
     "code_table": "flexq.numerics.words",
     "for_bands": "flexq.numerics.bands",
     "for_row_runs": "flexq.numerics.bands",
@@ -190,6 +196,7 @@ _WHERE = {
     "qweight_analysis": "flexq.formatkit.qlinear",
     "read_compressed_tensors": "flexq.quantconfig.compressed_tensors",
     "read_config_file": "flexq.quantconfig.base",
+    "require_companions": "flexq.formatkit.qlinear",
     "row_runs": "flexq.numerics.bands",
     "run_parts": "flexq.numerics.threads",
     "scale_like": "flexq.testing.plans",
@@ -199,6 +206,7 @@ _WHERE = {
     "transposed_words": "flexq.numerics.words",
     "triple_table": "flexq.numerics.words",
     "unpack_into": "flexq.numerics.words",
+    "validate_config": "flexq.quantconfig.base",
 }
 
 __getattr__ = exports(__name__, _WHERE)
@@ -232,6 +240,7 @@ __all__ = [
     "ceil_div",
     "check_conformance",
     "check_scales",
+    "check_stored",
     "code_table",
     "for_bands",
     "for_row_runs",
@@ -252,6 +261,7 @@ __all__ = [
     "qweight_analysis",
     "read_compressed_tensors",
     "read_config_file",
+    "require_companions",
     "row_runs",
     "run_parts",
     "scale_like",
@@ -261,4 +271,5 @@ __all__ = [
     "transposed_words",
     "triple_table",
     "unpack_into",
+    "validate_config",
 ]

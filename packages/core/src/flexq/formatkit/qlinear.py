@@ -2,24 +2,31 @@
 
 For formats of the AutoGPTQ / AutoAWQ lineage, whose every quantized module
 ``X`` stores its packed codes as ``X.qweight`` and whose logical tensor is
-``X.weight``: :class:`QLinearKeys` names a module's keys, and
+``X.weight``: :class:`QLinearKeys` names a module's keys,
 :func:`qweight_analysis` finds every such linear of a checkpoint the format's
 config claims (refusing a config that claims a method but stores no qweight,
-which would otherwise load the model silently unquantized).
+which would otherwise load the model silently unquantized), and
+:func:`require_companions` / :func:`check_stored` are the checks of one linear's
+components every format of the lineage makes, with the format's own errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar, overload
 
 from flexq.errors import FormatError
 from flexq.formatkit.format import Analysis, Layout
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from flexq.io.checkpoint import Checkpoint
+    from flexq.io.header import TensorInfo
 
 L = TypeVar("L", bound=Layout)
+#: A format's error for one tensor: ``fail(tensor key, what is wrong)``.
+Fail = Callable[[str, str], FormatError]
 
 
 class _ModuleKey:
@@ -92,3 +99,31 @@ def qweight_analysis(
             f"(tensor dtypes: {dtypes}) (format {format_name!r})"
         )
     return Analysis(found, recognized)
+
+
+def require_companions(
+    tensors: Mapping[str, TensorInfo], prefix: str, components: Iterable[str], fail: Fail
+) -> None:
+    """Every ``{prefix}.{component}`` is stored beside ``{prefix}.qweight``.
+
+    :raises FormatError: ``fail(qweight, "has no companion X.c (missing component)")`` for
+        the first one missing.
+    """
+    for comp in components:
+        if f"{prefix}.{comp}" not in tensors:
+            raise fail(f"{prefix}.qweight", f"has no companion {prefix}.{comp} (missing component)")
+
+
+def check_stored(checks: Iterable[tuple[TensorInfo, Sequence[str], int]], fail: Fail) -> None:
+    """Each component's stored dtype is one of those allowed and its rank the one expected,
+    checked in order (dtype first) before any shape arithmetic relies on them.
+
+    :param checks: (the component's header, its allowed dtypes, its rank).
+    :raises FormatError: ``fail(key, "has dtype D, expected A or B")`` or ``fail(key,
+        "has shape S, expected a N-D tensor")`` for the first one that is not.
+    """
+    for info, allowed, rank in checks:
+        if info.dtype not in allowed:
+            raise fail(info.key, f"has dtype {info.dtype}, expected {' or '.join(allowed)}")
+        if len(info.shape) != rank:
+            raise fail(info.key, f"has shape {info.shape}, expected a {rank}-D tensor")
