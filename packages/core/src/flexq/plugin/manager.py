@@ -38,6 +38,7 @@ from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough, spec
 from flexq.plugin.checks import api_version_problem, as_names, logical_problem, shown
 from flexq.plugin.discovery import kept_entry_point, name_and_version
+from flexq.plugin.pluginmanager import PluginManager
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -109,7 +110,7 @@ class FormatRegistry:
             return pm
         with self._lock:
             if self._pm is None:
-                pm = pluggy.PluginManager(spec.NAME)
+                pm = PluginManager(spec.NAME)
                 pm.add_hookspecs(spec)
                 pm.register(passthrough, name=passthrough.NAME)
                 self._infos[passthrough.NAME] = FormatInfo(
