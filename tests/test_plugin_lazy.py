@@ -62,6 +62,7 @@ fp8 = flexq.compose(sys.argv[3])
 steps["fp8_owners"] = sorted({e.owner for e in fp8.entries.values()})
 steps["fp8_value"] = float(fp8.load("layer.weight", "float32")[0, 0])
 steps["fp8"] = loaded()
+steps["ct_model_after_fp8"] = "flexq.quantconfig.compressed_tensors" in sys.modules
 print(json.dumps(steps))
 """
 
@@ -118,6 +119,8 @@ def test_an_fp8_checkpoint_imports_only_fp8(probed: dict[str, object]) -> None:
     others = {m for name, mods in HEAVY.items() if name != "fp8" for m in mods}
     assert loaded.isdisjoint(others), sorted(loaded & others)
     assert "flexq_fp8.encode" not in loaded  # a load never imports the encoder
+    # its config says `quant_method: fp8`: the compressed-tensors model is not built
+    assert probed["ct_model_after_fp8"] is False
 
 
 #: ``flexq list-formats --json`` in a fresh interpreter; the heavy modules it left.

@@ -57,6 +57,29 @@ def test_misspelled_hookimpl_fails_at_registration() -> None:
     assert "typo" not in {r.name for r in flexq.list_formats()}
 
 
+def test_a_marked_name_without_the_prefix_is_still_a_hookimpl() -> None:
+    # The registry's plugin manager skips only dunders (issue 30's discovery cost):
+    # a hook named through ``specname`` is found, a marked stray name still refused.
+    class Named:
+        @flexq.hookimpl(specname="flexq_quant_methods")
+        def methods_of(self) -> list[str]:
+            return ["named-method"]
+
+    class Stray:
+        @flexq.hookimpl
+        def quant_methods(self) -> list[str]:
+            return []
+
+    flexq.register_format(Named(), name="named")
+    try:
+        row = next(r for r in flexq.list_formats() if r.name == "named")
+        assert row.methods == ("named-method",)
+    finally:
+        flexq.unregister_format("named")
+    with pytest.raises(PluginError, match="stray.*quant_methods"):
+        flexq.register_format(Stray(), name="stray")
+
+
 def test_hookimpl_with_an_unknown_argument_fails_at_registration() -> None:
     class BadArgs:
         @flexq.hookimpl

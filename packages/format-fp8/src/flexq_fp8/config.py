@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field, PositiveInt
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config, read_compressed_tensors
+from flexq.formatkit import IgnoreList, QuantConfig, parse_quant_config
 from flexq_fp8.identity import CT_FORMATS as CT_FORMATS
 from flexq_fp8.identity import FORMAT_NAME as FORMAT_NAME
 
@@ -78,6 +78,10 @@ def read_config(ckpt: Checkpoint) -> Fp8Config:
     if method not in METHODS:
         return Fp8Config(method, None, ignored)
     if method == "compressed-tensors":
+        # The one compressed-tensors model is imported for its configs only: building
+        # its classes costs a fresh process ~6 ms CPU that an `fp8` config never needs.
+        from flexq.formatkit import read_compressed_tensors
+
         ct = read_compressed_tensors(ckpt, FORMAT_NAME)
         assert ct is not None  # the method says so
         return Fp8Config(method, _compressed_tensors(ct), ignored)

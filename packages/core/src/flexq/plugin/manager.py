@@ -28,7 +28,7 @@ import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
@@ -37,7 +37,8 @@ from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough, spec
 from flexq.plugin.checks import api_version_problem, as_names, logical_problem, shown
-from flexq.plugin.discovery import kept_entry_point, name_and_version
+from flexq.plugin.discovery import group_entry_points, kept_entry_point, name_and_version
+from flexq.plugin.pluginmanager import PluginManager
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -109,7 +110,7 @@ class FormatRegistry:
             return pm
         with self._lock:
             if self._pm is None:
-                pm = pluggy.PluginManager(spec.NAME)
+                pm = PluginManager(spec.NAME)
                 pm.add_hookspecs(spec)
                 pm.register(passthrough, name=passthrough.NAME)
                 self._infos[passthrough.NAME] = FormatInfo(
@@ -126,7 +127,7 @@ class FormatRegistry:
         """Load every allowed entry point into ``pm``; returns the name-clash warnings
         (the formats that fail to load get their error in their row)."""
         allow, block = _envas_names(ALLOW_ENV), _envas_names(BLOCK_ENV) or set()
-        found = entry_points(group=spec.NAME)
+        found = group_entry_points(spec.NAME)
         unknown = sorted((allow or set()) - set(found.names))
         if unknown:
             self._allow_error = (
