@@ -29,18 +29,18 @@ if TYPE_CHECKING:
 
 #: A plan the adapter has made or been given: (logical key, asked box, force_global).
 _Asked = tuple[str, TargetSlice, bool]
-P = ParamSpec("P")
-R = TypeVar("R")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _forwarded(
-    method: Callable[Concatenate[Composition, P], R],
-) -> Callable[Concatenate[ComposedTransform, P], R]:
+    method: Callable[Concatenate[Composition, _P], _R],
+) -> Callable[Concatenate[ComposedTransform, _P], _R]:
     """``method`` of the adapter's composition, as a method of the adapter (same
     signature, same docstring): the composition's read-only parts, forwarded by name."""
 
     @functools.wraps(method)
-    def forward(self: ComposedTransform, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def forward(self: ComposedTransform, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return method(self.composition, *args, **kwargs)
 
     return forward
