@@ -137,6 +137,7 @@ def main(ckpt: str, out: str, engine: str, drop: bool, shape: Any) -> None:
 
     import flexq
     from bench.rank_worker import _loaded, count_paddle_loads, cuda_shim
+    from flexq.compose import composition_of
     from flexq.load.aoa import plan_pieces
     from flexq.load.report import LoadOptions
     from flexq.load.targets import describe
@@ -169,7 +170,7 @@ def main(ckpt: str, out: str, engine: str, drop: bool, shape: Any) -> None:
     resident = resident_bytes(Path(ckpt)) if first_of_node else None
     sync()
 
-    ct = flexq.compose(ckpt)
+    ct = composition_of(ckpt)
     options = LoadOptions(None, 1 << 30, False, None, False, {})
     began = time.perf_counter()
     pieces = plan_pieces(ct, describe(state), options)

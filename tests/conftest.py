@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,48 @@ def int8row() -> Iterator[str]:
         yield name
     finally:
         flexq.unregister_format(name)
+
+
+@dataclass
+class CountedPlans:
+    """A registered int8row format whose plan records every box it is asked for, over a
+    checkpoint of one 8x8 linear (logical ``lin.weight``, scales ``lin.weight_qscale``)."""
+
+    name: str
+    path: Path
+    #: every box the format's plan was asked for, in order.
+    asked: list[flexq.TargetSlice] = field(default_factory=list)
+
+
+@pytest.fixture
+def counted_plans(tmp_path: Path) -> Iterator[CountedPlans]:
+    """The example format as an inline :class:`flexq.formatkit.Format` that counts its
+    plans (to prove a load or a forced global plan asks a format once)."""
+    from flexq.formatkit import Format
+
+    example = example_module()
+    q = np.arange(-32, 32, dtype=np.int8).reshape(8, 8)
+    s = np.linspace(0.5, 4, 8, dtype=np.float32)
+    path = flexq.save_checkpoint(
+        tmp_path / "counted",
+        {"lin.weight_q": flexq.RawTensor.of(q), "lin.weight_qscale": flexq.RawTensor.of(s)},
+    )
+    counted = CountedPlans("int8row", path)
+
+    def counted_plan(layout: Any, target: flexq.TargetSlice) -> flexq.ReadPlan | None:
+        counted.asked.append(target)
+        plan: flexq.ReadPlan | None = example.local_plan(layout, target)
+        return plan
+
+    counting: Format[Any] = Format(
+        "int8row", "int8row, its plans counted", methods=(example.METHOD,),
+        analyze=example.analyze, plan=counted_plan, decode=example.decode,
+    )  # fmt: skip
+    counted.name = flexq.register_format(counting)
+    try:
+        yield counted
+    finally:
+        flexq.unregister_format(counted.name)
 
 
 def weights(seed: int = 0) -> dict[str, np.ndarray]:

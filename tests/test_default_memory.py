@@ -12,6 +12,7 @@ import paddle
 import pytest
 
 import flexq
+from flexq.compose import composition_of
 from flexq.load import aoa
 from flexq.load.sources import DirectSource
 from flexq_fp8 import save_fp8_checkpoint
@@ -124,7 +125,7 @@ def test_a_probe_plan_is_the_pieces_own_when_the_piece_is_small(tmp_path: Path) 
     from flexq.load.report import LoadOptions
     from flexq.load.targets import describe
 
-    ct = flexq.compose(fp8_checkpoint(tmp_path))
+    ct = composition_of(fp8_checkpoint(tmp_path))
     options = LoadOptions(None, 1 << 30, False, None, False, {})
     pieces = plan_pieces(ct, describe(plain_targets()), options)
     # The one fp8 probe, on the smallest piece, is that piece's own plan.

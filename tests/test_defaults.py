@@ -12,6 +12,7 @@ import paddle
 import pytest
 
 import flexq
+from flexq.compose import composition_of
 from flexq.load import engine as engine_mod
 from flexq.load import write
 from flexq_fp8 import save_fp8_checkpoint
@@ -135,7 +136,7 @@ def sharded_targets(replicated: bool) -> dict[str, Any]:
 def test_auto_picks_the_engine_for_the_situation_and_says_why(
     tmp_path: Path, ranks: int, cuda: bool, replicated: bool, native: bool, chosen: str
 ) -> None:
-    ct = flexq.compose(fp8_checkpoint(tmp_path))
+    ct = composition_of(fp8_checkpoint(tmp_path))
     name, why = engine_mod._auto(ct, native, FakePaddle(ranks, cuda), sharded_targets(replicated))
     assert name == chosen
     assert why

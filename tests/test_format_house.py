@@ -13,15 +13,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pytest
 
 import flexq
 from flexq.plugin.known import FIRST_PARTY, PUBLISHED
 from flexq.plugin.passthrough import looks_quantized
 from flexq.plugin.spec import API_ATTRIBUTE, API_VERSION
+
+if TYPE_CHECKING:
+    from .conftest import CountedPlans
 
 
 def first_party_rows() -> list[flexq.plugin.manager.FormatInfo]:
@@ -96,49 +98,26 @@ def test_every_first_party_format_declares_this_kit_api_version() -> None:
     assert declared == dict.fromkeys(declared, API_VERSION)
 
 
-def test_a_forced_global_plan_asks_the_formats_plan_once(tmp_path: Path) -> None:
+def test_a_forced_global_plan_asks_the_formats_plan_once(counted_plans: CountedPlans) -> None:
     """``force_global`` (the whole-source path) calls a Format's read-plan hook once and
     its plan once, for the whole tensor, and still carries the scales that plan declares
     (it was two hook calls: None for the forced one, then the whole tensor's plan)."""
-    from flexq.formatkit import Format
-
-    from .conftest import example_module
-
-    example = example_module()
-    asked: list[flexq.TargetSlice] = []
-
-    def counted_plan(layout: Any, target: flexq.TargetSlice) -> flexq.ReadPlan | None:
-        asked.append(target)
-        plan: flexq.ReadPlan | None = example.local_plan(layout, target)
-        return plan
-
-    counting: Format[Any] = Format(
-        "int8row", "int8row, its plans counted", methods=(example.METHOD,),
-        analyze=example.analyze, plan=counted_plan, decode=example.decode,
-    )  # fmt: skip
-    q = np.arange(-32, 32, dtype=np.int8).reshape(8, 8)
-    s = np.linspace(0.5, 4, 8, dtype=np.float32)
-    path = flexq.save_checkpoint(
-        tmp_path / "c",
-        {"lin.weight_q": flexq.RawTensor.of(q), "lin.weight_qscale": flexq.RawTensor.of(s)},
-    )
     hook_calls: list[bool] = []
 
     def before(hook_name: str, impls: Any, kwargs: Mapping[str, Any]) -> None:
         if hook_name == "flexq_read_plan":
             hook_calls.append(kwargs["force_global"])
 
-    name = flexq.register_format(counting)
     undo = flexq.plugin.manager.registry.manager.add_hookcall_monitoring(before, lambda *args: None)
     try:
-        ct = flexq.compose(path, [name])
+        ct = flexq.compose(counted_plans.path, [counted_plans.name])
         box = flexq.TargetSlice((8, 8), (4, 8), (4, 0), "float32")
         plan = ct.plan("lin.weight", box, force_global=True)
     finally:
         undo()
-        flexq.unregister_format(name)
     assert hook_calls == [True]  # one hook call ...
-    assert asked == [flexq.TargetSlice.whole((8, 8), "float32")]  # ... one plan, of the whole
+    # ... one plan, of the whole
+    assert counted_plans.asked == [flexq.TargetSlice.whole((8, 8), "float32")]
     assert plan.mode == "global"
     assert plan.scales == ("lin.weight_qscale",)
     assert dict(plan.source_slices) == {

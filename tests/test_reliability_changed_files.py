@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.compose import compose
+from flexq.compose import composition_of
 from flexq.errors import CheckpointError
 
 from .reliability import surgery
@@ -67,12 +67,12 @@ def test_a_shard_changed_after_compose_is_an_error_and_changes_nothing(
     damage, detail = CASES[case]
 
     def compose_then_change(*args: Any, **kwargs: Any) -> Any:
-        ct = compose(*args, **kwargs)
+        ct = composition_of(*args, **kwargs)
         damage(ckpt)  # between the header reads and the first data read
         return ct
 
     # load_state_dict composes through flexq.load.agree
-    monkeypatch.setattr("flexq.load.agree.compose", compose_then_change)
+    monkeypatch.setattr("flexq.load.agree.composition_of", compose_then_change)
     targets = make_targets(ckpt)
     before = bits(targets)
     with pytest.raises(CheckpointError) as err:

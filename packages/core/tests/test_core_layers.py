@@ -121,11 +121,12 @@ def test_sources_keeps_its_kit_path() -> None:
 
 
 def test_the_composition_holds_no_paddle_protocol_state(tmp_path: Path) -> None:
-    """``compose`` returns the LoadTransform (``ComposedTransform``) over an immutable
-    :class:`Composition`: planning, checking and decoding through the composition
-    leave nothing behind; only the protocol's ``read_plan`` remembers a plan for Paddle's
-    next ``apply``."""
+    """``compose`` returns the LoadTransform (``ComposedTransform``) holding an immutable
+    :class:`Composition`: planning, checking and decoding through the composition leave
+    nothing behind, and the protocol's calls change only the adapter (``read_plan``
+    remembers a plan for Paddle's next ``apply``)."""
     import numpy as np
+    import paddle
 
     from flexq.composition import Composition
 
@@ -133,11 +134,16 @@ def test_the_composition_holds_no_paddle_protocol_state(tmp_path: Path) -> None:
         tmp_path / "c", {"norm": flexq.RawTensor.of(np.arange(4, dtype=np.float32))}
     )
     ct = flexq.compose(path)
-    assert isinstance(ct, Composition)
+    comp = ct.composition
+    assert isinstance(comp, Composition)
+    assert not isinstance(ct, Composition)
     protocol = {"logical_metadata", "source_keys", "read_plan", "read_plan_for", "apply"}
     assert not protocol & set(dir(Composition))
-    state = dict(vars(ct))
-    np.testing.assert_array_equal(ct.load("norm", "float32"), np.arange(4, dtype=np.float32))
-    assert vars(ct) == state
+    state = dict(vars(comp))
+    np.testing.assert_array_equal(comp.load("norm", "float32"), np.arange(4, dtype=np.float32))
     plan = ct.read_plan("norm", flexq.TargetSlice((4,), (2,), (1,), "float32"))
+    out = ct.apply("norm", ct.read_sources(plan), paddle.float32)
+    np.testing.assert_array_equal(out.numpy(), [1.0, 2.0])
     assert ct.read_plan_for("norm") is plan
+    assert ct.current == "norm"
+    assert vars(comp) == state

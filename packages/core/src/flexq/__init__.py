@@ -11,6 +11,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from flexq.compose import ComposedTransform, LogicalEntry, compose
+from flexq.composition import Composition
 from flexq.errors import (
     CheckpointError,
     FlexqError,
@@ -59,6 +60,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "ComposedTransform",
+    "Composition",
     "FlexqError",
     "FormatError",
     "FormatInfo",

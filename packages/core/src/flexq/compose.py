@@ -1,15 +1,13 @@
-"""Compose the installed formats over one checkpoint into ONE LoadTransform.
+"""Compose the installed formats over one checkpoint.
 
-:func:`compose` builds the :class:`flexq.composition.Composition` (immutable: entries,
-plans, checks, decode); :class:`ComposedTransform` adds to it Paddle's upstream
-``LoadTransform`` protocol
-(``logical_metadata``, ``source_keys``, ``read_plan``, ``apply``), so it can be
-handed to a Paddle whose ``load_state_dict`` takes ``load_transform=``, and it
-drives flexq's own engines on Paddle 3.3.1. Each logical tensor has one owner:
+:func:`composition_of` builds the :class:`flexq.composition.Composition` that flexq's
+own engines, inspect, convert and verify use: every logical tensor with one owner,
 a format, or the built-in passthrough owner for plain tensors no format uses.
 Everything else is a problem that names the tensor and the formats: two owners,
 a component used twice, an orphaned scale, an element format nobody decodes,
 and (DESIGN invariant 8) quantization no installed format claims.
+:func:`compose` (public as :func:`flexq.compose`) wraps it in the
+:class:`flexq.ComposedTransform` adapter that Paddle's ``load_transform`` calls.
 """
 
 from __future__ import annotations
@@ -20,126 +18,22 @@ from typing import TYPE_CHECKING, Any
 from flexq.composition import PASSTHROUGH, Composition, LogicalEntry
 from flexq.errors import FormatError, PluginError
 from flexq.io.checkpoint import Checkpoint
-from flexq.io.dtypes import FLOAT_DTYPES, paddle_dtype_name
-from flexq.numerics.arrays import host_to_numpy
-from flexq.numerics.rounding import to_paddle
-from flexq.plan import ReadPlan, TargetSlice
 from flexq.plugin import passthrough
 from flexq.plugin.known import PUBLISHED, config_methods, install_hint
 from flexq.plugin.manager import ALLOW_ENV, BLOCK_ENV, FormatRegistry, registry
+from flexq.transform import ComposedTransform
 
 if TYPE_CHECKING:
     import os
 
-__all__ = ["PASSTHROUGH", "ComposedTransform", "Composition", "LogicalEntry", "compose"]
-
-
-class ComposedTransform(Composition):
-    """All formats over one checkpoint, as one object with the LoadTransform protocol:
-    the :class:`Composition`, and the state Paddle's loader needs between its calls
-    (the plan of the last ``read_plan`` per key, for its ``apply``)."""
-
-    def __init__(
-        self,
-        checkpoint: Checkpoint,
-        entries: dict[str, LogicalEntry],
-        problems: list[str],
-        formats: list[str],
-        registry: FormatRegistry,
-    ) -> None:
-        super().__init__(checkpoint, entries, problems, formats, registry)
-        self._plans: dict[str, ReadPlan] = {}
-        #: logical keys whose last plan Paddle's loader asked for (with its metadata).
-        self._for_paddle: set[str] = set()
-        #: logical key -> dtype logical_metadata() declares instead of the natural one.
-        self._declared: dict[str, str] = {}
-        #: the logical key of the last read_plan() / apply() call (for error messages).
-        self.current: str | None = None
-
-    # -- the upstream protocol ------------------------------------------------
-    def logical_metadata(self) -> dict[str, Any]:
-        """Logical key -> Paddle ``LocalTensorMetadata`` of the whole logical tensor
-        (in its natural dtype, or the one :meth:`declaring` set)."""
-        from paddle.distributed.flex_checkpoint.dcp.metadata import LocalTensorMetadata
-
-        return {
-            k: LocalTensorMetadata(
-                global_offset=(0,) * len(e.shape),
-                local_shape=e.shape,
-                dtype=self._declared.get(k, e.dtype),
-                global_shape=e.shape,
-            )
-            for k, e in self.entries.items()
-        }
-
-    def source_keys(self, logical_key: str) -> list[str]:
-        """The physical tensors ``logical_key`` is built from."""
-        return list(self.entry(logical_key).sources)
-
-    def read_plan(
-        self, logical_key: str, target_metadata: Any, force_global: bool = False
-    ) -> ReadPlan:
-        """Plan the reads for one target shard (remembered for the next :meth:`apply`).
-
-        With ``force_global`` the plan is global for every entry: the loader hands
-        apply() whole sources and slices each target's box out of the whole result.
-        """
-        self.current = logical_key
-        entry = self.entry(logical_key)
-        target = _target_slice(target_metadata, entry)
-        plan = self.plan(logical_key, target, force_global=force_global)
-        self._plans[logical_key] = plan
-        if isinstance(target_metadata, TargetSlice):
-            self._for_paddle.discard(logical_key)
-        else:
-            self._for_paddle.add(logical_key)
-        return plan
-
-    def read_plan_for(self, logical_key: str) -> ReadPlan | None:
-        """The plan :meth:`read_plan` last made for ``logical_key`` (None if none): what
-        Paddle's loader at PR #79712's first revision asks before apply() to learn whether
-        the result is the local box or the whole tensor."""
-        return self._plans.get(logical_key)
-
-    def apply(self, logical_key: str, source_tensors: Mapping[str, Any], output_dtype: Any) -> Any:
-        """Build the planned box of ``logical_key`` as a Paddle tensor of ``output_dtype``.
-
-        Paddle's loader passes the logical dtype of :meth:`logical_metadata` and then
-        ``paddle.assign``s the result, which silently turns a target of another dtype
-        into the logical one. So when Paddle asked for the plan (read_plan with its
-        ``LocalTensorMetadata``) and ``output_dtype`` is the logical dtype, the result
-        has the dtype of the target the plan was made for instead (if that is a float
-        dtype, or the entry a passthrough), rounded once.
-        """
-        self.current = logical_key
-        entry = self.entry(logical_key)
-        planned = self._plans.get(logical_key)
-        plan = planned or self.plan(
-            logical_key, TargetSlice.whole(entry.shape, entry.dtype), force_global=True
-        )
-        out = paddle_dtype_name(output_dtype)
-        if (
-            planned is not None
-            and logical_key in self._for_paddle
-            and out == self._declared.get(logical_key, entry.dtype)
-            and (entry.is_passthrough or plan.target.dtype in FLOAT_DTYPES)
-        ):
-            out = plan.target.dtype
-        sources = host_to_numpy(source_tensors)
-        self.check_plan(logical_key, plan, sources)
-        return to_paddle(self.dequantize(logical_key, sources, plan, out), out)
-
-    # -- flexq's own API ------------------------------------------------------
-    def declaring(self, dtypes: Mapping[str, str]) -> ComposedTransform:
-        """This composition with ``logical_metadata()`` declaring ``dtypes`` (logical key ->
-        Paddle dtype name) for those keys: how ``engine="native"`` makes Paddle's AOA,
-        which refuses a logical dtype that differs from the target's, accept the dtypes
-        of the caller's targets without casts (each value still rounded once)."""
-        view = ComposedTransform(
-            self.checkpoint, self.entries, self.problems, self.formats, self._registry
-        )
-        view._declared = {**self._declared, **dtypes}
-        return view
+__all__ = [
+    "PASSTHROUGH",
+    "ComposedTransform",
+    "Composition",
+    "LogicalEntry",
+    "compose",
+    "composition_of",
+]
 
 
 def compose(
@@ -148,9 +42,27 @@ def compose(
     *,
     strict: bool = True,
     allow_unclaimed: bool = False,
-    _registry: FormatRegistry = registry,
 ) -> ComposedTransform:
-    """Compose the installed formats (or exactly ``formats``) over the checkpoint at ``path``.
+    """Compose the installed formats (or exactly ``formats``) over the checkpoint at
+    ``path``, as one object with Paddle's ``LoadTransform`` protocol: hand it to
+    ``dist.load_state_dict(..., load_transform=...)``, or read the composition it holds
+    (``.composition``; its ``entries``, ``plan``, ``load`` ... are forwarded).
+    Parameters and errors as :func:`composition_of`'s."""
+    return ComposedTransform(
+        composition_of(path, formats, strict=strict, allow_unclaimed=allow_unclaimed)
+    )
+
+
+def composition_of(
+    path: str | os.PathLike[str] | Checkpoint,
+    formats: list[str] | None = None,
+    *,
+    strict: bool = True,
+    allow_unclaimed: bool = False,
+    _registry: FormatRegistry = registry,
+) -> Composition:
+    """The installed formats (or exactly ``formats``) composed over the checkpoint at
+    ``path``: what flexq's engines, inspect, convert and verify use.
 
     :param strict: raise on the first problem (the default); with False the
         problems are collected in ``.problems`` (what ``flexq inspect`` shows).
@@ -252,7 +164,7 @@ def compose(
     if strict and problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise FormatError(problems[0] + more)
-    return ComposedTransform(ckpt, entries, problems, names, _registry)
+    return Composition(ckpt, entries, problems, names, _registry)
 
 
 def _anyone_needed(
@@ -375,17 +287,4 @@ def _looks_quantized_problem(
         f"{ckpt.info(key).file}: tensor {key!r} looks quantized ({why}){more}, but no format "
         f"in {names} claims it and config.json names no method; pass allow_unclaimed=True / "
         f"--allow-unclaimed to load such tensors as they are"
-    )
-
-
-def _target_slice(meta: Any, entry: LogicalEntry) -> TargetSlice:
-    """Paddle's LocalTensorMetadata (or a TargetSlice) as a TargetSlice."""
-    if isinstance(meta, TargetSlice):
-        return meta
-    global_shape = getattr(meta, "global_shape", None) or entry.shape
-    return TargetSlice(
-        tuple(global_shape),
-        tuple(meta.local_shape),
-        tuple(meta.global_offset),
-        paddle_dtype_name(meta.dtype),
     )

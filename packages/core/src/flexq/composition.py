@@ -2,9 +2,9 @@
 
 For the core: :class:`Composition` holds every logical tensor of a checkpoint with its
 owner and sources (:class:`LogicalEntry`) and plans, checks and decodes any box of
-one exactly, with no state of its own. :func:`flexq.compose` builds it (as a
-:class:`flexq.ComposedTransform`, which adds the stateful ``LoadTransform``
-protocol Paddle's loader calls).
+one exactly, with no state of its own. :func:`flexq.compose.composition_of` builds it;
+flexq's engines, inspect, convert and verify take it. Paddle's loader calls it through
+the :class:`flexq.ComposedTransform` adapter (:mod:`flexq.transform`), which holds one.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class LogicalEntry:
 class Composition:
     """The formats composed over one checkpoint: every logical tensor with its owner,
     its sources, and the exact plan, check and decode of any box of it. Immutable after
-    :func:`flexq.compose` built it; for flexq's engines, inspect, convert and tests.
-    (:class:`flexq.ComposedTransform` adds Paddle's ``LoadTransform`` protocol on top.)
+    :func:`flexq.compose.composition_of` built it; for flexq's engines, inspect, convert
+    and tests. (:class:`flexq.ComposedTransform` presents one to Paddle's loader.)
     """
 
     def __init__(

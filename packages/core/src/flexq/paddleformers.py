@@ -44,7 +44,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flexq.compose import compose
+from flexq.compose import composition_of
 from flexq.errors import FlexqError
 from flexq.load.api import load_state_dict
 from flexq.nn import swap
@@ -137,7 +137,7 @@ def load(model: Any, path: str | os.PathLike[str], *, progress: bool = False) ->
 def _keep_quantized(model: Any, checkpoint: Checkpoint, dtype: str) -> None:
     """Swap in a QuantizedLinear for each linear whose weight the checkpoint quantized
     (under tensor parallelism, holding this rank's shard: :mod:`flexq.nn.parallel`)."""
-    ct = compose(checkpoint.path)
+    ct = composition_of(checkpoint.path)
     try:
         weights = _own_heads(model.config, model.sharded_state_dict())
         kept = swap.plan(model, ct, type(model)._gen_aoa_config(model.config), weights)

@@ -20,7 +20,7 @@ from flexq.check.model import model_class, split_rules
 from flexq.check.report import DeepRow, FormatSummary, Memory, Problem, VerifyReport
 from flexq.check.scales import check_scales
 from flexq.check.splits import check_splits
-from flexq.compose import ComposedTransform, compose
+from flexq.compose import composition_of
 from flexq.errors import FlexqError
 from flexq.io.checkpoint import Checkpoint
 from flexq.io.hub import locate
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from flexq.check.deep import DeepMode
+    from flexq.composition import Composition
 
 
 def verify(
@@ -104,7 +105,7 @@ def verify(
         hashed += write_manifest(files, Path(write_manifest_to), progress)
     with container or Checkpoint(files.path if files else path, skip=found.skip) as ckpt:
         try:
-            ct = compose(ckpt, formats, strict=False, allow_unclaimed=allow_unclaimed)
+            ct = composition_of(ckpt, formats, strict=False, allow_unclaimed=allow_unclaimed)
         except FlexqError as exc:
             problems.append(Problem(kind="coverage", message=str(exc), fix=_fix(str(exc))))
             return VerifyReport(
@@ -160,11 +161,11 @@ def _fix(problem: str) -> str:
     )
 
 
-def _stored(ct: ComposedTransform, key: str) -> int:
+def _stored(ct: Composition, key: str) -> int:
     return sum(ct.checkpoint.info(s).nbytes for s in ct.entries[key].sources)
 
 
-def _summary(ct: ComposedTransform) -> list[FormatSummary]:
+def _summary(ct: Composition) -> list[FormatSummary]:
     rows: dict[str, tuple[int, int]] = {}
     for key, entry in ct.entries.items():
         n, b = rows.get(entry.owner, (0, 0))
@@ -174,7 +175,7 @@ def _summary(ct: ComposedTransform) -> list[FormatSummary]:
     ]
 
 
-def _memory(ct: ComposedTransform) -> Memory:
+def _memory(ct: Composition) -> Memory:
     elements = sum(math.prod(e.shape) for e in ct.entries.values())
     return Memory(
         bfloat16=2 * elements,
@@ -184,7 +185,7 @@ def _memory(ct: ComposedTransform) -> Memory:
 
 
 def _deep(
-    ct: ComposedTransform,
+    ct: Composition,
     mode: DeepMode | None,
     against: str | os.PathLike[str] | None,
     tolerance: float | None,

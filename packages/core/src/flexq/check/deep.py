@@ -28,7 +28,7 @@ from flexq.numerics.rounding import bfloat16_bits_to_float32
 from flexq.testing import decode_box
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.io.checkpoint import Checkpoint
 
 #: Rows of each sampled band of a 2-D tensor.
@@ -114,7 +114,7 @@ def _compare(
 
 
 def check_deep(
-    ct: ComposedTransform,
+    ct: Composition,
     mode: DeepMode,
     twin: Checkpoint | None = None,
     tolerance: float | None = None,

@@ -6,7 +6,7 @@ table that a format declares with its scales (a code book, :func:`suspicious`).
 For :func:`flexq.verify`. Which sources are scales, and how they decode, is what each
 format's read plan declares (``ReadPlan.scales``, decoded with
 :func:`flexq.formatkit.scale_to_float32`), and the format's own check of them
-(``ReadPlan.check``) runs through :meth:`ComposedTransform.check_plan` as before a
+(``ReadPlan.check``) runs through :meth:`Composition.check_plan` as before a
 load. Only the scale and check components are read, never the weights.
 """
 
@@ -24,7 +24,7 @@ from flexq.numerics.scales import scale_to_float32
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
 
 CORRUPT = (
     "the file is corrupt or its producer wrote bad scales: download it again; if it is "
@@ -61,7 +61,7 @@ def suspicious(counts: dict[str, int], values: int) -> dict[str, int]:
     return {k: counts[k] for k in kinds if counts[k]}
 
 
-def check_scales(ct: ComposedTransform) -> tuple[list[ScaleCounts], list[Problem]]:
+def check_scales(ct: Composition) -> tuple[list[ScaleCounts], list[Problem]]:
     """Every declared scale of every quantized logical tensor, counted; and the problems:
     each scale tensor with a bad value, and each failure of a format's own check."""
     rows: list[ScaleCounts] = []

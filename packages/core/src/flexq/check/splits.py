@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from flexq.check.report import SplitKind
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.plan import Box, ReadPlan
 
 
@@ -46,7 +46,7 @@ def _overlap(a: Box, b: Box) -> bool:
 
 
 def check_splits(
-    ct: ComposedTransform,
+    ct: Composition,
     tp: int | None,
     ep: int | None,
     rules: Mapping[str, SplitKind] | None = None,
@@ -75,7 +75,7 @@ def check_splits(
     return rows
 
 
-def _why_not(ct: ComposedTransform, key: str, shape: tuple[int, ...], dim: int, ways: int) -> str:
+def _why_not(ct: Composition, key: str, shape: tuple[int, ...], dim: int, ways: int) -> str:
     """'' when the ``ways``-way split of ``key`` along ``dim`` is aligned, else where it cuts."""
     if shape[dim] % ways:
         return f"dim {dim} ({shape[dim]}) does not divide by {ways}"

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from flexq.compose import ComposedTransform, compose
+from flexq.compose import composition_of
 from flexq.errors import CheckpointError, FlexqError
 from flexq.interrupts import uninterrupted
 from flexq.io.checkpoint import CONFIG_NAME, Checkpoint
@@ -45,6 +45,8 @@ from flexq.polling import polled
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from flexq.composition import Composition
 
 FLOATS = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _QUANT_KEYS = ("quantization_config", "compression_config")
@@ -150,7 +152,7 @@ def convert(
     ckpt = src if isinstance(src, Checkpoint) else open_checkpoint(src)
     source, target = ckpt.path.resolve(), Path(dst).resolve()
     check_target(source, target, dst, force)  # before anything else can fail
-    ct = compose(ckpt, formats, allow_unclaimed=allow_unclaimed)
+    ct = composition_of(ckpt, formats, allow_unclaimed=allow_unclaimed)
     # A container file (GGUF) has no companions beside it that are its own.
     companions, skipped = _companions(ckpt.path) if ckpt.path.is_dir() else ({}, ())
     _remove_stale(target)
@@ -289,13 +291,13 @@ def _writing(dst: object, name: str) -> Iterator[None]:
         ) from exc
 
 
-def _out_dtype(ct: ComposedTransform, key: str, dtype: str | None) -> str:
+def _out_dtype(ct: Composition, key: str, dtype: str | None) -> str:
     natural = ct.entries[key].dtype
     return dtype if dtype is not None and natural in FLOATS else natural
 
 
 def _write(
-    ct: ComposedTransform,
+    ct: Composition,
     out: Path,
     dtype: str | None,
     limit: int,
@@ -341,7 +343,7 @@ def _write(
     return ConvertReport(len(keys), len(shards), total)
 
 
-def _raw(ct: ComposedTransform, key: str, out_dtype: str) -> RawTensor:
+def _raw(ct: Composition, key: str, out_dtype: str) -> RawTensor:
     values = ct.load(key, out_dtype)  # already rounded once to out_dtype
     st = FLOATS.get(out_dtype)
     return RawTensor(st, values) if st is not None else RawTensor.of(values)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexq.cli.demo import DemoRow, make_keep_dir, row, twins
-from flexq.compose import compose
+from flexq.compose import composition_of
 from flexq.io.writer import RawTensor
 from flexq.paddleformers import from_pretrained
 
@@ -172,7 +172,7 @@ def _logits(model: Any, tokens: Any) -> np.ndarray:
 
 def _split(base: Path) -> tuple[dict[str, np.ndarray], dict[str, RawTensor]]:
     """(the linear ``*proj.weight`` tensors as float32, every other tensor as stored)."""
-    ct = compose(base)
+    ct = composition_of(base)
     linear, others = {}, {}
     for key, entry in ct.entries.items():
         if key.endswith("proj.weight") and len(entry.shape) == 2:

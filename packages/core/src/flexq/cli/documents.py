@@ -20,7 +20,7 @@ from flexq.plugin import passthrough
 from flexq.plugin.known import config_methods
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.plugin.manager import FormatInfo
 
 
@@ -119,7 +119,7 @@ def json_schema(name: str) -> str:
     return json.dumps(DOCUMENTS[name].model_json_schema(), indent=2) + "\n"
 
 
-def unclaimed(ct: ComposedTransform) -> list[str]:
+def unclaimed(ct: Composition) -> list[str]:
     """Tensors that look quantized yet pass through (composed with ``allow_unclaimed``)."""
     ckpt = ct.checkpoint
     return sorted(
@@ -129,12 +129,12 @@ def unclaimed(ct: ComposedTransform) -> list[str]:
     )
 
 
-def unclaimed_methods(ct: ComposedTransform, claimed: set[str]) -> list[str]:
+def unclaimed_methods(ct: Composition, claimed: set[str]) -> list[str]:
     """The config's quantization methods that none of ``claimed`` decodes."""
     return sorted(config_methods(ct.checkpoint.quantization_config) - claimed)
 
 
-def inspect_document(ct: ComposedTransform) -> InspectDocument:
+def inspect_document(ct: Composition) -> InspectDocument:
     """What ``flexq inspect --json`` prints for a composed checkpoint."""
     ckpt = ct.checkpoint
     tensors = [
@@ -174,7 +174,7 @@ _RULES = {
 }
 
 
-def kept_rows(ct: ComposedTransform, key: str) -> list[KeptFormRow]:
+def kept_rows(ct: Composition, key: str) -> list[KeptFormRow]:
     """The kept forms of logical tensor ``key`` (none when it has no kept form)."""
     try:
         form = form_of(ct, key)

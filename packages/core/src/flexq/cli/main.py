@@ -31,7 +31,7 @@ from flexq.cli.progress import convert_progress
 from flexq.cli.tables import formats_summary, formats_table, inspect_summary, inspect_table
 from flexq.cli.verify import _verify as verify_command
 from flexq.cli.verify import add_arguments as verify_arguments
-from flexq.compose import ComposedTransform, compose
+from flexq.compose import composition_of
 from flexq.errors import FlexqError, PluginError, PluginWarning
 from flexq.interrupts import uninterrupted
 from flexq.load.quiet import quiet_paddle
@@ -40,6 +40,8 @@ from flexq.plugin.manager import list_formats, registry
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import FrameType
+
+    from flexq.composition import Composition
 
 EXIT_BAD_INPUT = 2
 #: The shell's exit codes for a process ended by a signal: 128 + the signal number.
@@ -94,7 +96,7 @@ def _check_registry(formats: list[str] | None = None) -> None:
         warn(f"{info.error} (the other formats work; `flexq list-formats` shows it)")
 
 
-def _warn_unclaimed(ct: ComposedTransform) -> None:
+def _warn_unclaimed(ct: Composition) -> None:
     keys = unclaimed(ct)
     claimed = {m for n in ct.formats for m in registry.quant_methods(n)}
     methods = unclaimed_methods(ct, claimed)
@@ -136,7 +138,7 @@ def _inspect(args: argparse.Namespace) -> int:
     Reads headers and config.json only.
     """
     _check_registry(args.formats)
-    ct = compose(args.path, args.formats, strict=False, allow_unclaimed=args.allow_unclaimed)
+    ct = composition_of(args.path, args.formats, strict=False, allow_unclaimed=args.allow_unclaimed)
     document = inspect_document(ct)
     if args.allow_unclaimed:
         _warn_unclaimed(ct)
@@ -178,7 +180,7 @@ def _convert(args: argparse.Namespace) -> int:
     _import_paddle()
     src = registry.open_checkpoint(args.src)  # composed twice (warnings first), read once
     if args.allow_unclaimed:
-        _warn_unclaimed(compose(src, args.formats, allow_unclaimed=True))
+        _warn_unclaimed(composition_of(src, args.formats, allow_unclaimed=True))
     # DST in place: an interrupt now could only make the report lie about it (_settle).
     progress = convert_progress(on_done=_settle)
     try:

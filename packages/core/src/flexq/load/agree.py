@@ -21,14 +21,14 @@ import socket
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flexq import errors
-from flexq.compose import compose
+from flexq.compose import composition_of
 from flexq.errors import FlexqError
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable
 
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
 
 T = TypeVar("T")
 
@@ -47,15 +47,16 @@ def compose_on_every_rank(
     allow_unclaimed: bool,
     engine: str,
     process_group: Any,
-) -> ComposedTransform:
-    """:func:`flexq.compose` on this rank, agreed with the other ranks (see the module).
+) -> Composition:
+    """:func:`~flexq.compose.composition_of` on this rank, agreed with the other ranks
+    (see the module).
 
     :raises FlexqError: this rank's own error, prefixed with its rank, when ``engine``
         is ``"direct"``; otherwise, on every rank, one error naming every rank that
         failed (a :class:`CheckpointError` when each of them failed on its checkpoint).
     """
     return on_every_rank(
-        lambda: compose(path, formats, allow_unclaimed=allow_unclaimed),
+        lambda: composition_of(path, formats, allow_unclaimed=allow_unclaimed),
         engine=engine,
         process_group=process_group,
         advice=_COPIES,

@@ -35,7 +35,7 @@ from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.load.report import LoadOptions
     from flexq.load.targets import Target
     from flexq.plan import ReadPlan
@@ -65,6 +65,11 @@ class Piece:
     cast: tuple[str, str, str] | None = None
 
     @property
+    def box(self) -> TargetSlice:
+        """The box of the logical tensor ``plan`` was made for, in the target's dtype."""
+        return _logical_box(self.src_desc, self.target.dtype)
+
+    @property
     def nbytes(self) -> int:
         """Float32 bytes of the dequantized box (what one piece holds in flight)."""
         return _nbytes(self.src_desc)
@@ -86,6 +91,12 @@ class _Draft(NamedTuple):
     owner: str
     passthrough: bool
     cast: tuple[str, str, str] | None
+
+
+def _logical_box(desc: Any, dtype: str) -> TargetSlice:
+    return TargetSlice(
+        tuple(desc.global_shape), tuple(desc.local_shape), tuple(desc.global_offset), dtype
+    )
 
 
 def _nbytes(desc: Any) -> int:
@@ -153,7 +164,7 @@ def _cut(desc: Any, axis: int, start: int, size: int) -> Any:
     return replace(desc, global_offset=tuple(offset), local_shape=tuple(shape))
 
 
-def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptions) -> list[Piece]:
+def plan_pieces(ct: Composition, targets: list[Target], options: LoadOptions) -> list[Piece]:
     """Every (logical box -> target box) piece of the load, cut to
     ``options.max_inflight_bytes`` and planned by its owner: everything is validated
     here (shapes and dtypes included), before any data is read."""
@@ -214,7 +225,7 @@ def plan_pieces(ct: ComposedTransform, targets: list[Target], options: LoadOptio
 
 
 def check_statements(
-    ct: ComposedTransform,
+    ct: Composition,
     statements: list[str],
     source: dict[str, Any],
     dest: dict[str, Any],
@@ -304,7 +315,7 @@ def _naming(statements: list[str], name: object) -> str:
     return next((s for s in statements if isinstance(name, str) and name in s), "")
 
 
-def _drafts(ct: ComposedTransform, engine: Any, t: Target, max_bytes: int) -> list[_Draft]:
+def _drafts(ct: Composition, engine: Any, t: Target, max_bytes: int) -> list[_Draft]:
     where = f"target {t.key!r}"
     var = engine.output_vars.get(t.key)
     if var is None:
@@ -366,12 +377,10 @@ def _smallest(drafts: list[_Draft]) -> set[int]:
     return set(probes.values())
 
 
-def _planned(ct: ComposedTransform, d: _Draft, probed: bool) -> Piece:
+def _planned(ct: Composition, d: _Draft, probed: bool) -> Piece:
     """The draft planned by its owner, with the plan of its probe when ``probed``."""
     s = d.src_desc
-    box = TargetSlice(
-        tuple(s.global_shape), tuple(s.local_shape), tuple(s.global_offset), d.target.dtype
-    )
+    box = _logical_box(s, d.target.dtype)
     # One plan when the piece is its own probe (``probe is plan`` then).
     plans = [
         ct.plan(d.logical_key, b) for b in dict.fromkeys((box, _head(box)) if probed else (box,))

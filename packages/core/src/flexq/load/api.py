@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Mapping
 
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
 
 
 def load_state_dict(
@@ -117,7 +117,7 @@ _KEPT = (
 
 
 def _load_with_kept(
-    ct: ComposedTransform,
+    ct: Composition,
     pieces: list[kept.KeptPiece],
     rest: dict[Any, Any],
     engine: EngineName,

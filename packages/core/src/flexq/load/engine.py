@@ -34,7 +34,7 @@ from flexq.load.write import fill
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
 
 log = logging.getLogger("flexq")
 EngineName = Literal["auto", "native", "flexcheckpoint", "direct"]
@@ -46,13 +46,13 @@ class Engine(Protocol):
     """Loads a composed checkpoint into targets."""
 
     def load(
-        self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
+        self, ct: Composition, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
         """Fill ``state_dict``'s tensors in place."""
 
 
 def choose(
-    name: str, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
+    name: str, ct: Composition, state_dict: Mapping[str, Any], options: LoadOptions
 ) -> Engine:
     """The engine to run: as asked, or for "auto" the best one this Paddle supports."""
     import paddle
@@ -80,7 +80,7 @@ def choose(
     return FlexqEngine(DirectSource if chosen == "direct" else FlexCheckpointSource)
 
 
-def _auto(ct: ComposedTransform, has_native: bool, paddle: Any, state_dict: Any) -> tuple[str, str]:
+def _auto(ct: Composition, has_native: bool, paddle: Any, state_dict: Any) -> tuple[str, str]:
     ranks = paddle.distributed.get_world_size()
     # 3.3.1's reshard communicators (which Paddle's load_transform path uses too)
     # call .cuda() unconditionally: with several processes on a CPU-only build they
@@ -122,7 +122,7 @@ class FlexqEngine:
     source: type[Source]
 
     def load(
-        self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
+        self, ct: Composition, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
         pieces = plan_pieces(ct, describe(state_dict), options)
         return fill(ct, pieces, self.source, options)
@@ -135,7 +135,7 @@ class NativeEngine:
     name = "native"
 
     def load(
-        self, ct: ComposedTransform, state_dict: Mapping[str, Any], options: LoadOptions
+        self, ct: Composition, state_dict: Mapping[str, Any], options: LoadOptions
     ) -> LoadReport:
         targets = describe(state_dict)
         # Paddle reads whole AOA boxes itself: validate them uncut.

@@ -31,7 +31,7 @@ from flexq.load.kept_forms import (
 from flexq.load.targets import Target, describe
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.load.report import LoadOptions
 
 
@@ -86,7 +86,7 @@ def split(flat: dict[Any, Any]) -> tuple[dict[str, QuantizedTarget], dict[Any, A
 
 
 def plan(
-    ct: ComposedTransform, kept: dict[str, QuantizedTarget], options: LoadOptions | None = None
+    ct: Composition, kept: dict[str, QuantizedTarget], options: LoadOptions | None = None
 ) -> list[KeptPiece]:
     """Check every kept target against the checkpoint and the load's AOA statements
     (no file is read)."""
@@ -101,7 +101,7 @@ def _part(key: str, name: str, part: Any) -> Target:
 
 
 def _plan_one(
-    ct: ComposedTransform, key: str, qt: QuantizedTarget, options: LoadOptions | None
+    ct: Composition, key: str, qt: QuantizedTarget, options: LoadOptions | None
 ) -> KeptPiece:
     values = _part(key, "values", qt.values)
     scales = _part(key, "scales", qt.scales)

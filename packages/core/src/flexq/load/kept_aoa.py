@@ -22,7 +22,7 @@ from flexq.load.kept_chains import leading_to, names
 from flexq.load.kept_forms import KeptForm, form_of
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.load.report import LoadOptions
     from flexq.load.targets import Target
 
@@ -52,9 +52,7 @@ class KeptBox:
         return (*s[:-2], s[-1], s[-2]) if self.transposed else s
 
 
-def boxes(
-    ct: ComposedTransform, key: str, values: Target, options: LoadOptions | None
-) -> list[KeptBox]:
+def boxes(ct: Composition, key: str, values: Target, options: LoadOptions | None) -> list[KeptBox]:
     """The boxes of kept values that fill ``values`` (this rank's box of target ``key``)."""
     statements = list((options.aoa_config or {}).get("aoa_statements", [])) if options else []
     statements = leading_to(statements, [key])
@@ -179,7 +177,7 @@ def _continued(a: KeptBox, b: KeptBox) -> int | None:
     return None
 
 
-def _own_form(ct: ComposedTransform, key: str) -> KeptForm | None:
+def _own_form(ct: Composition, key: str) -> KeptForm | None:
     """The kept form of the logical tensor named ``key`` (None when there is none)."""
     if key not in ct.entries:
         return None

@@ -28,7 +28,7 @@ from flexq.numerics.elements import E4M3_TO_FLOAT32
 from flexq.plan import ceil_div
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.io.checkpoint import Checkpoint
 
 Kind = Literal["fp8", "mxfp4", "nvfp4"]
@@ -109,7 +109,7 @@ def grid_box(
     return start, tuple(e - s for s, e in zip(start, end, strict=True))
 
 
-def form_of(ct: ComposedTransform, key: str) -> KeptForm:
+def form_of(ct: Composition, key: str) -> KeptForm:
     """The kept form of logical tensor ``key``, or a TargetError saying why it has none."""
     if key not in ct.entries:
         raise TargetError(f"kept target {key!r}: the checkpoint has no logical tensor of that name")
@@ -132,7 +132,7 @@ def form_of(ct: ComposedTransform, key: str) -> KeptForm:
 
 
 def _fp8(
-    ct: ComposedTransform,
+    ct: Composition,
     key: str,
     owner: str,
     srcs: tuple[str, ...],
@@ -191,7 +191,7 @@ def _mxfp4(
 
 
 def _nvfp4(
-    ct: ComposedTransform,
+    ct: Composition,
     key: str,
     owner: str,
     srcs: tuple[str, ...],

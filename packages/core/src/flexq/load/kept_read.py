@@ -18,7 +18,7 @@ from flexq.numerics.ops import ops_for
 from flexq.numerics.scales import check_scales, scale_to_float32
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.load.kept import KeptPiece
     from flexq.load.kept_aoa import KeptBox
     from flexq.load.targets import Target
@@ -33,14 +33,14 @@ class KeptScales:
     global_scale: np.ndarray | None
 
 
-def check(ct: ComposedTransform, pieces: list[KeptPiece]) -> list[KeptScales]:
+def check(ct: Composition, pieces: list[KeptPiece]) -> list[KeptScales]:
     """Read the scale blocks covering each piece's values shard, check them as the
     dequantizing path does (:func:`flexq.formatkit.check_scales`) and convert them
     exactly: the data checks of kept targets, run before the load's first write."""
     return [_check_one(ct, p) for p in pieces]
 
 
-def _check_one(ct: ComposedTransform, p: KeptPiece) -> KeptScales:
+def _check_one(ct: Composition, p: KeptPiece) -> KeptScales:
     if p.form.per_tensor:
         scales = _box_scales(ct, p, p.boxes[0])[0]
         scales = np.broadcast_to(scales.reshape(()), p.scales.local_shape).copy()
@@ -60,7 +60,7 @@ def _check_one(ct: ComposedTransform, p: KeptPiece) -> KeptScales:
     return KeptScales(p, out, _global(ct, p, raws))
 
 
-def _box_scales(ct: ComposedTransform, p: KeptPiece, box: KeptBox) -> tuple[np.ndarray, np.ndarray]:
+def _box_scales(ct: Composition, p: KeptPiece, box: KeptBox) -> tuple[np.ndarray, np.ndarray]:
     """One box's stored scales, checked and converted (in the target's orientation), and
     the stored scale bytes."""
     form = box.form
@@ -72,7 +72,7 @@ def _box_scales(ct: ComposedTransform, p: KeptPiece, box: KeptBox) -> tuple[np.n
     return (np.swapaxes(scales, -1, -2) if box.transposed else scales), raw
 
 
-def _read_scales(ct: ComposedTransform, box: KeptBox) -> tuple[np.ndarray, tuple[int, ...]]:
+def _read_scales(ct: Composition, box: KeptBox) -> tuple[np.ndarray, tuple[int, ...]]:
     """The stored scale box covering a values box, and its offset in the stored tensor."""
     form = box.form
     stored = form.grid
@@ -110,7 +110,7 @@ def _convert_scales(
     return out
 
 
-def _global(ct: ComposedTransform, p: KeptPiece, raws: list[np.ndarray]) -> np.ndarray | None:
+def _global(ct: Composition, p: KeptPiece, raws: list[np.ndarray]) -> np.ndarray | None:
     """NVFP4's global scale as the kept rule's multiplier (checked like the decoder's): one
     value for the target, so every box AOA fuses into it must have the same."""
     if p.global_scale is None:
@@ -132,7 +132,7 @@ def _global(ct: ComposedTransform, p: KeptPiece, raws: list[np.ndarray]) -> np.n
     return np.full(p.global_scale.local_shape, found.pop(), np.float32)
 
 
-def write(ct: ComposedTransform, checked: list[KeptScales]) -> None:
+def write(ct: Composition, checked: list[KeptScales]) -> None:
     """Read each piece's values boxes and write them with its scales, one piece at a time
     (every check has passed), so memory above the targets stays near one piece."""
     for c in checked:
@@ -143,7 +143,7 @@ def write(ct: ComposedTransform, checked: list[KeptScales]) -> None:
             _assign(p.global_scale, c.global_scale)
 
 
-def _values(ct: ComposedTransform, p: KeptPiece) -> np.ndarray:
+def _values(ct: Composition, p: KeptPiece) -> np.ndarray:
     """The target's local values, from the checkpoint's own bytes of every box."""
     (first, *more) = p.boxes
     if not more and not first.transposed:

@@ -6,6 +6,8 @@ the composed transform with what Paddle's loader needs to give the same bits:
 
 - every target wrapped as a ShardedWeight over its local value (Paddle applies
   AOA only when every target is one; a dist tensor becomes its local shard);
+- the composition wrapped in the :class:`flexq.ComposedTransform` adapter, given the
+  plans the validation made (Paddle's ``read_plan`` of the same box asks no format again);
 - the logical dtypes declared as the dtypes of the targets they feed (Paddle's
   AOA refuses a logical dtype that differs from the target's without a cast;
   declaring the target's dtype keeps one rounding from float32);
@@ -22,14 +24,15 @@ from typing import TYPE_CHECKING, Any
 from flexq.errors import FlexqError, TargetError
 from flexq.interrupts import uninterrupted
 from flexq.load import sources
+from flexq.transform import ComposedTransform
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.load.aoa import Piece
     from flexq.load.targets import Target
 
 
-def declared_dtypes(ct: ComposedTransform, pieces: list[Piece]) -> dict[str, str]:
+def declared_dtypes(ct: Composition, pieces: list[Piece]) -> dict[str, str]:
     """Logical key -> the dtype of the targets it feeds (one per logical tensor)."""
     dtypes: dict[str, str] = {}
     for p in pieces:
@@ -43,7 +46,7 @@ def declared_dtypes(ct: ComposedTransform, pieces: list[Piece]) -> dict[str, str
     return dtypes
 
 
-def check_before_writing(ct: ComposedTransform, pieces: list[Piece]) -> None:
+def check_before_writing(ct: Composition, pieces: list[Piece]) -> None:
     """Run every piece's declared checks (scales, ``ReadPlan.checks``) before Paddle's
     loader writes anything, as flexq's own engines do: their boxes are small (scales,
     g_idx, code books) and read straight from this rank's files."""
@@ -55,7 +58,7 @@ def check_before_writing(ct: ComposedTransform, pieces: list[Piece]) -> None:
 
 
 def load(
-    ct: ComposedTransform,
+    ct: Composition,
     targets: list[Target],
     pieces: list[Piece],
     aoa_config: dict[str, Any] | None,
@@ -83,7 +86,11 @@ def load(
     saved = [(t.tensor, _host_copy(t.tensor)) for t in targets] if atomic else []
     with sources.scratch_checkpoint(ct.checkpoint) as scratch:
         batches = rounds(targets, pieces, process_group)
-        transform = ct.declaring(dtypes)
+        # The adapter Paddle calls, told the plans validation made: Paddle's read_plan for
+        # one of those boxes reuses it instead of asking the format a second time.
+        transform = ComposedTransform(
+            ct, declared=dtypes, planned=[(p.logical_key, p.box, p.plan) for p in pieces]
+        )
         try:
             for batch in batches:
                 lsd._metadata_manager.clear()

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.io.checkpoint import Checkpoint
     from flexq.load.report import LoadOptions
     from flexq.plan import Box, ReadPlan
@@ -58,7 +58,7 @@ class Source(Protocol):
     name: str
 
     def __init__(
-        self, ct: ComposedTransform, plans: Sequence[ReadPlan], options: LoadOptions
+        self, ct: Composition, plans: Sequence[ReadPlan], options: LoadOptions
     ) -> None: ...
 
     def boxes(
@@ -103,9 +103,7 @@ class Source(Protocol):
 class _Opened:
     """What every source keeps of the load it is opened for; :meth:`_open` does the rest."""
 
-    def __init__(
-        self, ct: ComposedTransform, plans: Sequence[ReadPlan], options: LoadOptions
-    ) -> None:
+    def __init__(self, ct: Composition, plans: Sequence[ReadPlan], options: LoadOptions) -> None:
         self._ct = ct
         self._plans = plans
         self.planned_bytes = planned_bytes(ct.checkpoint, plans)

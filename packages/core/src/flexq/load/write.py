@@ -36,7 +36,7 @@ from flexq.numerics.arrays import host_view
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.load.aoa import Piece
     from flexq.load.report import LoadOptions
     from flexq.load.sources import Source
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 
 def fill(
-    ct: ComposedTransform, pieces: list[Piece], source_type: type[Source], options: LoadOptions
+    ct: Composition, pieces: list[Piece], source_type: type[Source], options: LoadOptions
 ) -> LoadReport:
     """Check what can be checked, then decode every piece from a source of ``source_type``
     and write it into its target. On a failure part-way the regions written so far are
@@ -152,7 +152,7 @@ def fill(
 
 
 def _decode(
-    ct: ComposedTransform,
+    ct: Composition,
     source: Source,
     index: int,
     p: Piece,

@@ -44,7 +44,7 @@ from flexq.nn.forms import KeptForm, fp8_form
 from flexq.nn.linear import QuantizedLinear
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.load.aoa import Piece
     from flexq.nn.parallel import Split
 
@@ -88,7 +88,7 @@ class KeptExperts:
 
 def plan(
     model: Any,
-    ct: ComposedTransform,
+    ct: Composition,
     aoa_config: dict[str, Any] | None,
     weights: dict[str, Any] | None = None,
 ) -> list[KeptLinear | KeptExperts]:
@@ -143,7 +143,7 @@ def plan(
     return out
 
 
-def _is_stacked_mxfp4(ct: ComposedTransform, key: str, piece: Piece) -> bool:
+def _is_stacked_mxfp4(ct: Composition, key: str, piece: Piece) -> bool:
     """gpt-oss's MXFP4 experts, loaded as they are laid out (``[E, in, out]``, no transpose)."""
     stored = form_of(ct, key)
     return stored.kind == "mxfp4" and stored.gpt_oss and piece.axes == [0, 1, 2]
@@ -160,7 +160,7 @@ def _is_linear(layer: Any) -> bool:
     ) and getattr(weight, "ndim", 0) == 2
 
 
-def _form(ct: ComposedTransform, key: str, sources: tuple[str, ...], n: int, k: int) -> KeptForm:
+def _form(ct: Composition, key: str, sources: tuple[str, ...], n: int, k: int) -> KeptForm:
     """The form of the ``[n, k]`` weight (this rank's shard) that target ``key`` holds,
     from the kept forms of the logical weights it is laid out from: one, or those a
     fuse rule (fused_qkv, fused_ffn, fused_qkv_old) combines, which must share one

@@ -18,8 +18,9 @@ from flexq.plan import TargetSlice
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.plan import ReadPlan
+    from flexq.transform import ComposedTransform
 
 
 def source_to_paddle(x: np.ndarray, st_dtype: str) -> Any:
@@ -31,7 +32,7 @@ def source_to_paddle(x: np.ndarray, st_dtype: str) -> Any:
 
 
 def decode_box(
-    ct: ComposedTransform,
+    ct: Composition | ComposedTransform,
     logical_key: str,
     offset: Sequence[int],
     shape: Sequence[int],
@@ -59,7 +60,11 @@ def decode_box(
 
 
 def check_local_box(
-    ct: ComposedTransform, logical_key: str, target: TargetSlice, whole: np.ndarray, read: int
+    ct: Composition | ComposedTransform,
+    logical_key: str,
+    target: TargetSlice,
+    whole: np.ndarray,
+    read: int,
 ) -> None:
     """A property test's check of one box: its plan comes from headers and config alone (no
     byte read), is local and for ``target``; its sources take exactly ``read`` bytes (the
@@ -82,7 +87,7 @@ def check_local_box(
 
 
 def planned_box(
-    ct: ComposedTransform, logical_key: str, target: TargetSlice, whole: np.ndarray
+    ct: Composition | ComposedTransform, logical_key: str, target: TargetSlice, whole: np.ndarray
 ) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
     """A plan test's check: the box ``target`` decodes, through its owner's plan, to the
     bits of the float32 ``whole`` tensor's slice rounded once to the target's dtype.
@@ -102,7 +107,10 @@ def planned_box(
 
 
 def local_and_whole(
-    ct: ComposedTransform, logical_key: str, offset: Sequence[int], shape: Sequence[int]
+    ct: Composition | ComposedTransform,
+    logical_key: str,
+    offset: Sequence[int],
+    shape: Sequence[int],
 ) -> tuple[Any, np.ndarray, int, ReadPlan, dict[str, Any]]:
     """A property test's one step: the float32 box ``offset`` + ``shape`` decoded through
     its local plan, the same box sliced from the whole tensor, the bytes the plan's reads

@@ -20,9 +20,10 @@ from flexq.io.dtypes import dtype
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.io.header import TensorInfo
     from flexq.plan import ReadPlan
+    from flexq.transform import ComposedTransform
 
 #: Last name components of scales whose names do not say "scale" (bitsandbytes').
 SCALE_NAMES = frozenset({"SCB", "absmax", "nested_absmax"})
@@ -49,7 +50,7 @@ def scale_like(key: str, info: TensorInfo) -> str | None:
     return None
 
 
-def undeclared(ct: ComposedTransform, plan: ReadPlan) -> list[tuple[str, str]]:
+def undeclared(ct: Composition | ComposedTransform, plan: ReadPlan) -> list[tuple[str, str]]:
     """The scale-like sources ``plan`` reads but declares in neither ``scales`` nor
     ``checks``, with why each counts."""
     declared = set(plan.checked)
@@ -69,7 +70,9 @@ def _boxes(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...
     return [whole, ((half, *(0,) * (len(shape) - 1)), (shape[0] - half, *shape[1:]))]
 
 
-def check_conformance(ct: ComposedTransform, formats: Collection[str] | None = None) -> None:
+def check_conformance(
+    ct: Composition | ComposedTransform, formats: Collection[str] | None = None
+) -> None:
     """Fail when a read plan of a format (every format of ``ct``, or those in ``formats``)
     reads a scale-like component it does not declare.
 

@@ -24,8 +24,9 @@ import numpy as np
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
-    from flexq.compose import ComposedTransform
+    from flexq.composition import Composition
     from flexq.io.writer import RawTensor
+    from flexq.transform import ComposedTransform
 
 Run = Callable[[], object]
 
@@ -43,7 +44,7 @@ Outputs = dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 def dequantize_runs(
-    ct: ComposedTransform,
+    ct: Composition | ComposedTransform,
     key: str,
     name: str,
     *,
@@ -121,13 +122,13 @@ def measure_checkpoints(
     (path, logical key)``, as a format's own writer saves them): each composed with format
     ``fmt`` alone, its sources read once (no file I/O in the timed part). Every case
     decodes to the same number of float32 bytes, the memcpy baseline's."""
-    from flexq import compose
+    from flexq.compose import composition_of
 
     runs: dict[str, Run] = {}
     outputs: Outputs = {}
     sizes: set[int] = set()
     for name, (path, key) in checkpoints.items():
-        ct = compose(path, [fmt])
+        ct = composition_of(path, [fmt])
         bf16 = True if bfloat16 is None else bfloat16.get(name, True)
         runs.update(dequantize_runs(ct, key, name, bfloat16=bf16, outputs=outputs))
         sizes.add(4 * int(np.prod(ct.entries[key].shape)))
