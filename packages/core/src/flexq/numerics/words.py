@@ -5,21 +5,27 @@ a row at bits ``bits*j ..`` of its bit stream (GPTQ's qweight and qzeros with 2,
 or 8 bits, compressed-tensors ``pack-quantized`` of any width, dense or padded).
 Read as bytes, a row of 1/2/4-bit codes is its codes in order, byte by byte, so one
 table lookup per byte unpacks it: :func:`code_table` is that table; :func:`unpack_into`
-is the one unpacker of every width (the lookup; for 8 bits a plain conversion, a byte
+is the one unpacker of every width (the lookup; for 4 bits integer passes spreading
+each byte's nibbles, then one conversion; for 8 bits a plain conversion, a byte
 being its code; for 3 bits, where every 3 bytes hold 8 codes, one lookup of each 12-bit
 half in the 4096-entry :func:`triple_table`; shift passes per code position for other
 widths that cross words), and :func:`pack_words` its inverse for encoders.
 :func:`transposed_words` gives the rows of words packed along the first axis (GPTQ's
-qweight, AWQ GEMM's). Other orders (AWQ's) and devices use
+qweight, AWQ GEMM's). Codes packed across output rows (AutoAWQ's GEMM packing: AWQ
+GEMM, AMD Quark's int4/uint4) are :func:`unpack_slots_into`'s, banded with their zeros
+and scales by :func:`decode_slot_groups`. Devices use
 :meth:`ArrayOps.unpack <flexq.formatkit.ArrayOps.unpack>`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import gcd
 from typing import Any
 
 import numpy as np
+
+from flexq.numerics.bands import for_row_runs
 
 #: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
@@ -134,16 +140,44 @@ def _by_bytes(words: np.ndarray, bits: int, out: np.ndarray, minus: float, skip:
     dst = out if nbytes * per == count and out.flags.c_contiguous else None
     if dst is None:
         dst = np.empty((out.shape[0], nbytes * per), out.dtype)
-    table = _as(code_table(bits, minus), out.dtype)
-    if per in _ITEMS:
+    if per == 2 and np.little_endian:
+        _nibbles(raw, dst, minus)
+    elif per in _ITEMS:
+        table = _as(code_table(bits, minus), out.dtype)
         item = _ITEMS[per]
         np.take(
             table.view(item).reshape(256), raw, out=dst.view(item).reshape(raw.shape), mode="clip"
         )
     else:
+        table = _as(code_table(bits, minus), out.dtype)
         np.take(table, raw, axis=0, out=dst.reshape(*raw.shape, per), mode="clip")
     if dst is not out:
         out[...] = dst[:, :count]
+
+
+def _nibbles(raw: np.ndarray, dst: np.ndarray, minus: float) -> None:
+    """Both 4-bit codes of each byte of ``raw`` ``[R, B]`` (low nibble first) less
+    ``minus`` into ``dst`` ``[R, 2B]``: integer passes and one conversion, about twice
+    as fast as a gather of float32 pairs (numpy's take widens every index to intp).
+
+    Each byte spreads into a uint16 whose low byte is its low nibble and high byte its
+    high nibble (on a little-endian host, so the uint16's bytes are the codes in
+    order); a whole-number ``minus`` of 1..8 comes off in the bytes (codes 0..15 less
+    it fit int8), so the conversion writes the final values.
+    """
+    rows, nbytes = raw.shape
+    spread = np.empty((rows, nbytes), np.uint16)
+    np.left_shift(raw, np.uint16(4), out=spread, dtype=np.uint16)
+    spread |= raw
+    spread &= np.uint16(0x0F0F)
+    codes: np.ndarray = spread.view(np.uint8).reshape(rows, 2 * nbytes)
+    rest = minus
+    if minus == int(minus) and 0 < minus <= 8:
+        codes -= np.uint8(minus)  # wraps below zero: read back as int8, exact
+        codes, rest = codes.view(np.int8), 0.0
+    np.copyto(dst, codes, casting="unsafe")
+    if rest:
+        dst -= dst.dtype.type(rest)  # small integers: exact
 
 
 def _as(table: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
@@ -262,6 +296,76 @@ def transposed_words(words: np.ndarray, cols: slice) -> np.ndarray:
     """
     narrow = np.ascontiguousarray(words[:, cols])
     return np.ascontiguousarray(narrow.T)
+
+
+def unpack_slots_into(words: np.ndarray, bits: int, slots: Sequence[int], out: np.ndarray) -> None:
+    """Codes packed across output rows, ``k = len(slots)`` rows per word, into float32
+    ``out`` ``[k * C, N]``: row ``k * c + j`` is slot ``slots[j]`` (bits ``bits *
+    slots[j] ..``) of word row ``c`` of ``words`` ``[C, N]`` (any 32-bit integer dtype,
+    read as unsigned).
+
+    The one unpacker of AutoAWQ's GEMM packing (AWQ GEMM's qweight and qzeros, AMD
+    Quark's int4/uint4, whose words hold eight output columns in ``AWQ_ORDER``), on
+    a band of :func:`transposed_words`: each slot is a shift, a mask and a conversion
+    straight into its rows (the top slot needs no mask, slot 0 no shift), all
+    contiguous. Codes are small integers, so the result is exact.
+    """
+    k = len(slots)
+    w = np.ascontiguousarray(words).view(np.uint32)
+    if out.shape != (k * w.shape[0], w.shape[1]) or not out.flags.c_contiguous:
+        want = (k * w.shape[0], w.shape[1])
+        raise ValueError(f"out must be C-contiguous {want}, not {out.shape}")
+    block = out.reshape(w.shape[0], k, w.shape[1])
+    code = np.empty_like(w)
+    mask = np.uint32((1 << bits) - 1)
+    for j, slot in enumerate(slots):
+        shift = bits * slot
+        if shift == 0:
+            np.bitwise_and(w, mask, out=code)
+        else:
+            np.right_shift(w, np.uint32(shift), out=code)
+            if shift + bits < 32:
+                code &= mask
+        block[:, j, :] = code
+
+
+def decode_slot_groups(
+    words: np.ndarray,
+    bits: int,
+    slots: Sequence[int],
+    zero: np.ndarray,
+    scale: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:
+    """``(q - zero) * scale`` per group into float32 ``out`` ``[k * C, I]`` from codes
+    stored ``[I, C]`` packed across output rows (``k = len(slots)`` per word, as
+    :func:`unpack_slots_into` reads them): AutoAWQ's GEMM packing (AWQ GEMM, AMD
+    Quark's int4/uint4), its decoders' one banded path.
+
+    ``zero`` and ``scale`` are float32 ``[k * C, G]``, one value per output row and
+    group of ``I / G`` columns. Bands of word columns run on the worker threads, each
+    transposed, unpacked and scaled while in cache; the same float32 operations as a
+    whole-array ``(q - z) * s``, so the same bits.
+    """
+    k = len(slots)
+    src = np.ascontiguousarray(words).view(np.uint32)
+    cols, groups = src.shape[0], scale.shape[1]
+    width = cols // groups if groups else 0
+
+    def work(runs: Sequence[range]) -> None:
+        for run in runs:
+            rows = slice(run.start * k, run.stop * k)
+            values = out[rows]
+            band = transposed_words(src, slice(run.start, run.stop))
+            unpack_slots_into(band, bits, slots, values)
+            # inf * 0 is NaN by definition: the format reports non-finite scales.
+            with np.errstate(invalid="ignore", over="ignore"):
+                v3 = values.reshape(-1, groups, width)
+                v3 -= zero[rows, :, None]
+                v3 *= scale[rows, :, None]
+
+    for_row_runs(work, src.shape[1], k * cols)
+    return out
 
 
 def pack_words(
