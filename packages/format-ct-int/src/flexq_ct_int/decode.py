@@ -32,7 +32,6 @@ from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
     ArrayOps,
     for_row_runs,
-    lookup_into,
     ops_for,
     to_numpy,
     unpack_into,
@@ -43,9 +42,6 @@ from flexq_ct_int.config import FORMAT_NAME
 if TYPE_CHECKING:
     from flexq.formatkit import Sources
     from flexq_ct_int.layout import CtLinear
-
-#: I8 byte (as uint8) -> its signed value as float32.
-_SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -262,14 +258,16 @@ def _banded(
         minus = affine.zero
     else:
         zero = np.asarray(affine.zero, np.float32)
-    signed = _SIGNED_VALUES - np.float32(minus)
 
     def decode(rows: slice, dst: np.ndarray) -> None:
         src = weight[ri + rows.start : ri + rows.stop]
         if linear.packed:
             unpack_into(src, linear.bits, dst, minus, first_bit=first_bit, per_word=per_word)
         else:
-            lookup_into(signed, src.view(np.uint8), dst)
+            # I8 codes: a conversion, several times faster than a table lookup.
+            np.copyto(dst, src.view(np.int8), casting="unsafe")
+            if minus:
+                dst -= np.float32(minus)  # small integers: exact
 
     def part(x: Any, rows: slice) -> Any:
         if x is None or x.shape[0] == 1:
