@@ -26,7 +26,7 @@ from flexq.formatkit import (
     to_numpy,
     unpack_into,
 )
-from flexq.formatkit.words import decode_slot_groups, unpack_slots_into
+from flexq.formatkit.words import decode_slot_groups, unpack_less_zeros, unpack_slots_into
 
 BOOK = np.arange(16, dtype=np.float32) * np.float32(0.25) - np.float32(2.0)
 
@@ -333,3 +333,30 @@ def test_decode_slot_groups_equals_the_shift_unpack_then_the_affine(
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
     with pytest.raises(ValueError, match="C-contiguous"):
         unpack_slots_into(np.ascontiguousarray(words.T), 4, slots, np.empty((1, 1), np.float32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=st.sampled_from([2, 3, 4, 8]),
+    rows=st.integers(0, 4),
+    groups=st.integers(1, 3),
+    units=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_unpack_less_zeros_takes_each_groups_zero_point_off_its_codes(
+    bits: int, rows: int, groups: int, units: int, seed: int
+) -> None:
+    """Codes less their group's zero point (off the bytes for 3 and 4 bits, off the
+    float32 codes otherwise) equal the unpacked codes less the repeated zero points."""
+    rng = np.random.default_rng(seed)
+    width = 32 * units  # whole 3-bit units and whole bytes at every width
+    codes = rng.integers(0, 1 << bits, (rows, groups * width))
+    zeros = rng.integers(0, 1 << bits, (rows, groups)).astype(np.float32)
+    words = pack_words(codes, bits, axis=1)
+    out = np.full(codes.shape, np.nan, np.float32)
+    unpack_less_zeros(words, bits, out, zeros)
+    want = (codes - np.repeat(zeros, width, axis=1)).astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))  # +0.0 where equal
+    # zero points that are not codes take the float32 path, with the same result
+    unpack_less_zeros(words, bits, out, zeros - np.float32(0.5))
+    np.testing.assert_array_equal(out, want + np.float32(0.5))

@@ -36,6 +36,7 @@ from flexq.formatkit import (
     to_numpy,
     unpack_into,
 )
+from flexq.formatkit.words import unpack_less_zeros
 from flexq_ct_int.arrayops import CtOps, ct_ops_for
 from flexq_ct_int.config import FORMAT_NAME
 
@@ -274,10 +275,21 @@ def _banded(
             return x
         return x[rows]
 
+    # Zero points per whole group of a dense stream come off the unpacked bytes.
+    dense = linear.packed and per_word is None and first_bit == 0
+    less_zeros = dense and zero is not None and affine.mode == "groups"
+
     def work(runs: Sequence[range]) -> None:
         for run in runs:
             rows = slice(run.start, run.stop)
             dst = out[rows]
+            if less_zeros:
+                assert zero is not None
+                src = weight[ri + rows.start : ri + rows.stop]
+                unpack_less_zeros(src, linear.bits, dst, part(zero, rows))
+                with np.errstate(invalid="ignore", over="ignore"):
+                    _apply(dst, part(scale, rows), None, affine, index)
+                continue
             if aligned:
                 decode(rows, dst)
             else:

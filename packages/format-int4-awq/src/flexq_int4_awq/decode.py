@@ -24,9 +24,8 @@ from flexq.formatkit import (
     for_row_runs,
     grouped_affine,
     ops_for,
-    unpack_into,
 )
-from flexq.formatkit.words import decode_slot_groups
+from flexq.formatkit.words import decode_slot_groups, unpack_less_zeros
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
 if TYPE_CHECKING:
@@ -101,8 +100,9 @@ def _banded(
 
     GEMM words are AutoAWQ's packing across output rows: the kit's
     :func:`~flexq.formatkit.words.decode_slot_groups` (which AMD Quark's int4 shares).
-    GEMV words hold a row's codes in order, so a band is the kit's :func:`unpack_into`
-    of its words, then the affine step.
+    GEMV words hold a row's codes in order, so a band is the kit's
+    :func:`~flexq.formatkit.words.unpack_less_zeros` of its words (the zeros off the
+    unpacked bytes), then the scale.
     """
     no, ng = z.shape
     ni = ng * g
@@ -114,10 +114,9 @@ def _banded(
     def work(runs: Sequence[range]) -> None:
         for run in runs:
             values = result[run.start : run.stop]
-            unpack_into(src[run.start : run.stop], BITS, values)
+            unpack_less_zeros(src[run.start : run.stop], BITS, values, z[run.start : run.stop])
             with np.errstate(invalid="ignore", over="ignore"):
                 v3 = values.reshape(-1, ng, g)
-                v3 -= z[run.start : run.stop, :, None]
                 v3 *= s[run.start : run.stop, :, None]
 
     for_row_runs(work, src.shape[0], ni)

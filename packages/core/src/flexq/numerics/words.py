@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import gcd
-from typing import Any
+from typing import Any, TypeAlias, Union
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from flexq.numerics.bands import for_row_runs
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
 _TABLES: dict[tuple[int, float], np.ndarray] = {}
 _TRIPLE_TABLES: dict[float, np.ndarray] = {}
+#: What the private unpackers take off each code: a number, or uint8 zero points per
+#: group ``[R, G]`` (:func:`unpack_less_zeros`).
+_Minus: TypeAlias = Union[float, np.ndarray]  # noqa: UP007  (a runtime alias)
 #: id of a float32 table -> (that table, its int32 twin).
 _INT_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -157,7 +160,7 @@ def _by_bytes(words: np.ndarray, bits: int, out: np.ndarray, minus: float, skip:
         out[...] = dst[:, :count]
 
 
-def _nibbles(raw: np.ndarray, dst: np.ndarray, minus: float) -> None:
+def _nibbles(raw: np.ndarray, dst: np.ndarray, minus: _Minus) -> None:
     """Both 4-bit codes of each byte of ``raw`` ``[R, B]`` (low nibble first) less
     ``minus`` into ``dst`` ``[R, 2B]``: integer passes and one conversion, about twice
     as fast as a gather of float32 pairs (numpy's take widens every index to intp).
@@ -199,7 +202,7 @@ def triple_table(minus: float = 0.0) -> np.ndarray:
     return table
 
 
-def _by_triples(words: np.ndarray, out: np.ndarray, minus: float, skip: int) -> None:
+def _by_triples(words: np.ndarray, out: np.ndarray, minus: _Minus, skip: int) -> None:
     """Dense 3-bit codes from byte ``skip`` of each row (a multiple of 3): every 3 bytes
     hold 8 codes, spread by integer passes into 8 bytes, then converted once (1.8x a
     lookup of each 12-bit half in :func:`triple_table`)."""
@@ -240,17 +243,66 @@ _TRIPLE_SPREAD = (
 )
 
 
-def _small_codes_into(codes: np.ndarray, dst: np.ndarray, minus: float, top: int) -> None:
+def _small_codes_into(codes: np.ndarray, dst: np.ndarray, minus: _Minus, top: int) -> None:
     """Codes ``0..top`` one per byte (``codes``, uint8, overwritten) less ``minus`` into
-    ``dst``: a whole-number ``minus`` for which every difference fits int8 comes off in
-    the bytes, so the one conversion writes the final values."""
-    rest = minus
-    if minus == int(minus) and 0 < minus <= 128 and top - minus <= 127:
+    ``dst``: a whole-number ``minus`` for which every difference fits int8, or uint8
+    zero points per group (:func:`unpack_less_zeros`), comes off in the bytes, so the
+    one conversion writes the final values."""
+    rest: float = 0.0
+    if isinstance(minus, np.ndarray):
+        # A broadcast over groups costs a call per group: on bytes 3x less than on
+        # float32. Codes and zeros are 0..top <= 15: each difference fits int8.
+        groups = codes.reshape(codes.shape[0], minus.shape[1], -1)
+        np.subtract(groups, minus[:, :, None], out=groups)
+        codes = codes.view(np.int8)
+    elif minus == int(minus) and 0 < minus <= 128 and top - minus <= 127:
         codes -= np.uint8(minus)  # wraps below zero: read back as int8, exact
-        codes, rest = codes.view(np.int8), 0.0
+        codes = codes.view(np.int8)
+    else:
+        rest = minus
     np.copyto(dst, codes, casting="unsafe")
     if rest:
         dst -= dst.dtype.type(rest)  # small integers: exact
+
+
+def unpack_less_zeros(words: np.ndarray, bits: int, out: np.ndarray, zeros: np.ndarray) -> None:
+    """:func:`unpack_into` of dense codes from bit 0 of each row, each less its group's
+    zero point: ``out[r, j] = code - zeros[r, j // (C / G)]`` for float32 ``out``
+    ``[R, C]`` and zero points ``[R, G]`` (codes themselves: whole numbers ``0 ..
+    2**bits - 1``, as decoders unpack them), for GPTQ-lineage decoders with a zero
+    point per group (GPTQ, compressed-tensors asymmetric, AWQ GEMV).
+
+    For 3 and 4 bits the zero points come off in the unpacked bytes, before the one
+    conversion to float32 (a float32 pass less); other widths and layouts subtract them
+    from the float32 codes. Both are exact: the same small integers.
+    """
+    rows, count = out.shape
+    if out.size == 0:
+        return
+    groups = zeros.shape[1] if zeros.ndim == 2 else 0
+    z = np.asarray(zeros)
+    fits = (
+        bits in (3, 4)
+        and np.little_endian
+        and out.dtype == np.float32
+        and out.flags.c_contiguous
+        and groups > 0
+        and count % groups == 0
+        and count % (8 if bits == 3 else 2) == 0
+        and z.shape == (rows, groups)
+        and bool(np.all((z >= 0) & (z < (1 << bits)) & (z == np.floor(z))))
+    )
+    if not fits:
+        unpack_into(words, bits, out)
+        codes = out.reshape(rows, groups, -1)
+        codes -= z.astype(np.float32)[:, :, None]
+        return
+    small = np.ascontiguousarray(z.astype(np.uint8))
+    if bits == 4:
+        raw = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8)[:, : count // 2])
+        _nibbles(raw, out, small)
+    else:
+        _by_triples(words, out, small, 0)
 
 
 def _by_units(
