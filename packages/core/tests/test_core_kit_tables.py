@@ -331,6 +331,12 @@ def test_decode_slot_groups_equals_the_shift_unpack_then_the_affine(
     out = np.full((8 * cols, rows_in), -1.0, np.float32)
     assert decode_slot_groups(words, 4, slots, zero, scale, out) is out
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    # zero points that are not codes come off the float32 codes: the same arithmetic
+    half = zero + np.float32(0.5)
+    with np.errstate(invalid="ignore"):
+        want = (q - np.repeat(half, width, 1)) * np.repeat(scale, width, 1)
+    decode_slot_groups(words, 4, slots, half, scale, out)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
     with pytest.raises(ValueError, match="C-contiguous"):
         unpack_slots_into(np.ascontiguousarray(words.T), 4, slots, np.empty((1, 1), np.float32))
 

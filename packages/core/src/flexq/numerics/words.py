@@ -368,17 +368,24 @@ def transposed_words(words: np.ndarray, cols: slice) -> np.ndarray:
     return np.ascontiguousarray(narrow.T)
 
 
-def unpack_slots_into(words: np.ndarray, bits: int, slots: Sequence[int], out: np.ndarray) -> None:
+def unpack_slots_into(
+    words: np.ndarray,
+    bits: int,
+    slots: Sequence[int],
+    out: np.ndarray,
+    zeros: np.ndarray | None = None,
+) -> None:
     """Codes packed across output rows, ``k = len(slots)`` rows per word, into float32
     ``out`` ``[k * C, N]``: row ``k * c + j`` is slot ``slots[j]`` (bits ``bits *
     slots[j] ..``) of word row ``c`` of ``words`` ``[C, N]`` (any 32-bit integer dtype,
-    read as unsigned).
+    read as unsigned), less its group's zero point when ``zeros`` (uint32 codes ``[k *
+    C, G]``, one per output row and group of ``N / G`` columns) is given.
 
     The one unpacker of AutoAWQ's GEMM packing (AWQ GEMM's qweight and qzeros, AMD
     Quark's int4/uint4, whose words hold eight output columns in ``AWQ_ORDER``), on
-    a band of :func:`transposed_words`: each slot is a shift, a mask and a conversion
-    straight into its rows (the top slot needs no mask, slot 0 no shift), all
-    contiguous. Codes are small integers, so the result is exact.
+    a band of :func:`transposed_words`: each slot is a shift, a mask (and the zeros
+    off the integer codes: a wrapped uint32 difference read as int32 is exact) and a
+    conversion straight into its rows, all contiguous. The result is exact.
     """
     k = len(slots)
     w = np.ascontiguousarray(words).view(np.uint32)
@@ -388,6 +395,7 @@ def unpack_slots_into(words: np.ndarray, bits: int, slots: Sequence[int], out: n
     block = out.reshape(w.shape[0], k, w.shape[1])
     code = np.empty_like(w)
     mask = np.uint32((1 << bits) - 1)
+    per_slot = None if zeros is None else zeros.reshape(w.shape[0], k, zeros.shape[1], 1)
     for j, slot in enumerate(slots):
         shift = bits * slot
         if shift == 0:
@@ -396,7 +404,10 @@ def unpack_slots_into(words: np.ndarray, bits: int, slots: Sequence[int], out: n
             np.right_shift(w, np.uint32(shift), out=code)
             if shift + bits < 32:
                 code &= mask
-        block[:, j, :] = code
+        if per_slot is not None and code.size:
+            groups = code.reshape(w.shape[0], per_slot.shape[2], -1)
+            np.subtract(groups, per_slot[:, j], out=groups)
+        block[:, j, :] = code.view(np.int32)
 
 
 def decode_slot_groups(
@@ -414,24 +425,28 @@ def decode_slot_groups(
 
     ``zero`` and ``scale`` are float32 ``[k * C, G]``, one value per output row and
     group of ``I / G`` columns. Bands of word columns run on the worker threads, each
-    transposed, unpacked and scaled while in cache; the same float32 operations as a
+    transposed, unpacked and scaled while in cache; zero points that are codes come
+    off the integer codes, others off the float32 ones. The same values as a
     whole-array ``(q - z) * s``, so the same bits.
     """
     k = len(slots)
     src = np.ascontiguousarray(words).view(np.uint32)
     cols, groups = src.shape[0], scale.shape[1]
     width = cols // groups if groups else 0
+    codes = (zero >= 0) & (zero < (1 << bits)) & (zero == np.floor(zero))
+    small = np.ascontiguousarray(zero.astype(np.uint32)) if bool(np.all(codes)) else None
 
     def work(runs: Sequence[range]) -> None:
         for run in runs:
             rows = slice(run.start * k, run.stop * k)
             values = out[rows]
             band = transposed_words(src, slice(run.start, run.stop))
-            unpack_slots_into(band, bits, slots, values)
+            unpack_slots_into(band, bits, slots, values, None if small is None else small[rows])
             # inf * 0 is NaN by definition: the format reports non-finite scales.
             with np.errstate(invalid="ignore", over="ignore"):
                 v3 = values.reshape(-1, groups, width)
-                v3 -= zero[rows, :, None]
+                if small is None:
+                    v3 -= zero[rows, :, None]
                 v3 *= scale[rows, :, None]
 
     for_row_runs(work, src.shape[1], k * cols)
