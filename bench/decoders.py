@@ -11,8 +11,6 @@ bfloat16, for every case.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 #: The issue's bar: share of memcpy, per output dtype.
@@ -20,21 +18,6 @@ GOALS = {"float32": 0.40, "bfloat16": 0.30}
 HEADING = "## Decoders vs memcpy, float32 and bfloat16 out (issue 30)"
 _SUFFIX = "_gbps"
 _BF16 = "_bf16"
-
-
-def pick(modules: Mapping[str, Path], wanted: Sequence[str]) -> dict[str, Path]:
-    """The bench modules (package name -> file) of the packages ``wanted`` names
-    (``format-gguf`` or ``gguf``), all when it names none.
-
-    :raises ValueError: for a name no format package has, naming the ones there are.
-    """
-    full = [w if w.startswith("format-") else f"format-{w}" for w in wanted]
-    unknown = [w for w, f in zip(wanted, full, strict=True) if f not in modules]
-    if unknown:
-        raise ValueError(
-            f"no format package bench for {', '.join(unknown)}: there are {', '.join(modules)}"
-        )
-    return {name: path for name, path in modules.items() if not full or name in full}
 
 
 def table(formats: dict[str, dict[str, float]]) -> list[dict[str, Any]]:

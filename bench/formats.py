@@ -11,7 +11,7 @@ They are imported by path: the bench directories are not packages.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,11 +33,28 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
-def measure_all(modules: Mapping[str, Path] | None = None) -> dict[str, dict[str, float]]:
-    """Package name -> that package's ``measure()`` figures (GB/s), for every bench module
-    or those of ``modules``."""
+def selected(names: Sequence[str] | None = None) -> dict[str, Path]:
+    """:func:`bench_modules`, only those of the packages ``names`` (all when None or
+    empty), for a run of a few formats' benches (``run.py decoders --packages ...``).
+
+    :raises ValueError: naming the unknown packages and the known ones.
+    """
+    modules = bench_modules()
+    if not names:
+        return modules
+    unknown = sorted(set(names) - set(modules))
+    if unknown:
+        raise ValueError(
+            f"no bench for {', '.join(unknown)}; format packages with one: {', '.join(modules)}"
+        )
+    return {name: path for name, path in modules.items() if name in names}
+
+
+def measure_all(names: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """Package name -> that package's ``measure()`` figures (GB/s), for every package
+    or the packages ``names``."""
     results = {}
-    for name, path in (bench_modules() if modules is None else modules).items():
+    for name, path in selected(names).items():
         figures = _load(path).measure()
         results[name] = {k: float(v) for k, v in figures.items()}
     return results

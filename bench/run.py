@@ -23,7 +23,8 @@ whole run it fills the main table's physical-limit column); ``decoders`` (``nox 
 decoders``, a few minutes) runs only the format packages' dequantize benches and writes
 bench/results/<date>-decoders.json and the decoders section of docs/performance.md (every
 format's decode GB/s and share of memcpy, float32 and bfloat16 out, against issue 30's bar;
-``--package format-gguf`` runs only that package's bench, repeatable);
+``decoders --packages format-gptq format-ct-int`` only those packages' benches, into
+bench/results/<date>-decoders-partial.json, the docs left as they are);
 ``passthrough`` and ``discovery`` run only
 :mod:`bench.passthrough` (plain bf16 tensors against safetensors' ``safe_open`` and
 fastsafetensors, warm and cold page cache) or :mod:`bench.discovery` (a fresh process's
@@ -45,7 +46,6 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -297,12 +297,16 @@ def _kept(date: str, rounds: int) -> None:
 
 
 def _decoders(
-    date: str, figures: dict[str, dict[str, float]] | None = None, packages: Sequence[str] = ()
+    date: str,
+    figures: dict[str, dict[str, float]] | None = None,
+    packages: list[str] | None = None,
 ) -> None:
     """Every format's decode vs memcpy, float32 and bfloat16 out (:mod:`bench.decoders`):
-    measured here (only ``packages``' benches when it names some) unless the full run's
-    ``figures`` are given; its results file (measured here) and the decoders section of
-    docs/performance.md."""
+    measured here unless the full run's ``figures`` are given; its results file
+    (measured here) and the decoders section of docs/performance.md. Only ``packages``
+    (format package names) when given: then the results file is
+    ``<date>-decoders-partial.json`` and docs/performance.md is left as it is (its
+    table holds every format)."""
     load = os.getloadavg()[0]
     note = (
         f"One process on this shared machine: load average {load:.1f} on "
@@ -311,7 +315,7 @@ def _decoders(
     )
     if figures is None:
         _log("format packages' dequantize benches, float32 and bfloat16 out")
-        measured = formats.measure_all(decoders.pick(formats.bench_modules(), packages))
+        measured = formats.measure_all(packages)
         rows = decoders.table(measured)
         results = {
             "date": date,
@@ -321,12 +325,16 @@ def _decoders(
             "table": rows,
             "goals": decoders.goals(rows),
         }
-        json_name = str(report.write_json(results, f"{date}-decoders").relative_to(ROOT))
+        name = f"{date}-decoders" + ("-partial" if packages else "")
+        json_name = str(report.write_json(results, name).relative_to(ROOT))
     else:
         rows, json_name = decoders.table(figures), f"bench/results/{date}.json"
-    doc = ROOT / "docs" / "performance.md"
-    report.replace_section(doc, decoders.markdown(rows, json_name, note))
-    _log(f"wrote {json_name}, the decoders section of {doc.relative_to(ROOT)}")
+    if packages:
+        _log(f"wrote {json_name} ({', '.join(packages)} only; docs left as they are)")
+    else:
+        doc = ROOT / "docs" / "performance.md"
+        report.replace_section(doc, decoders.markdown(rows, json_name, note))
+        _log(f"wrote {json_name}, the decoders section of {doc.relative_to(ROOT)}")
     for r in rows:
         f32 = r["float32_share"]
         bf16 = r["bfloat16_share"]
@@ -381,6 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         "--physical-rounds", type=int, default=5, help="rounds of the physical-limit series"
     )
     parser.add_argument(
+        "--packages",
+        nargs="+",
+        metavar="PACKAGE",
+        help="decoders: only these format packages' benches (e.g. format-gptq)",
+    )
+    parser.add_argument(
         "only",
         nargs="?",
         choices=[
@@ -394,12 +408,6 @@ def main(argv: list[str] | None = None) -> int:
             "discovery",
         ],
         help="run only this series",
-    )
-    parser.add_argument(
-        "--package",
-        action="append",
-        default=[],
-        help="decoders: only this format package's bench (format-gguf or gguf; repeatable)",
     )
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
@@ -420,8 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "physical":
         _series("physical", physical, date, args.physical_rounds)
         return 0
+    if args.packages and args.only != "decoders":
+        parser.error("--packages selects format benches of the decoders series only")
     if args.only == "decoders":
-        _decoders(date, packages=args.package)
+        formats.selected(args.packages)  # unknown names fail before any bench runs
+        _decoders(date, packages=args.packages)
         return 0
     if args.only in ("passthrough", "discovery"):
         module = passthrough if args.only == "passthrough" else discovery

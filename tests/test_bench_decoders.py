@@ -3,6 +3,7 @@ benches' figures into, its goal against issue 30's bar and its section of the do
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,15 +14,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def decoders() -> Iterator[ModuleType]:
+def _bench_module(name: str) -> Iterator[ModuleType]:
+    """``bench.<name>`` imported from the repository root (bench/ is not installed)."""
     sys.path.insert(0, str(ROOT))
     try:
-        from bench import decoders
-
-        yield decoders
+        yield importlib.import_module(f"bench.{name}")
     finally:
         sys.path.remove(str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def decoders() -> Iterator[ModuleType]:
+    yield from _bench_module("decoders")
+
+
+@pytest.fixture(scope="module")
+def formats() -> Iterator[ModuleType]:
+    yield from _bench_module("formats")
 
 
 FIGURES = {
@@ -49,15 +58,6 @@ def test_table_pairs_each_cases_float32_and_bfloat16_figures(decoders: ModuleTyp
     gguf = rows["format-gguf", "gguf_q4_k"]
     assert gguf["bfloat16_gbps"] is None
     assert gguf["bfloat16_share"] is None
-
-
-def test_pick_keeps_the_named_packages_benches_or_all(decoders: ModuleType) -> None:
-    modules = {"format-fp8": Path("a.py"), "format-gguf": Path("b.py")}
-    assert decoders.pick(modules, ["gguf"]) == {"format-gguf": Path("b.py")}
-    assert decoders.pick(modules, ["format-fp8", "gguf"]) == modules
-    assert decoders.pick(modules, []) == modules
-    with pytest.raises(ValueError, match="no format package bench for ggml: there are format-fp8"):
-        decoders.pick(modules, ["ggml"])
 
 
 def test_goals_name_the_cases_under_the_bar(decoders: ModuleType) -> None:
@@ -109,3 +109,15 @@ def test_format_benches_report_float32_and_bfloat16_beside_memcpy(
     for r in rows:  # every case has both figures, paired by name
         assert r["float32_gbps"] is not None, r
         assert r["bfloat16_gbps"] is not None, r
+
+
+def test_a_package_filter_selects_those_benches_and_names_unknown_ones(
+    formats: ModuleType,
+) -> None:
+    every = formats.bench_modules()
+    assert formats.selected(None) == every == formats.selected([])
+    picked = formats.selected(["format-gptq", "format-ct-int"])
+    assert set(picked) == {"format-gptq", "format-ct-int"}
+    assert picked["format-gptq"] == every["format-gptq"]
+    with pytest.raises(ValueError, match="no bench for format-nope; .*format-gptq"):
+        formats.selected(["format-gptq", "format-nope"])

@@ -26,6 +26,7 @@ from flexq.formatkit import (
     to_numpy,
     unpack_into,
 )
+from flexq.formatkit.words import decode_slot_groups, unpack_less_zeros, unpack_slots_into
 
 BOOK = np.arange(16, dtype=np.float32) * np.float32(0.25) - np.float32(2.0)
 
@@ -296,3 +297,71 @@ def test_unpack_into_int32_gives_the_codes_as_indexes(bits: int) -> None:
     np.testing.assert_array_equal(out, codes - 1)
     with pytest.raises(ValueError, match="float32 or int32"):
         unpack_into(words, bits, np.empty((3, 64), np.int16))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cols=st.integers(0, 5),
+    groups=st.integers(1, 3),
+    width=st.sampled_from([1, 8, 32]),
+    awq_order=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_decode_slot_groups_equals_the_shift_unpack_then_the_affine(
+    cols: int, groups: int, width: int, awq_order: bool, seed: int
+) -> None:
+    """AutoAWQ's GEMM packing (codes of eight output rows per word, in AWQ's slot order
+    or in order): the banded decoder and its unpacker give the bits of the whole-array
+    shift unpack and ``(q - z) * s``, NaN and infinite scales included."""
+    rng = np.random.default_rng(seed)
+    slots = (0, 4, 1, 5, 2, 6, 3, 7) if awq_order else tuple(range(8))
+    rows_in = groups * width
+    words = rng.integers(-(2**31), 2**31, (rows_in, cols), dtype=np.int64).astype(np.int32)
+    zero = rng.integers(0, 16, (8 * cols, groups)).astype(np.float32)
+    scale = rng.standard_normal((8 * cols, groups)).astype(np.float16).astype(np.float32)
+    if scale.size:
+        scale.flat[0], scale.flat[-1] = np.inf, np.nan
+    q = NumpyOps().unpack(words, 4, slots, True)
+    codes = np.empty((8 * cols, rows_in), np.float32)
+    unpack_slots_into(np.ascontiguousarray(words.T), 4, slots, codes)
+    np.testing.assert_array_equal(codes, q)
+    with np.errstate(invalid="ignore"):
+        want = (q - np.repeat(zero, width, 1)) * np.repeat(scale, width, 1)
+    out = np.full((8 * cols, rows_in), -1.0, np.float32)
+    assert decode_slot_groups(words, 4, slots, zero, scale, out) is out
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    # zero points that are not codes come off the float32 codes: the same arithmetic
+    half = zero + np.float32(0.5)
+    with np.errstate(invalid="ignore"):
+        want = (q - np.repeat(half, width, 1)) * np.repeat(scale, width, 1)
+    decode_slot_groups(words, 4, slots, half, scale, out)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        unpack_slots_into(np.ascontiguousarray(words.T), 4, slots, np.empty((1, 1), np.float32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=st.sampled_from([2, 3, 4, 8]),
+    rows=st.integers(0, 4),
+    groups=st.integers(1, 3),
+    units=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_unpack_less_zeros_takes_each_groups_zero_point_off_its_codes(
+    bits: int, rows: int, groups: int, units: int, seed: int
+) -> None:
+    """Codes less their group's zero point (off the bytes for 3 and 4 bits, off the
+    float32 codes otherwise) equal the unpacked codes less the repeated zero points."""
+    rng = np.random.default_rng(seed)
+    width = 32 * units  # whole 3-bit units and whole bytes at every width
+    codes = rng.integers(0, 1 << bits, (rows, groups * width))
+    zeros = rng.integers(0, 1 << bits, (rows, groups)).astype(np.float32)
+    words = pack_words(codes, bits, axis=1)
+    out = np.full(codes.shape, np.nan, np.float32)
+    unpack_less_zeros(words, bits, out, zeros)
+    want = (codes - np.repeat(zeros, width, axis=1)).astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))  # +0.0 where equal
+    # zero points that are not codes take the float32 path, with the same result
+    unpack_less_zeros(words, bits, out, zeros - np.float32(0.5))
+    np.testing.assert_array_equal(out, want + np.float32(0.5))

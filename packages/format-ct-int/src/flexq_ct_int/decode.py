@@ -32,20 +32,17 @@ from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
     ArrayOps,
     for_row_runs,
-    lookup_into,
     ops_for,
     to_numpy,
     unpack_into,
 )
+from flexq.formatkit.words import unpack_less_zeros
 from flexq_ct_int.arrayops import CtOps, ct_ops_for
 from flexq_ct_int.config import FORMAT_NAME
 
 if TYPE_CHECKING:
     from flexq.formatkit import Sources
     from flexq_ct_int.layout import CtLinear
-
-#: I8 byte (as uint8) -> its signed value as float32.
-_SIGNED_VALUES = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -262,24 +259,37 @@ def _banded(
         minus = affine.zero
     else:
         zero = np.asarray(affine.zero, np.float32)
-    signed = _SIGNED_VALUES - np.float32(minus)
 
     def decode(rows: slice, dst: np.ndarray) -> None:
         src = weight[ri + rows.start : ri + rows.stop]
         if linear.packed:
             unpack_into(src, linear.bits, dst, minus, first_bit=first_bit, per_word=per_word)
         else:
-            lookup_into(signed, src.view(np.uint8), dst)
+            # I8 codes: a conversion, several times faster than a table lookup.
+            np.copyto(dst, src.view(np.int8), casting="unsafe")
+            if minus:
+                dst -= np.float32(minus)  # small integers: exact
 
     def part(x: Any, rows: slice) -> Any:
         if x is None or x.shape[0] == 1:
             return x
         return x[rows]
 
+    # Zero points per whole group of a dense stream come off the unpacked bytes.
+    dense = linear.packed and per_word is None and first_bit == 0
+    less_zeros = dense and zero is not None and affine.mode == "groups"
+
     def work(runs: Sequence[range]) -> None:
         for run in runs:
             rows = slice(run.start, run.stop)
             dst = out[rows]
+            if less_zeros:
+                assert zero is not None
+                src = weight[ri + rows.start : ri + rows.stop]
+                unpack_less_zeros(src, linear.bits, dst, part(zero, rows))
+                with np.errstate(invalid="ignore", over="ignore"):
+                    _apply(dst, part(scale, rows), None, affine, index)
+                continue
             if aligned:
                 decode(rows, dst)
             else:

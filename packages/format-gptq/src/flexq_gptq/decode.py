@@ -39,6 +39,7 @@ from flexq.formatkit import (
     transposed_words,
     unpack_into,
 )
+from flexq.formatkit.words import unpack_less_zeros
 from flexq_gptq.arrayops import gptq_ops_for
 from flexq_gptq.config import FORMAT_NAME
 
@@ -154,7 +155,8 @@ def _banded(
     row o is transposed word row o, one bit stream the kit's :func:`unpack_into` expands
     (a table lookup per byte; for 3 bits one 12-bit table lookup per 4 codes).
     Columns whose groups are contiguous and whole broadcast one zero and scale per
-    group (a zero shared by every group comes off in the code table); others
+    group (the zeros come off the unpacked bytes, a zero shared by every group off
+    every code); others
     (act-order, partial groups) look each int32 code up in its row's per-group table.
     """
     ni = rows.size
@@ -183,10 +185,11 @@ def _banded(
             if grouped:
                 # One zero for every group (symmetric GPTQ: 2^(bits-1)) is taken off
                 # by the code table itself: one pass less.
-                unpack_into(words_t, bits, values, zero)
+                if zero:
+                    unpack_into(words_t, bits, values, zero)
+                else:
+                    unpack_less_zeros(words_t, bits, values, zt[band])
                 v3 = values.reshape(len(run), ng, g)
-                if not zero:
-                    v3 -= zt[band, :, None]
                 v3 *= st[band, :, None]
             else:
                 codes = np.empty(values.shape, np.int32)

@@ -24,8 +24,8 @@ from flexq.formatkit import (
     for_row_runs,
     grouped_affine,
     ops_for,
-    transposed_words,
 )
+from flexq.formatkit.words import decode_slot_groups, unpack_less_zeros
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
 if TYPE_CHECKING:
@@ -85,15 +85,6 @@ def dequantize(linear: AwqLinear, sources: Sources, out: Any = None) -> Any:
         return grouped_affine(ops, q, z, s, g, start)
 
 
-#: A byte's two 4-bit codes (low nibble first) as float32, one 8-byte item each.
-_NIBBLE_PAIRS = (
-    np.stack([np.arange(256) & 0xF, np.arange(256) >> 4], axis=-1)
-    .astype(np.float32)
-    .view(np.uint64)
-    .reshape(256)
-)
-
-
 def _banded(
     words: np.ndarray,
     z: np.ndarray,
@@ -107,45 +98,26 @@ def _banded(
     every step of a band of output rows done while it is still in cache, bands on
     the worker threads.
 
-    GEMV words hold a row's codes in order, two per byte (low nibble first on
-    little-endian hosts), so a band is one pair-table lookup. A band's GEMM words are
-    transposed first (1/8 of its output) and output row ``8c + j`` is slot
-    ``slots[j]`` of transposed word row ``c``: contiguous rows, one shift and
-    mask each.
+    GEMM words are AutoAWQ's packing across output rows: the kit's
+    :func:`~flexq.formatkit.words.decode_slot_groups` (which AMD Quark's int4 shares).
+    GEMV words hold a row's codes in order, so a band is the kit's
+    :func:`~flexq.formatkit.words.unpack_less_zeros` of its words (the zeros off the
+    unpacked bytes), then the scale.
     """
     no, ng = z.shape
     ni = ng * g
     result = np.empty((no, ni), np.float32) if out is None else out
+    if gemm:
+        return decode_slot_groups(words, BITS, slots, z, s, result)
     src = np.ascontiguousarray(words).view(np.uint32)
-    step = PACK if gemm else 1  # output rows per source row (GEMM: per word column)
-
-    def affine(rows: slice) -> None:
-        values = result[rows].reshape(-1, ng, g)
-        values -= z[rows, :, None]
-        values *= s[rows, :, None]
 
     def work(runs: Sequence[range]) -> None:
         for run in runs:
-            rows = slice(run.start * step, run.stop * step)
-            if gemm:
-                # Each band transposes its own word columns, on its thread.
-                w = transposed_words(src, slice(run.start, run.stop))
-                block = result[rows].reshape(len(run), PACK, ni)
-                nibble = np.empty_like(w)
-                for j, slot in enumerate(slots):
-                    # Slot 0 needs no shift, slot 7 no mask: two passes of 24 saved.
-                    if slot == 0:
-                        np.bitwise_and(w, np.uint32(0xF), out=nibble)
-                    else:
-                        np.right_shift(w, np.uint32(4 * slot), out=nibble)
-                        if slot < PACK - 1:
-                            nibble &= np.uint32(0xF)
-                    block[:, j, :] = nibble
-            else:
-                codes = src[run.start : run.stop].view(np.uint8)
-                np.take(_NIBBLE_PAIRS, codes, out=result[rows].view(np.uint64), mode="clip")
+            values = result[run.start : run.stop]
+            unpack_less_zeros(src[run.start : run.stop], BITS, values, z[run.start : run.stop])
             with np.errstate(invalid="ignore", over="ignore"):
-                affine(rows)
+                v3 = values.reshape(-1, ng, g)
+                v3 *= s[run.start : run.stop, :, None]
 
-    for_row_runs(work, src.shape[1] if gemm else src.shape[0], step * ni)
+    for_row_runs(work, src.shape[0], ni)
     return result

@@ -30,6 +30,7 @@ from flexq.formatkit import (
     ops_for,
     scale_to_float32,
 )
+from flexq.formatkit.words import decode_slot_groups
 from flexq_format_quark.config import FORMAT_NAME
 from flexq_format_quark.layout import PACK
 
@@ -59,7 +60,7 @@ def dequantize(linear: QuarkLinear, sources: Sources, out: Any = None) -> Any:
         return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
     if linear.kind == "mxfp4":
         return _mxfp4(ops, linear, weight, scale, i0, ni)
-    return _grouped(ops, linear, sources, o0, i0, no, ni)
+    return _grouped(ops, linear, sources, o0, i0, no, ni, out)
 
 
 def _mxfp4(ops: ArrayOps, linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int) -> Any:
@@ -83,9 +84,17 @@ def _mxfp4(ops: ArrayOps, linear: QuarkLinear, codes: Any, scale: Any, i0: int, 
 
 
 def _grouped(
-    ops: ArrayOps, linear: QuarkLinear, sources: Sources, o0: int, i0: int, no: int, ni: int
+    ops: ArrayOps,
+    linear: QuarkLinear,
+    sources: Sources,
+    o0: int,
+    i0: int,
+    no: int,
+    ni: int,
+    out: Any,
 ) -> Any:
-    """``(q - z) * s`` for a box of an int4/uint4 per-group weight stored [in, out/8]."""
+    """``(q - z) * s`` for a box of an int4/uint4 per-group weight stored [in, out/8];
+    fills ``out`` when the box is whole words and groups, the usual case."""
     words, zeros, scale = sources[linear.weight], sources[linear.zero], sources[linear.scale]
     if linear.kind == "int4-group":
         words, zeros = _flip_signs(words), _flip_signs(zeros)
@@ -93,10 +102,20 @@ def _grouped(
     g0, ng = block_cover(i0, ni, g, linear.in_features)
     col = o0 - PACK * sources.offset(linear.weight)[1]
     # Storage is [in, out]: unpack transposed so codes arrive as [out, in].
-    q = ops.unpack(words, 4, linear.slots, transposed=True)[col : col + no, :ni]
     z = ops.unpack(zeros, 4, linear.slots, transposed=True)[col : col + no, :ng]
     s = ops.transpose(ops.float32(scale, linear.scale_dtype))
     start = i0 - g0 * g
+    if (
+        isinstance(words, np.ndarray)
+        and (col, start) == (0, 0)
+        and words.shape == (ni, no // PACK)
+        and ni == ng * g
+        and (out is None or out.flags.c_contiguous)
+    ):
+        # AutoAWQ's GEMM packing: the kit's banded decoder of it (AWQ GEMM's too).
+        result = np.empty((no, ni), np.float32) if out is None else out
+        return decode_slot_groups(words, 4, linear.slots, z, s[:no, :ng], result)
+    q = ops.unpack(words, 4, linear.slots, transposed=True)[col : col + no, :ni]
     # inf * 0 is NaN by definition; a non-finite scale is reported by the core's check.
     with np.errstate(invalid="ignore", over="ignore"):
         if no == 0 or ni == 0:
