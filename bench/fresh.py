@@ -166,10 +166,10 @@ def child_coldstart(ckpt: str, n: int, side: int) -> dict[str, Any]:
     mark = time.perf_counter()
     flexq.compose(ckpt).checkpoint.close()
     steps["first compose (headers, detection, config parsing)"] = time.perf_counter() - mark
-    from flexq.formatkit.threads import run_parts
+    from flexq.formatkit.threads import run_on_threads
 
     mark = time.perf_counter()
-    run_parts(lambda part: None, list(range(8)), 1)
+    run_on_threads(lambda part: None, list(range(8)), 1)
     steps["worker thread pool start"] = time.perf_counter() - mark
     del paddle
     with Measured() as m:

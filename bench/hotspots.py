@@ -19,7 +19,7 @@ DECODE = "decode (the format's apply; the pre-write probe included)"
 #: step -> function names (pyinstrument's ``function`` field) that belong to it.
 STEPS = {
     DECODE: {"flexq_apply"},
-    "  of which the bands on the worker threads": {"for_bands"},
+    "  of which the bands on the worker threads": {"run_in_bands"},
     "declared-scale checks before the first write": {"check_scales"},
     "writes into targets that were not decoded in place": {"write"},
     "drop each piece's mapped pages (madvise)": {"unmap_pages"},

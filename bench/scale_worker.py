@@ -138,7 +138,7 @@ def main(ckpt: str, out: str, engine: str, drop: bool, shape: Any) -> None:
     import flexq
     from bench.rank_worker import _loaded, count_paddle_loads, cuda_shim
     from flexq.compose import composition_of
-    from flexq.load.aoa import plan_pieces
+    from flexq.load.pieces import plan_pieces
     from flexq.load.report import LoadOptions
     from flexq.load.targets import describe
 

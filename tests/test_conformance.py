@@ -112,7 +112,7 @@ def _checks_without_check(plan: ReadPlan) -> ReadPlan:
 @contextlib.contextmanager
 def nvfp4_whose_plans(change: Callable[[ReadPlan], ReadPlan]) -> Iterator[str]:
     """NVFP4 registered a second time, as ``bare-nvfp4``, with ``change`` made to its plans."""
-    from flexq_nvfp4.decode import dequantize_box
+    from flexq_nvfp4.decode import decode
     from flexq_nvfp4.detect import analyze
     from flexq_nvfp4.plan import local_plan
 
@@ -122,7 +122,7 @@ def nvfp4_whose_plans(change: Callable[[ReadPlan], ReadPlan]) -> Iterator[str]:
         methods=("compressed-tensors/nvfp4-pack-quantized",),
         analyze=analyze,
         plan=lambda t, target: change(local_plan(t, target)),
-        decode=dequantize_box,
+        decode=decode,
     )
     name = flexq.register_format(bare)
     try:

@@ -13,7 +13,7 @@ import pytest
 
 import flexq
 from flexq.compose import composition_of
-from flexq.load import aoa
+from flexq.load import pieces as piece_planner
 from flexq.load.sources import DirectSource
 from flexq_fp8 import save_fp8_checkpoint
 
@@ -80,7 +80,7 @@ def test_the_check_before_the_first_write_decodes_only_the_first_rows_of_the_sma
 ) -> None:
     path = fp8_checkpoint(tmp_path)
     # 32 rows of 64 float32 columns: a probe of at most 8 KiB.
-    monkeypatch.setattr(aoa, "PROBE_BYTES", 32 * 64 * 4)
+    monkeypatch.setattr(piece_planner, "PROBE_BYTES", 32 * 64 * 4)
     calls = fp8_apply_calls(monkeypatch)
     sd = plain_targets()
     # Either source hands out the probe's boxes, which lie inside the piece's own.
@@ -100,7 +100,7 @@ def test_a_format_that_ignores_the_planned_box_fails_before_anything_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = fp8_checkpoint(tmp_path)
-    monkeypatch.setattr(aoa, "PROBE_BYTES", 32 * 64 * 4)
+    monkeypatch.setattr(piece_planner, "PROBE_BYTES", 32 * 64 * 4)
     impl = next(
         i
         for i in flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
@@ -121,7 +121,7 @@ def test_a_format_that_ignores_the_planned_box_fails_before_anything_is_written(
 
 
 def test_a_probe_plan_is_the_pieces_own_when_the_piece_is_small(tmp_path: Path) -> None:
-    from flexq.load.aoa import plan_pieces
+    from flexq.load.pieces import plan_pieces
     from flexq.load.report import LoadOptions
     from flexq.load.targets import describe
 

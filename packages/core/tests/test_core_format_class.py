@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import flexq
-from flexq.formatkit import Analysis, Encoder, Format, Sources, ops_for, per_checkpoint
+from flexq.formatkit import Analysis, BoxSources, Encoder, Format, cached_per_checkpoint, ops_for
 from flexq.plugin.manager import registry
 
 
@@ -28,7 +28,7 @@ class RowScaled:
         return self.key + ".q", self.key + ".rs"
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: flexq.Checkpoint) -> Analysis[RowScaled]:
     found = {
         k[:-2]: RowScaled(k[:-2], info.shape)
@@ -44,7 +44,7 @@ def plan(t: RowScaled, target: flexq.TargetSlice) -> flexq.ReadPlan:
     return flexq.ReadPlan("local", {q: target.box, rs: ((r0,), (nr,))}, target, scales=(rs,))
 
 
-def decode(t: RowScaled, sources: Sources, out: Any) -> Any:
+def decode(t: RowScaled, sources: BoxSources, out: Any) -> Any:
     q, rs = (sources[k] for k in t.sources)
     ops = ops_for(q)
     return ops.float32(q, "I8") * ops.reshape(ops.float32(rs, "F32"), (-1, 1))
@@ -103,7 +103,7 @@ def test_a_format_object_loads_local_boxes_exactly(rowscaled: str, tmp_path: Pat
     target = flexq.TargetSlice((6, 5), (2, 5), (3, 0), "float32")
     box = ct.plan("lin", target)
     assert box.source_slices["lin.rs"] == ((3,), (2,))
-    got = ct.dequantize("lin", ct.read_sources(box), box, "float32")
+    got = ct.decode("lin", ct.read_sources(box), box, "float32")
     np.testing.assert_array_equal(got, whole[3:5])
 
 
@@ -123,7 +123,7 @@ def test_missing_sources_in_apply_name_them(rowscaled: str, tmp_path: Path) -> N
     ct = flexq.compose(tmp_path)
     plan_ = ct.plan("lin", flexq.TargetSlice.whole((2, 2), "float32"))
     with pytest.raises(flexq.FormatError, match=r"needs \['lin.rs'\]"):
-        ct.dequantize("lin", {"lin.q": np.ones((2, 2), np.int8)}, plan_, "float32")
+        ct.decode("lin", {"lin.q": np.ones((2, 2), np.int8)}, plan_, "float32")
 
 
 def test_sources_map_the_boxes_and_name_a_box_of_the_wrong_shape(
@@ -132,7 +132,7 @@ def test_sources_map_the_boxes_and_name_a_box_of_the_wrong_shape(
     registry.encode(rowscaled, tmp_path, {"lin": np.ones((6, 5), np.float32)}, {})
     ct = flexq.compose(tmp_path)
     plan_ = ct.plan("lin", flexq.TargetSlice((6, 5), (2, 5), (3, 0), "float32"))
-    sources = Sources(ct.checkpoint, plan_, ct.read_sources(plan_))
+    sources = BoxSources(ct.checkpoint, plan_, ct.read_sources(plan_))
     assert sorted(sources) == ["lin.q", "lin.rs"]
     assert len(sources) == 2
     assert sources.target is plan_.target

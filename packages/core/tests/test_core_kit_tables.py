@@ -18,7 +18,7 @@ from flexq.formatkit import (
     code_table,
     gather_codes,
     lookup_scaled,
-    nibble_blocks,
+    nibble_block_boxes,
     nibble_pairs,
     pack_words,
     pair_items,
@@ -215,7 +215,7 @@ def test_to_numpy_gives_host_arrays_for_numpy_and_paddle() -> None:
 
 def test_nibble_blocks_cover_the_target_and_trim_inside_the_first_block() -> None:
     target = flexq.TargetSlice((4, 40), (2, 10), (1, 13), "float32")
-    codes, scales, trim = nibble_blocks(target, 16, 40)
+    codes, scales, trim = nibble_block_boxes(target, 16, 40)
     # elements 13..22 lie in blocks 0 and 1: bytes 0..15, scales 0..1
     assert codes == ((1, 0), (2, 16))
     assert scales == ((1, 0), (2, 2))
@@ -224,12 +224,12 @@ def test_nibble_blocks_cover_the_target_and_trim_inside_the_first_block() -> Non
 
 def test_nibble_blocks_read_only_the_bytes_of_a_partial_last_block() -> None:
     target = flexq.TargetSlice((3, 40), (3, 8), (0, 32), "float32")
-    codes, scales, trim = nibble_blocks(target, 16, 40)
+    codes, scales, trim = nibble_block_boxes(target, 16, 40)
     assert codes == ((0, 16), (3, 4))
     assert scales == ((0, 2), (3, 1))
     assert trim == 0
     empty = flexq.TargetSlice((3, 40), (3, 0), (0, 40), "float32")
-    assert nibble_blocks(empty, 16, 40)[1][1] == (3, 0)
+    assert nibble_block_boxes(empty, 16, 40)[1][1] == (3, 0)
 
 
 class Blob(pydantic.BaseModel):

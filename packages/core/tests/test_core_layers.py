@@ -61,7 +61,7 @@ def test_the_import_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
     probe.write_text(
         "from typing import TYPE_CHECKING\n"
         "from ..formatkit import bands\n"
-        "if TYPE_CHECKING:\n    from flexq.formatkit.format import Sources\n"
+        "if TYPE_CHECKING:\n    from flexq.formatkit.format import BoxSources\n"
         "def f() -> None:\n    import flexq.formatkit.words\n"
     )
     found = imports_under(imported_modules(probe, "flexq.load.probe"), "flexq.formatkit")
@@ -69,7 +69,7 @@ def test_the_import_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
         "flexq.formatkit",
         "flexq.formatkit.bands",
         "flexq.formatkit.format",
-        "flexq.formatkit.format.Sources",
+        "flexq.formatkit.format.BoxSources",
         "flexq.formatkit.words",
     ]
 
@@ -113,11 +113,11 @@ def test_the_old_kit_module_paths_are_the_moved_modules(name: str) -> None:
 
 
 def test_sources_keeps_its_kit_path() -> None:
-    from flexq.formatkit import Sources as from_kit
-    from flexq.formatkit.format import Sources as from_format
-    from flexq.numerics.sources import Sources
+    from flexq.formatkit import BoxSources as from_kit
+    from flexq.formatkit.format import BoxSources as from_format
+    from flexq.numerics.sources import BoxSources
 
-    assert from_kit is from_format is Sources
+    assert from_kit is from_format is BoxSources
 
 
 def test_the_composition_holds_no_paddle_protocol_state(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 import flexq
 from flexq.errors import FlexqError
-from flexq.formatkit import RUNS_PER_TASK, for_row_runs
+from flexq.formatkit import RUNS_PER_TASK, run_in_row_bands
 from flexq.formatkit.rounding import float32_to_bfloat16_bits
-from flexq.formatkit.threads import run_parts, thread_count
+from flexq.formatkit.threads import run_on_threads, thread_count
 
 
 def threads_used(items: int, most: int) -> tuple[set[str], list[int]]:
@@ -31,7 +31,7 @@ def threads_used(items: int, most: int) -> tuple[set[str], list[int]]:
             names.add(threading.current_thread().name)
             seen.extend(part)
 
-    run_parts(work, range(items), most)
+    run_on_threads(work, range(items), most)
     return names, sorted(seen)
 
 
@@ -120,7 +120,7 @@ def test_row_runs_cover_every_row_once_on_the_workers(monkeypatch: pytest.Monkey
             calls.append(len(runs))
             rows.extend(r for run in runs for r in run)
 
-    for_row_runs(work, 5000, 4096)  # 64 rows per cache-sized run: 79 runs
+    run_in_row_bands(work, 5000, 4096)  # 64 rows per cache-sized run: 79 runs
     assert sorted(rows) == list(range(5000))
     assert max(calls) <= RUNS_PER_TASK
     assert len(calls) > 1
@@ -139,7 +139,7 @@ def test_the_workers_never_hold_up_the_end_of_the_process(monkeypatch: pytest.Mo
 def test_an_interrupt_drops_the_parts_not_started_and_waits_for_the_running_ones(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Ctrl-C while run_parts waits: it raises only once no part is running, so no
+    """Ctrl-C while run_on_threads waits: it raises only once no part is running, so no
     worker writes into the caller's arrays after the caller has moved on."""
     monkeypatch.setenv("FLEXQ_THREADS", "2")
     lock = threading.Lock()
@@ -157,7 +157,7 @@ def test_an_interrupt_drops_the_parts_not_started_and_waits_for_the_running_ones
             finished.append(part[0])
 
     with pytest.raises(KeyboardInterrupt):
-        run_parts(work, range(200), 1)
+        run_on_threads(work, range(200), 1)
     with lock:
         assert sorted(running) == sorted(finished)  # nothing still running
         ran = len(running)
@@ -187,7 +187,7 @@ def test_an_error_in_one_part_is_raised_once_the_others_stopped(
 
     def run() -> None:
         try:
-            run_parts(work, range(60), 1)
+            run_on_threads(work, range(60), 1)
         finally:
             active_at_raise.append(active[0])
 

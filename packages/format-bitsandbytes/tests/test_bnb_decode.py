@@ -135,7 +135,7 @@ def test_paddle_sources_are_bit_identical_to_numpy(tmp_path: Path, build: Build,
     for key in [*cases, "q.weight"]:
         plan = ct.read_plan(key, flexq.TargetSlice.whole(ct.entries[key].shape, "float32"))
         sources = ct.read_sources(plan)
-        want = ct.dequantize(key, sources, plan, "float32")
+        want = ct.decode(key, sources, plan, "float32")
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
         got = ct.apply(key, on_device, "float32")
         np.testing.assert_array_equal(kit.bits(got.numpy()), kit.bits(want))

@@ -81,7 +81,7 @@ def test_int8_plan_is_the_box_and_its_rows_scales(tmp_path: Path, build: Build, 
         "m.SCB": ((4,), (3,)),
         "m.weight_format": ((), ()),
     }
-    local = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
+    local = ct.decode(KEY, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(
         kit.bits(local), kit.bits(kit.reference_int8(cb, scb)[4:7, 10:17])
     )
@@ -92,7 +92,7 @@ def test_force_global_gives_the_whole_tensor(tmp_path: Path, build: Build, kit: 
     ct = flexq.compose(build(tmp_path / "c", kit.tensors_4bit(KEY, case)), formats=FORMATS)
     plan = ct.plan(KEY, TargetSlice((5, 30), (2, 10), (2, 5), "float32"), force_global=True)
     assert plan.mode == "global"
-    out = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
+    out = ct.decode(KEY, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(kit.bits(out), kit.bits(kit.reference_4bit(case)))
 
 
@@ -132,7 +132,7 @@ def test_local_plan_equals_the_slice_of_the_global_result_within_the_read_bound(
             bound += (blocks // case["nested_blocksize"] + 2) * 4 + 1024
         assert read <= bound
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
-        from_paddle = ct.dequantize(KEY, on_device, plan, "float32")
+        from_paddle = ct.decode(KEY, on_device, plan, "float32")
         np.testing.assert_array_equal(kit.bits(from_paddle.numpy()), kit.bits(local))
         ct.checkpoint.close()
 
@@ -156,11 +156,11 @@ def test_int8_local_plan_reads_only_its_box(
         before = ct.checkpoint.bytes_read
         sources = ct.read_sources(plan)
         assert ct.checkpoint.bytes_read - before == nr * nc + nr * 4 + 1
-        local = ct.dequantize(KEY, sources, plan, "float32")
+        local = ct.decode(KEY, sources, plan, "float32")
         want = kit.reference_int8(cb, scb)[r0 : r0 + nr, c0 : c0 + nc]
         np.testing.assert_array_equal(kit.bits(local), kit.bits(want))
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
         np.testing.assert_array_equal(
-            kit.bits(ct.dequantize(KEY, on_device, plan, "float32").numpy()), kit.bits(local)
+            kit.bits(ct.decode(KEY, on_device, plan, "float32").numpy()), kit.bits(local)
         )
         ct.checkpoint.close()

@@ -119,7 +119,7 @@ def test_whole_and_sliced_decodes_match_the_oracle_and_read_only_covering_data(
             before = ct.checkpoint.bytes_read
             sources = ct.read_sources(plan)
             assert ct.checkpoint.bytes_read - before == planned_bytes(case, o0, no, i0, ni)
-            got = ct.dequantize("fc.weight", sources, plan, "float32")
+            got = ct.decode("fc.weight", sources, plan, "float32")
             np.testing.assert_array_equal(
                 got.view(np.uint32), whole[o0 : o0 + no, i0 : i0 + ni].view(np.uint32)
             )
@@ -144,7 +144,7 @@ def test_large_boxes_take_the_banded_path_into_the_offered_output(
             target = TargetSlice((1200, 512), (no, ni), (o0, i0), "float32")
             plan = ct.plan("fc.weight", target)
             out = np.full((no, ni), np.nan, np.float32)
-            got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32", out)
+            got = ct.decode("fc.weight", ct.read_sources(plan), plan, "float32", out)
             assert np.shares_memory(got, out)
             np.testing.assert_array_equal(got, case.expected[o0 : o0 + no, i0 : i0 + ni])
 
@@ -158,6 +158,6 @@ def test_global_plans_read_whole_sources(tmp_path: Path, oracle: Any) -> None:
     plan = ct.plan("fc.weight", TargetSlice.whole((16, 64), "float32"), force_global=True)
     assert plan.mode == "global"
     np.testing.assert_array_equal(
-        ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32"),
+        ct.decode("fc.weight", ct.read_sources(plan), plan, "float32"),
         case.expected,
     )

@@ -241,16 +241,16 @@ def test_apply_rejects_sources_of_the_wrong_shape(tmp_path: Path) -> None:
     plan = ct.plan("a.weight", flexq.TargetSlice.whole((16, 8), "float32"))
     sources = ct.read_sources(plan)
     with pytest.raises(FormatError, match=r"'a\.weight_scale_inv' arrived with shape \(1, 1\)"):
-        ct.dequantize(
+        ct.decode(
             "a.weight",
             {**sources, "a.weight_scale_inv": np.ones((1, 1), np.float32)},
             plan,
             "float32",
         )
     with pytest.raises(FormatError, match=r"'a\.weight' arrived with shape \(8, 8\)"):
-        ct.dequantize("a.weight", {**sources, "a.weight": sources["a.weight"][:8]}, plan, "float32")
+        ct.decode("a.weight", {**sources, "a.weight": sources["a.weight"][:8]}, plan, "float32")
     with pytest.raises(FormatError, match=r"needs \['a\.weight_scale_inv'\]"):
-        ct.dequantize("a.weight", {"a.weight": sources["a.weight"]}, plan, "float32")
+        ct.decode("a.weight", {"a.weight": sources["a.weight"]}, plan, "float32")
 
 
 def test_logical_key_of_another_format_is_refused(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_bytes(
         before = ct.checkpoint.bytes_read_by_file.copy()
         sources = ct.read_sources(plan)
         delta = ct.checkpoint.bytes_read_by_file - before
-        local = ct.dequantize("w", sources, plan, "float32")
+        local = ct.decode("w", sources, plan, "float32")
         whole = ct.load("w", "float32")
         box = tuple(slice(o, o + n) for o, n in zip(ex.offset, ex.size, strict=True))
         np.testing.assert_array_equal(local.view(np.uint32), whole[box].view(np.uint32))
@@ -168,7 +168,7 @@ def test_force_global_reads_whole_sources(block_ckpt: flexq.ComposedTransform) -
     assert plan.mode == "global"
     assert plan.target == TargetSlice.whole((300, 260), "float32")
     assert plan.source_slices == {"w": ((0, 0), (300, 260)), "w_scale_inv": ((0, 0), (3, 3))}
-    got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")
+    got = ct.decode("w", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got.view(np.uint32), ct.load("w", "float32").view(np.uint32))
 
 
@@ -181,7 +181,7 @@ def test_per_tensor_scalar_scale_is_read_whole_for_any_box(tmp_path: Path) -> No
     ct = flexq.compose(tmp_path, formats=["fp8"])
     plan = ct.plan("w", TargetSlice((40, 30), (5, 7), (33, 20), "float32"))
     assert plan.source_slices["w_scale"] == ((), ())
-    got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")
+    got = ct.decode("w", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, np.full((5, 7), 0.75, np.float32))
 
 
@@ -191,7 +191,7 @@ def test_empty_box_reads_nothing_and_gives_an_empty_result(
     ct = block_ckpt
     plan = ct.plan("w", TargetSlice((300, 260), (0, 260), (300, 0), "float32"))
     before = ct.checkpoint.bytes_read
-    got = ct.dequantize("w", ct.read_sources(plan), plan, "float32")
+    got = ct.decode("w", ct.read_sources(plan), plan, "float32")
     assert ct.checkpoint.bytes_read == before
     assert got.shape == (0, 260)
 

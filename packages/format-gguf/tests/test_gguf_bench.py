@@ -48,7 +48,7 @@ def test_the_timed_file_loads_every_block_type_as_gguf_py_dequantizes_it(
         for i, (name, key) in enumerate(keys.items()):
             plan = ct.plan(key, TargetSlice.whole((4, 512), "float32"))
             out = np.zeros((4, 512), np.float32)
-            ct.dequantize(key, ct.read_sources(plan), plan, "float32", out=out)
+            ct.decode(key, ct.read_sources(plan), plan, "float32", out=out)
             ref = dequantize_ref(stored[f"blk.{i}.ffn_down.weight"], name)
             np.testing.assert_array_equal(out.view(np.uint32), ref.view(np.uint32))
     finally:

@@ -100,7 +100,7 @@ def test_a_row_band_of_a_permuted_tensor_reads_only_its_heads_blocks(
     blocks = ct.checkpoint.info(blocks_view("blk.0.attn_q.weight")).shape[1]
     scale_bytes = 2 * len(SCALE_FIELDS[weight_type][1]) * blocks
     assert ct.checkpoint.bytes_read == 128 * (info.shape[1] + scale_bytes)
-    same_bits(np.asarray(ct.dequantize(key, sources, plan, "float32")), ref[50:110])
+    same_bits(np.asarray(ct.decode(key, sources, plan, "float32")), ref[50:110])
 
 
 def test_a_split_set_loads_as_one_model_from_its_first_file_or_its_directory(
@@ -288,5 +288,5 @@ def test_decoding_in_bands_of_whole_heads_gives_the_same_bits(
         same_bits(ct.load(key, "float32"), ref[name])
         target = TargetSlice(ref[name].shape, (50, 40), (37, 100), "float32")
         plan = ct.plan(key, target)
-        box = np.asarray(ct.dequantize(key, ct.read_sources(plan), plan, "float32"))
+        box = np.asarray(ct.decode(key, ct.read_sources(plan), plan, "float32"))
         same_bits(box, ref[name][37:87, 100:140])

@@ -83,9 +83,9 @@ def _box_equals_gguf_py(
 ) -> None:
     """The box ``rows`` x ``cols`` of the [6, 512] tensor of ``type_name``, read and
     decoded as a load does, reads only its covering blocks and equals gguf-py."""
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
     from flexq_format_gguf.checkpoint import GGUFCheckpoint
-    from flexq_format_gguf.layout import GGUFLayout, Part, decode_box, local_plan
+    from flexq_format_gguf.layout import GGUFLayout, Part, decode, local_plan
 
     path, ref = boxed
     key = f"t.{type_name}"
@@ -100,7 +100,7 @@ def _box_equals_gguf_py(
         offset, shape = plan.source_slices[key]
         arrays = {key: ckpt.read(key, offset, shape)}
         with np.errstate(all="ignore"):
-            got = decode_box(layout, Sources(ckpt, plan, arrays), None)
+            got = decode(layout, BoxSources(ckpt, plan, arrays), None)
         blocks = -(-c1 // t.type.block) - c0 // t.type.block
         assert ckpt.bytes_read == (r1 - r0) * blocks * t.type.nbytes  # only the covering blocks
     same_bits(got, ref[key][r0:r1, c0:c1])

@@ -108,7 +108,7 @@ def test_a_box_of_the_stacked_experts_reads_only_the_halves_it_meets(
         for half in ("gate", "up")
     }
     assert {h for h, n in read.items() if n} == set(parts)
-    box = np.asarray(ct.dequantize(GATE_UP, ct.read_sources(plan), plan, "float32"))
+    box = np.asarray(ct.decode(GATE_UP, ct.read_sources(plan), plan, "float32"))
     cut = tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))
     same_bits(box, want[cut])
 

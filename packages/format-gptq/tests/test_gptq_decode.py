@@ -72,8 +72,8 @@ def test_paddle_sources_decode_to_the_numpy_bits(oracle: Any, case: dict[str, An
         on_device = {
             k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()
         }
-        numpy_result = ct.dequantize("fc.weight", sources, plan, "float32")
-        paddle_result = ct.dequantize("fc.weight", on_device, plan, "float32")
+        numpy_result = ct.decode("fc.weight", sources, plan, "float32")
+        paddle_result = ct.decode("fc.weight", on_device, plan, "float32")
         oracle.same_bits(paddle_result.numpy(), numpy_result)
         oracle.same_bits(numpy_result, lin.reference()[o0:, i0:])
 

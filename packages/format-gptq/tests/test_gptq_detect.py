@@ -175,7 +175,7 @@ def test_dynamic_desc_act_override_plans_act_order_for_that_module(oracle: Any) 
         target = TargetSlice((32, 64), (32, 16), (0, 0), "float32")
         plan = ct.plan("fc.weight", target)
         assert plan.source_slices["fc.scales"] == ((0, 0), (2, 32))  # every group
-        got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+        got = ct.decode("fc.weight", ct.read_sources(plan), plan, "float32")
         oracle.same_bits(got, lin.reference()[:, :16])
 
 
@@ -281,7 +281,7 @@ def test_g_idx_naming_a_missing_group_is_an_error(oracle: Any, desc_act: bool) -
         plan = ct.plan("fc.weight", TargetSlice((32, 64), (32, 30), (0, 30), "float32"))
         sources = ct.read_sources(plan)
         with pytest.raises(FormatError, match=r"'fc.g_idx' holds group 7 at \[40\], outside 0..1"):
-            ct.dequantize("fc.weight", sources, plan, "float32")
+            ct.decode("fc.weight", sources, plan, "float32")
 
 
 def test_act_order_g_idx_under_desc_act_false_decodes_whole_but_not_in_slices(
@@ -296,7 +296,7 @@ def test_act_order_g_idx_under_desc_act_false_decodes_whole_but_not_in_slices(
         plan = ct.plan("fc.weight", TargetSlice((32, 64), (32, 16), (0, 0), "float32"))
         sources = ct.read_sources(plan)
         with pytest.raises(FormatError, match="that desc_act: false promises"):
-            ct.dequantize("fc.weight", sources, plan, "float32")
+            ct.decode("fc.weight", sources, plan, "float32")
 
 
 def test_desc_act_needs_g_idx(oracle: Any) -> None:

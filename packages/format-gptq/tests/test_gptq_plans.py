@@ -129,7 +129,7 @@ def test_three_bit_row_slice_reads_whole_three_word_units(built: Built) -> None:
     qz_offset, qz_shape = plan.source_slices["fc.qzeros"]
     assert (qz_offset[1], qz_shape[1]) == (0, 6)  # out 30..49 -> units 0 and 1 -> words 0..5
     assert plan.source_slices["fc.qweight"] == ((0, 30), (9, 20))
-    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    got = ct.decode("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got, whole[30:50])
 
 
@@ -138,7 +138,7 @@ def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Bu
     target = TargetSlice((32, 96), (5, 7), (3, 9), "float32")
     plan = ct.plan("fc.weight", target, force_global=True)
     assert plan.mode == "global"
-    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    got = ct.decode("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
 
 
@@ -163,8 +163,8 @@ def test_whole_units_decode_band_by_band_into_a_given_output(
         plan = ct.plan("fc.weight", target)
         sources = ct.read_sources(plan)
         (o0, i0), (no, ni) = target.global_offset, target.local_shape
-        oracle.same_bits(ct.dequantize("fc.weight", sources, plan, "float32"), want[o0 : o0 + no])
+        oracle.same_bits(ct.decode("fc.weight", sources, plan, "float32"), want[o0 : o0 + no])
         into = np.full(target.local_shape, 5.0, np.float32)
-        got = ct.dequantize("fc.weight", sources, plan, "float32", out=into)
+        got = ct.decode("fc.weight", sources, plan, "float32", out=into)
         assert np.shares_memory(got, into)
         oracle.same_bits(into, want[o0 : o0 + no, i0 : i0 + ni])

@@ -57,8 +57,8 @@ def test_paddle_sources_give_the_same_bits_as_numpy_sources(
     plan = ct.plan("fc.weight", target)
     sources = ct.read_sources(plan)
     on_device = {k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()}
-    want = ct.dequantize("fc.weight", sources, plan, "float32")
-    got = ct.dequantize("fc.weight", on_device, plan, "float32")
+    want = ct.decode("fc.weight", sources, plan, "float32")
+    got = ct.decode("fc.weight", on_device, plan, "float32")
     oracle.same_bits(got.numpy(), want)
     oracle.same_bits(want, awq.reference()[1 : out_f - 2, 3 : in_f - 2])
 

@@ -87,5 +87,5 @@ def test_checkpoint_holding_the_check_vector_decodes_to_zero_through_seven(
     np.testing.assert_array_equal(got, np.arange(8, dtype=np.float32)[:, None])
     part = TargetSlice((8, 1), (3, 1), (5, 0), "float32")
     plan = ct.plan("m.weight", part)
-    out = ct.dequantize("m.weight", ct.read_sources(plan), plan, "float32")
+    out = ct.decode("m.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(out, [[5.0], [6.0], [7.0]])

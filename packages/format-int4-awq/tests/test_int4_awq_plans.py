@@ -87,7 +87,7 @@ def test_paddle_sources_of_a_local_plan_match_numpy(
     plan = ct.plan("fc.weight", TargetSlice((out_f, in_f), (no, ni), (o0, i0), "float32"))
     sources = ct.read_sources(plan)
     on_device = {k: source_to_paddle(v, ct.checkpoint.info(k).dtype) for k, v in sources.items()}
-    got = ct.dequantize("fc.weight", on_device, plan, "float32")
+    got = ct.decode("fc.weight", on_device, plan, "float32")
     oracle.same_bits(got.numpy(), whole[o0 : o0 + no, i0 : i0 + ni])
 
 
@@ -103,7 +103,7 @@ def test_force_global_reads_whole_sources_and_returns_the_whole_weight(built: Bu
     plan = ct.plan("fc.weight", target, force_global=True)
     assert plan.mode == "global"
     assert plan.source_slices["fc.qweight"] == ((0, 0), (64, 3))
-    got = ct.dequantize("fc.weight", ct.read_sources(plan), plan, "float32")
+    got = ct.decode("fc.weight", ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(got.view(np.uint32), whole.view(np.uint32))
 
 
@@ -164,8 +164,8 @@ def test_whole_boxes_decode_band_by_band_into_a_given_output(
         box = tuple(
             slice(o, o + n) for o, n in zip(target.global_offset, target.local_shape, strict=True)
         )
-        oracle.same_bits(ct.dequantize("fc.weight", sources, plan, "float32"), want[box])
+        oracle.same_bits(ct.decode("fc.weight", sources, plan, "float32"), want[box])
         into = np.full(target.local_shape, 5.0, np.float32)
-        got = ct.dequantize("fc.weight", sources, plan, "float32", out=into)
+        got = ct.decode("fc.weight", sources, plan, "float32", out=into)
         assert np.shares_memory(got, into)
         oracle.same_bits(into, want[box])

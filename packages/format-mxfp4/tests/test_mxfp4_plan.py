@@ -86,7 +86,7 @@ def test_gpt_oss_expert_box_maps_to_block_boxes(
         "w_scales": ((1, 3, 1), (1, 2, 2)),
     }
     before = ct.checkpoint.bytes_read
-    local = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
+    local = ct.decode(key, ct.read_sources(plan), plan, "float32")
     assert ct.checkpoint.bytes_read - before == 2 * (2 * 16 + 2)
     whole = ct.load(key, "float32")
     np.testing.assert_array_equal(bits(local), bits(whole[1:2, 33:90, 3:5]))
@@ -113,16 +113,16 @@ def test_gpt_oss_experts_transpose_stored_rows_into_the_last_axis(
     plan = ct.plan(key, whole)
     sources = ct.read_sources(plan)
     into = np.full(whole.local_shape, 3.0, np.float32)
-    for got in (ct.load(key, "float32"), ct.dequantize(key, sources, plan, "float32", into)):
+    for got in (ct.load(key, "float32"), ct.decode(key, sources, plan, "float32", into)):
         nan = np.isnan(want)
         np.testing.assert_array_equal(np.isnan(got), nan)
         np.testing.assert_array_equal(bits(got)[~nan], bits(want)[~nan])
     for empty in ((0, 96, 7), (2, 0, 7), (2, 96, 0)):
         plan = ct.plan(key, TargetSlice((2, 96, 7), empty, (0, 0, 0), "float32"))
-        assert ct.dequantize(key, ct.read_sources(plan), plan, "float32").shape == empty
+        assert ct.decode(key, ct.read_sources(plan), plan, "float32").shape == empty
     part = TargetSlice((2, 96, 7), (2, 50, 7), (0, 40, 0), "float32")  # starts inside a block
     plan = ct.plan(key, part)
-    got = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
+    got = ct.decode(key, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(bits(got), bits(ct.load(key, "float32")[:, 40:90]))
 
 
@@ -136,7 +136,7 @@ def test_force_global_gives_the_whole_tensor(
     plan = ct.plan(key, TargetSlice((64, 4), (10, 2), (40, 2), "float32"), force_global=True)
     assert plan.mode == "global"
     assert plan.target.local_shape == (64, 4)
-    out = ct.dequantize(key, ct.read_sources(plan), plan, "float32")
+    out = ct.decode(key, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(bits(out), bits(ct.load(key, "float32")))
 
 
@@ -181,7 +181,7 @@ def test_local_plan_equals_the_slice_of_the_global_result(
         rows = int(np.prod(case["local"])) // case["local"][blocked]
         assert read <= rows * (case["local"][blocked] // 32 + 2) * 17
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
-        from_paddle = ct.dequantize(key, on_device, plan, "float32")
+        from_paddle = ct.decode(key, on_device, plan, "float32")
         np.testing.assert_array_equal(bits(from_paddle.numpy()), bits(local))
         ct.checkpoint.close()
 
@@ -199,8 +199,8 @@ def test_paddle_sources_through_the_load_transform_protocol_are_bit_identical(
         target = TargetSlice((2, 5, n), (2, 5, n - 13), (0, 0, 7), "bfloat16")
     plan = ct.read_plan(key, target)
     sources = ct.read_sources(plan)
-    want32 = ct.dequantize(key, sources, plan, "float32")
-    want16 = ct.dequantize(key, sources, plan, "bfloat16")
+    want32 = ct.decode(key, sources, plan, "float32")
+    want16 = ct.decode(key, sources, plan, "bfloat16")
     on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
     got32 = ct.apply(key, on_device, paddle.float32)
     assert got32.place.is_cpu_place()

@@ -146,7 +146,7 @@ def test_decode_matches_the_reference_decoder(
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", flexq.ScaleWarning)
-            got = ct.dequantize(KEY + ".weight", on_device, plan, "float32")
+            got = ct.decode(KEY + ".weight", on_device, plan, "float32")
         assert_same(got.numpy(), want)
         ct.checkpoint.close()
 

@@ -82,7 +82,7 @@ def test_partial_last_block_plans_stay_inside_the_codes(
     ct = write_case(tmp_path / "c", build, nv, random_nv_data, CT, (2,), 40, 1)  # 16+16+8
     plan = ct.plan(KEY, TargetSlice((2, 40), (2, 5), (0, 35), "float32"))
     assert dict(plan.source_slices)[BASE + ".weight_packed"] == ((0, 16), (2, 4))
-    local = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
+    local = ct.decode(KEY, ct.read_sources(plan), plan, "float32")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", flexq.ScaleWarning)
         whole = ct.load(KEY, "float32")
@@ -98,7 +98,7 @@ def test_force_global_gives_the_whole_tensor(
     ct = flexq.compose(path, FORMATS)
     plan = ct.plan(KEY, TargetSlice((4, 64), (2, 10), (2, 40), "float32"), force_global=True)
     assert plan.mode == "global"
-    out = ct.dequantize(KEY, ct.read_sources(plan), plan, "float32")
+    out = ct.decode(KEY, ct.read_sources(plan), plan, "float32")
     np.testing.assert_array_equal(bits(out), bits(ct.load(KEY, "float32")))
 
 
@@ -139,7 +139,7 @@ def test_local_plan_equals_the_slice_of_the_global_result(
         rows = int(np.prod(case["local"][:-1]))
         assert read <= rows * (case["local"][-1] // 16 + 2) * 9 + 4
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
-        from_paddle = ct.dequantize(KEY, on_device, plan, "float32")
+        from_paddle = ct.decode(KEY, on_device, plan, "float32")
         assert_same(from_paddle.numpy(), local)
         ct.checkpoint.close()
 
@@ -154,8 +154,8 @@ def test_paddle_sources_through_the_load_transform_protocol_are_bit_identical(
     sources = ct.read_sources(plan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", flexq.ScaleWarning)
-        want32 = ct.dequantize(KEY, sources, plan, "float32")
-        want16 = ct.dequantize(KEY, sources, plan, "bfloat16")
+        want32 = ct.decode(KEY, sources, plan, "float32")
+        want16 = ct.decode(KEY, sources, plan, "bfloat16")
         on_device = {k: paddle.to_tensor(v) for k, v in sources.items()}
         got32 = ct.apply(KEY, on_device, paddle.float32)
         got16 = ct.apply(KEY, on_device, "bfloat16")

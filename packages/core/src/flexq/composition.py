@@ -21,7 +21,7 @@ from flexq.numerics.arrays import is_paddle
 from flexq.numerics.ops import ops_for
 from flexq.numerics.rounding import OVERFLOW_ENV, Overflow, round_numpy, to_paddle
 from flexq.numerics.scales import check_scales, scale_to_float32
-from flexq.numerics.sources import Sources
+from flexq.numerics.sources import BoxSources
 from flexq.plan import ReadPlan, TargetSlice, box_inside
 from flexq.plugin import passthrough
 
@@ -123,7 +123,7 @@ class Composition:
             )
         if plan.check is not None:
             try:
-                plan.check(Sources(self.checkpoint, plan, sources))
+                plan.check(BoxSources(self.checkpoint, plan, sources))
             except FlexqError:
                 raise
             except Exception as exc:
@@ -149,7 +149,7 @@ class Composition:
         same = dtype(self.checkpoint.info(key).dtype).paddle == output_dtype
         return key if same and tuple(shape) == tuple(plan.target.local_shape) else None
 
-    def dequantize(
+    def decode(
         self,
         logical_key: str,
         sources: Mapping[str, Any],
@@ -171,7 +171,7 @@ class Composition:
         into ``out``.
         """
         entry = self.entry(logical_key)
-        result = self._registry.apply(
+        result = self._registry.decode(
             entry.owner,
             self.checkpoint,
             logical_key,
@@ -204,7 +204,7 @@ class Composition:
         plan = self.plan(logical_key, TargetSlice.whole(entry.shape, out))
         sources = self.read_sources(plan)
         self.check_plan(logical_key, plan, sources)
-        return np.asarray(self.dequantize(logical_key, sources, plan, out))
+        return np.asarray(self.decode(logical_key, sources, plan, out))
 
     def _whole(self, key: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         shape = self.checkpoint.info(key).shape

@@ -33,7 +33,7 @@ On CPU the fused RMSNorm kernel does not exist, so the config's
 Parallel models: PaddleFormers' own settings (``tensor_model_parallel_size``,
 ``moe_group``, ...) pass through ``kw``; each rank loads the boxes of its
 ``sharded_state_dict()``, fused parameters split per rank as AOA splits them
-(:mod:`flexq.load.aoa`), and gpt-oss's ``sinks``, which PaddleFormers 1.2.0
+(:mod:`flexq.load.pieces`), and gpt-oss's ``sinks``, which PaddleFormers 1.2.0
 declares replicated, as each rank's own heads (:func:`_own_heads`).
 """
 

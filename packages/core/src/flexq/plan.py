@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
-    from flexq.numerics.sources import Sources
+    from flexq.numerics.sources import BoxSources
 
 #: A box of a tensor: (global_offset, local_shape).
 Box = tuple[tuple[int, ...], tuple[int, ...]]
@@ -91,7 +91,7 @@ class ReadPlan:
     :ivar checks: the other sources ``check`` reads (g_idx, weight_shape, code books,
         integer-coded scales): read with the scales before the first write.
     :ivar check: the format's own check of what ``scales`` and ``checks`` hold, called
-        with a :class:`flexq.formatkit.Sources` of exactly those boxes, after the
+        with a :class:`flexq.formatkit.BoxSources` of exactly those boxes, after the
         core's non-finite check and before anything is written (and before every
         decode that does not go through a load). It raises :class:`flexq.FormatError`
         (or warns with :func:`flexq.formatkit.check_scales`) naming the component that
@@ -103,7 +103,7 @@ class ReadPlan:
     target: TargetSlice
     scales: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
-    check: Callable[[Sources], None] | None = field(default=None, compare=False, repr=False)
+    check: Callable[[BoxSources], None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         slices = {

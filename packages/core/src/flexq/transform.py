@@ -103,7 +103,7 @@ class ComposedTransform:
     plan = _forwarded(Composition.plan)
     check_plan = _forwarded(Composition.check_plan)
     read_sources = _forwarded(Composition.read_sources)
-    dequantize = _forwarded(Composition.dequantize)
+    dequantize = _forwarded(Composition.decode)
     #: :meth:`Composition.load`: the whole logical tensor as numpy.
     load = _forwarded(Composition.load)
 

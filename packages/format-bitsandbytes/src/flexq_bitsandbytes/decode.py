@@ -22,12 +22,12 @@ import numpy as np
 
 from flexq.formatkit import (
     ArrayOps,
-    for_bands,
     is_paddle,
     lookup_scaled,
     nibble_pairs,
     ops_for,
     pair_items,
+    run_in_bands,
     to_numpy,
 )
 from flexq_bitsandbytes.codebook import CODE_BOOKS
@@ -37,7 +37,7 @@ from flexq_bitsandbytes.plan import block_elements, covering_blocks, flat_range,
 
 if TYPE_CHECKING:
     from flexq import TargetSlice
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
 
 #: quant type -> byte -> its two decoded codes (element 2k in the HIGH nibble).
 PAIR_TABLES = {name: nibble_pairs(book, high_first=True) for name, book in CODE_BOOKS.items()}
@@ -61,7 +61,7 @@ def _pairs(ops: ArrayOps, quant_type: str, packed: Any) -> Any:
     return ops.reshape(ops.lut_pairs(PAIR_TABLES[quant_type], packed), (-1,))
 
 
-def dequantize(t: FourBit | Int8, sources: Sources, out: Any) -> Any:
+def decode(t: FourBit | Int8, sources: BoxSources, out: Any) -> Any:
     """The format's ``decode``, after checking what arrived: each source's shape against
     the target.
 
@@ -74,7 +74,7 @@ def dequantize(t: FourBit | Int8, sources: Sources, out: Any) -> Any:
     return _four_bit(t, sources, out)
 
 
-def _four_bit(t: FourBit, sources: Sources, out: Any) -> Any:
+def _four_bit(t: FourBit, sources: BoxSources, out: Any) -> Any:
     target = sources.target
     boxes = {key: shape for key, (_, shape) in four_bit_boxes(t, target).items()}  # blob too
     sources.expect(boxes, logical_key=t.key, format_name=FORMAT)
@@ -90,7 +90,7 @@ def _four_bit(t: FourBit, sources: Sources, out: Any) -> Any:
     return dequantize_four_bit(t, sources[t.key], scale, target, out)
 
 
-def _int8(t: Int8, sources: Sources, out: Any) -> Any:
+def _int8(t: Int8, sources: BoxSources, out: Any) -> Any:
     box = sources.target.local_shape
     sources.expect({t.key: box, t.scb_key: box[:1]}, logical_key=t.key, format_name=FORMAT)
     return dequantize_int8(sources[t.key], sources[t.scb_key], out)
@@ -211,5 +211,5 @@ def dequantize_int8(codes: Any, scb: Any, out: Any = None) -> Any:
             o *= s
             o *= inv
 
-    for_bands(work, np.ascontiguousarray(codes), result, np.ascontiguousarray(scale))
+    run_in_bands(work, np.ascontiguousarray(codes), result, np.ascontiguousarray(scale))
     return result

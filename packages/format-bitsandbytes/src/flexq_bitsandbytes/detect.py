@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import Analysis, IgnoreList, natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, IgnoreList, cached_per_checkpoint, natural_dtype
 from flexq_bitsandbytes.config import FORMAT, SKIP_FIELDS, BnbConfig, parse
 from flexq_bitsandbytes.layout import (
     ABSMAX,
@@ -43,7 +43,7 @@ from flexq_bitsandbytes.layout import (
 from flexq_bitsandbytes.quantstate import read_quant_state
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[FourBit | Int8]:
     """The bitsandbytes tensors of ``ckpt`` by logical key (4-bit or LLM.int8), and
     every physical key of this format, used or not (computed once per checkpoint).

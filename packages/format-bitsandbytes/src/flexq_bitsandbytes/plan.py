@@ -36,7 +36,7 @@ from flexq_bitsandbytes.layout import ROW_FORMAT, FourBit, Int8
 
 if TYPE_CHECKING:
     from flexq import Checkpoint
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
     from flexq.plan import Box
 
 
@@ -122,7 +122,7 @@ def check_keys(t: FourBit | Int8) -> tuple[str, ...]:
     return (t.quant_map_key,)
 
 
-def check(t: FourBit | Int8, sources: Sources) -> None:
+def check(t: FourBit | Int8, sources: BoxSources) -> None:
     """The plan's check, run by the core before the first write of a load: the stored
     ``quant_map`` is bnb's code book (its kernels ignore the stored one), and an int8
     weight's ``weight_format`` is row-major.

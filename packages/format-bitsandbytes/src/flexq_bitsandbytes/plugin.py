@@ -26,9 +26,9 @@ plugin: Format[Any] = Format(
     methods=(FORMAT,),
     analyze="flexq_bitsandbytes.detect:analyze",
     plan="flexq_bitsandbytes.plan:local_plan",
-    decode="flexq_bitsandbytes.decode:dequantize",
+    decode="flexq_bitsandbytes.decode:decode",
     encode="flexq_bitsandbytes.demo:encode",
-    api_version="1.0",
+    api_version="1.1",
 )
 
 __getattr__ = exports(__name__, {"MIN_LOGITS_COSINE": "flexq_bitsandbytes.demo"})

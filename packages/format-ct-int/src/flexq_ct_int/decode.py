@@ -31,8 +31,8 @@ import numpy as np
 from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
     ArrayOps,
-    for_row_runs,
     ops_for,
+    run_in_row_bands,
     to_numpy,
     unpack_into,
 )
@@ -41,7 +41,7 @@ from flexq_ct_int.arrayops import CtOps, ct_ops_for
 from flexq_ct_int.config import FORMAT_NAME
 
 if TYPE_CHECKING:
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
     from flexq_ct_int.layout import CtLinear
 
 
@@ -64,7 +64,7 @@ class _Affine:
     index: Any
 
 
-def dequantize(linear: CtLinear, sources: Sources, out: Any = None) -> Any:
+def decode(linear: CtLinear, sources: BoxSources, out: Any = None) -> Any:
     """The format's ``decode``: the float32 box ``sources.target`` of ``linear``'s weight.
 
     :raises FormatError: naming the file when a source arrived in another shape than
@@ -80,7 +80,7 @@ def dequantize(linear: CtLinear, sources: Sources, out: Any = None) -> Any:
         raise FormatError(f"{ckpt.info(linear.weight_key).file}: {exc}") from None
 
 
-def check_metadata(linear: CtLinear, sources: Sources) -> None:
+def check_metadata(linear: CtLinear, sources: BoxSources) -> None:
     """The plan's check, run by the core before the first write of a load on the planned
     ``weight_shape`` and ``weight_g_idx`` boxes: the recorded shape is the headers', and
     every group index names a group (what the decoder would otherwise find mid-load)."""
@@ -300,7 +300,7 @@ def _banded(
             with np.errstate(invalid="ignore", over="ignore"):
                 _apply(dst, s, z, affine, index)
 
-    for_row_runs(work, no, ni)
+    run_in_row_bands(work, no, ni)
     return out
 
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import FLOAT_SCALE_DTYPES, Analysis, natural_dtype, per_checkpoint
+from flexq.formatkit import FLOAT_SCALE_DTYPES, Analysis, cached_per_checkpoint, natural_dtype
 from flexq_ct_int.config import FORMAT_NAME, INT, PACK, read_config
 from flexq_ct_int.layout import CtLinear, Kind, ZeroKind
 from flexq_ct_int.packing import DENSE_SINCE, SUPPORTED_BITS, Packing, parse_version
@@ -49,7 +49,7 @@ STRATEGIES = ("tensor", "channel", "group", "block")
 _COMPANIONS = (".weight_shape", ".weight_g_idx", ".weight_zero_point")
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[CtLinear]:
     """The integer compressed-tensors weights of ``ckpt`` by logical key (``X.weight``),
     and every physical key that is this format's component, used or orphaned

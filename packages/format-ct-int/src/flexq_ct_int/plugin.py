@@ -28,9 +28,9 @@ plugin: Format[Any] = Format(
     methods=tuple(f"{QUANT_METHOD}/{fmt}" for fmt in FORMATS),
     analyze="flexq_ct_int.detect:analyze",
     plan="flexq_ct_int.plan:local_plan",
-    decode="flexq_ct_int.decode:dequantize",
+    decode="flexq_ct_int.decode:decode",
     encode="flexq_ct_int.demo:encode",
-    api_version="1.0",
+    api_version="1.1",
 )
 
 __getattr__ = exports(

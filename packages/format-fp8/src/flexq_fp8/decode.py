@@ -4,7 +4,7 @@ Written once against :mod:`flexq.formatkit`, so the same code runs on numpy arra
 (CPU reads) and on Paddle tensors on their device (only the uint8 codes and the
 small scale grid cross the bus). Every step is exact: table lookups, repeats,
 slices and one float32 product per element; the core then rounds once to the
-output dtype. :func:`apply` is the format's decode (:data:`flexq_fp8.plugin.plugin`);
+output dtype. :func:`decode` is the format's decode (:data:`flexq_fp8.plugin.plugin`);
 :func:`dequantize` is the math (also timed by the bench).
 """
 
@@ -18,10 +18,10 @@ import numpy as np
 from flexq.formatkit import (
     E4M3_TO_FLOAT32,
     ArrayOps,
-    Sources,
-    for_bands,
+    BoxSources,
     lookup_into,
     ops_for,
+    run_in_bands,
     scale_to_float32,
 )
 from flexq_fp8.config import FORMAT_NAME
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from flexq_fp8.layout import Fp8Layout
 
 
-def apply(layout: Fp8Layout, sources: Sources, out: Any) -> Any:
+def decode(layout: Fp8Layout, sources: BoxSources, out: Any) -> Any:
     """The format's ``decode``: checks that the weight and scale boxes are the ones the
     target needs (the core has checked that the declared scales are finite), then
     :func:`dequantize`.
@@ -154,7 +154,7 @@ def decode_scaled(ops: ArrayOps, codes: Any, scale: Any, out: Any = None) -> Any
         return ops.lut_mul(E4M3_TO_FLOAT32, codes, scale, out=out)
     if out is None:
         out = np.empty(codes.shape, np.float32)
-    return for_bands(_scaled_band, codes, out, np.asarray(scale, dtype=np.float32))
+    return run_in_bands(_scaled_band, codes, out, np.asarray(scale, dtype=np.float32))
 
 
 #: 2^120 as float32: E4M3 bits placed in a float32's exponent and mantissa fields

@@ -27,7 +27,7 @@ import math
 from dataclasses import replace
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, cached_per_checkpoint, natural_dtype
 from flexq_fp8.config import DECODED_ELSEWHERE, FORMAT_NAME, Fp8Config, read_config
 from flexq_fp8.layout import Fp8Layout, infer_block, scale_grid
 from flexq_fp8.square import square_edge
@@ -41,7 +41,7 @@ SCALE_SUFFIXES = ("_scale_inv", "_scale")
 _PLAIN_WEIGHT_DTYPES = frozenset({"BF16", "F16", "F32", WEIGHT_DTYPE})
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[Fp8Layout]:
     """The FP8 weights of ``ckpt`` (memoized per checkpoint object): logical key
     (= weight key) -> layout, and every FP8 component, used or orphaned.

@@ -33,7 +33,7 @@ plugin: Format[Any] = Format(
     ),
     analyze="flexq_fp8.detect:analyze",
     plan="flexq_fp8.plan:local_plan",
-    decode="flexq_fp8.decode:apply",
+    decode="flexq_fp8.decode:decode",
     encode="flexq_fp8.encode:encode",
-    api_version="1.0",
+    api_version="1.1",
 )

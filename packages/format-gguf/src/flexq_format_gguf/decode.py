@@ -2,7 +2,7 @@
 
 For the format's apply step and the bench. :func:`decode_rows` cuts a box's blocks into
 bands whose float32 output fits a core's L2 cache and hands runs of bands to the kit's
-worker threads (:func:`flexq.formatkit.run_parts`); each decoder turns one band of
+worker threads (:func:`flexq.formatkit.run_on_threads`); each decoder turns one band of
 blocks, a ``uint8`` array ``[n, nbytes]``, into its float32 ``[n, block]`` in place.
 
 A band is read through a structured view of its block struct (ggml-common.h's
@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flexq.formatkit import RUNS_PER_TASK, nibble_pairs, pair_items, run_parts
+from flexq.formatkit import RUNS_PER_TASK, nibble_pairs, pair_items, run_on_threads
 from flexq_format_gguf.ggml import BY_NAME, QK_K
 
 #: Decode of one band: (blocks ``[n, nbytes]`` uint8, C-contiguous; out ``[n, block]``
@@ -410,5 +410,5 @@ def decode_rows(type_name: str, raw: np.ndarray, out: np.ndarray | None = None) 
             for a in starts:
                 decoder(blocks[a : a + step], values[a : a + step])
 
-    run_parts(work, range(0, blocks.shape[0], step), RUNS_PER_TASK)
+    run_on_threads(work, range(0, blocks.shape[0], step), RUNS_PER_TASK)
     return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from flexq.errors import FormatError
-from flexq.formatkit import Analysis, per_checkpoint
+from flexq.formatkit import Analysis, cached_per_checkpoint
 from flexq_format_gguf.checkpoint import GGUFCheckpoint, blocks_view
 from flexq_format_gguf.layout import NATURAL, STACK_AXIS, GGUFLayout, Part
 from flexq_format_gguf.names import HFName, architecture, hf_name
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from flexq import Checkpoint
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[GGUFLayout] | None:
     """The logical tensors of a GGUF checkpoint (None for any other checkpoint).
 

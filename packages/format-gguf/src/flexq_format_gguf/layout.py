@@ -31,7 +31,7 @@ from flexq_format_gguf.decode import decode_rows
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
     from flexq_format_gguf.ggml import GGMLType
 
 #: float32 bytes one decode band produces (the decode's temporaries are a few of these).
@@ -132,7 +132,7 @@ def local_plan(layout: GGUFLayout, target: TargetSlice) -> ReadPlan:
     return ReadPlan("local", boxes, target, checks=checks, check=check)
 
 
-def check_block_scales(layout: GGUFLayout, sources: Sources) -> None:
+def check_block_scales(layout: GGUFLayout, sources: BoxSources) -> None:
     """Warn (or fail, as ``FLEXQ_NONFINITE_SCALES`` says) when a block's float16 scale
     of ``layout``'s parts is NaN or infinite, naming the file, tensor, type and block."""
     for part in layout.parts:
@@ -157,7 +157,7 @@ def check_block_scales(layout: GGUFLayout, sources: Sources) -> None:
         )
 
 
-def decode_box(layout: GGUFLayout, sources: Sources, out: Any) -> np.ndarray:
+def decode(layout: GGUFLayout, sources: BoxSources, out: Any) -> np.ndarray:
     """The float32 box ``sources.target`` of ``layout``, from its planned bytes.
 
     Each part's share is decoded in bands of rows (whole heads when permuted) of about

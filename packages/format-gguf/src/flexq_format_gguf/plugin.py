@@ -46,6 +46,6 @@ plugin = _GGUFFormat(
     methods=(),
     analyze="flexq_format_gguf.detect:analyze",
     plan="flexq_format_gguf.layout:local_plan",
-    decode="flexq_format_gguf.layout:decode_box",
-    api_version="1.0",
+    decode="flexq_format_gguf.layout:decode",
+    api_version="1.1",
 )

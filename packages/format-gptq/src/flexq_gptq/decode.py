@@ -31,10 +31,10 @@ import numpy as np
 
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import (
-    Sources,
-    for_row_runs,
+    BoxSources,
     ops_for,
-    row_runs,
+    row_bands,
+    run_in_row_bands,
     to_numpy,
     transposed_words,
     unpack_into,
@@ -69,7 +69,7 @@ def check_groups(ckpt: Checkpoint, linear: GptqLinear, values: np.ndarray, offse
         )
 
 
-def group_index(linear: GptqLinear, sources: Sources) -> np.ndarray:
+def group_index(linear: GptqLinear, sources: BoxSources) -> np.ndarray:
     """For each input column of the target, its row in the planned scales box (host int64).
 
     :raises FormatError: when a g_idx value is outside the groups (or outside
@@ -98,14 +98,14 @@ def group_index(linear: GptqLinear, sources: Sources) -> np.ndarray:
     return rows
 
 
-def check_g_idx(linear: GptqLinear, sources: Sources) -> None:
+def check_g_idx(linear: GptqLinear, sources: BoxSources) -> None:
     """The plan's check, run by the core on the planned ``g_idx`` box before the first
     write of a load: every value names a group the box's scales hold (the decoder maps
     them the same way, so a load never fails there after a write)."""
     group_index(linear, sources)
 
 
-def dequantize(linear: GptqLinear, sources: Sources, out: Any = None) -> Any:
+def decode(linear: GptqLinear, sources: BoxSources, out: Any = None) -> Any:
     """The format's ``decode``; fills ``out`` when the box is whole units of qweight
     words, the usual case."""
     qw, qz, sc = sources[linear.qweight], sources[linear.qzeros], sources[linear.scales]
@@ -173,7 +173,7 @@ def _banded(
         # (c - z) * s over every group and code c, at index base + c; base depends only
         # on the row within a band and the column's group, so it is built once.
         levels = np.arange(1 << bits, dtype=np.float32)
-        most = max((len(r) for r in row_runs(no, ni)), default=0)
+        most = max((len(r) for r in row_bands(no, ni)), default=0)
         base = (np.arange(most, dtype=np.int32)[:, None] * ng + rows.astype(np.int32)) << bits
 
     def work(runs: Sequence[range]) -> None:
@@ -203,5 +203,5 @@ def _banded(
         with np.errstate(invalid="ignore", over="ignore"):
             work(runs)
 
-    for_row_runs(guarded, no, ni)
+    run_in_row_bands(guarded, no, ni)
     return result

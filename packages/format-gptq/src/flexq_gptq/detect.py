@@ -25,9 +25,9 @@ from __future__ import annotations
 from flexq import Checkpoint, FormatError, TensorInfo
 from flexq.formatkit import (
     Analysis,
+    cached_per_checkpoint,
     check_stored,
     natural_dtype,
-    per_checkpoint,
     qweight_analysis,
     require_companions,
 )
@@ -36,7 +36,7 @@ from flexq_gptq.layout import COMPONENTS, SCALE_DTYPES, GptqLinear
 from flexq_gptq.packing import Packing
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[GptqLinear] | None:
     """The GPTQ linears of ``ckpt`` by logical key (``X.weight``) and every key that is
     a GPTQ component, used or not; None when it is not a GPTQ checkpoint.

@@ -25,9 +25,9 @@ plugin: Format[Any] = Format(
     methods=(*GPTQ_METHODS, *AUTO_ROUND_METHODS),
     analyze="flexq_gptq.detect:analyze",
     plan="flexq_gptq.plan:local_plan",
-    decode="flexq_gptq.decode:dequantize",
+    decode="flexq_gptq.decode:decode",
     encode="flexq_gptq.demo:encode",
-    api_version="1.0",
+    api_version="1.1",
 )
 
 __getattr__ = exports(

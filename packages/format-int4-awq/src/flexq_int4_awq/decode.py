@@ -1,6 +1,6 @@
 """The AWQ dequantization, written once for numpy arrays and Paddle tensors.
 
-:func:`dequantize` is the format's decode (``flexq_apply``). For a box of the logical [out, in]
+:func:`decode` is the format's decode (``flexq_apply``). For a box of the logical [out, in]
 weight: W[o, i] = (q[o, i] - z[o, i // g]) * s[o, i // g], computed in float32.
 Every step is exact (4-bit codes and zeros are small integers, their
 difference times an F16/BF16 scale fits float32's mantissa), so the numpy and
@@ -21,21 +21,21 @@ import numpy as np
 
 from flexq.formatkit import (
     block_cover,
-    for_row_runs,
     grouped_affine,
     ops_for,
+    run_in_row_bands,
 )
 from flexq.formatkit.words import decode_slot_groups, unpack_less_zeros
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
 
 if TYPE_CHECKING:
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
 
 #: bits per AWQ code.
 BITS = 4
 
 
-def dequantize(linear: AwqLinear, sources: Sources, out: Any = None) -> Any:
+def decode(linear: AwqLinear, sources: BoxSources, out: Any = None) -> Any:
     """The format's ``decode``; fills ``out`` when the box is exactly the planned words
     and whole groups, the usual case. Nothing is left to refuse here once
     :mod:`flexq_int4_awq.detect` has checked the shapes."""
@@ -119,5 +119,5 @@ def _banded(
                 v3 = values.reshape(-1, ng, g)
                 v3 *= s[run.start : run.stop, :, None]
 
-    for_row_runs(work, src.shape[0], ni)
+    run_in_row_bands(work, src.shape[0], ni)
     return result

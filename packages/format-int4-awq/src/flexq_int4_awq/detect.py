@@ -2,7 +2,7 @@
 
 Used by the plugin hooks; reads no tensor data, validates everything the
 decoder relies on, and analyzes a checkpoint once (:func:`analyze` is
-memoized with :func:`flexq.formatkit.per_checkpoint`). A checkpoint is AWQ
+memoized with :func:`flexq.formatkit.cached_per_checkpoint`). A checkpoint is AWQ
 when ``quantization_config.quant_method`` is ``awq``; each ``X.qweight`` with
 its ``X.qzeros`` and ``X.scales`` is one linear (:class:`AwqLinear`).
 """
@@ -10,12 +10,12 @@ its ``X.qzeros`` and ``X.scales`` is one linear (:class:`AwqLinear`).
 from __future__ import annotations
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import Analysis, check_stored, per_checkpoint, require_companions
+from flexq.formatkit import Analysis, cached_per_checkpoint, check_stored, require_companions
 from flexq_int4_awq.config import FORMAT_NAME, AwqConfig, read_config
 from flexq_int4_awq.layout import COMPONENTS, PACK, SCALE_DTYPES, AwqLinear, gemv_zeros_width
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[AwqLinear] | None:
     """The AWQ linears of ``ckpt`` (logical key ``X.weight`` -> its linear, and every
     physical key that is an AWQ component, used or not), or None when its config does

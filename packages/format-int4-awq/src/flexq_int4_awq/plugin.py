@@ -28,7 +28,7 @@ plugin: Format[Any] = Format(
     methods=("awq",),
     analyze="flexq_int4_awq.detect:analyze",
     plan="flexq_int4_awq.plan:local_plan",
-    decode="flexq_int4_awq.decode:dequantize",
+    decode="flexq_int4_awq.decode:decode",
     encode="flexq_int4_awq.encode:encode",
-    api_version="1.0",
+    api_version="1.1",
 )

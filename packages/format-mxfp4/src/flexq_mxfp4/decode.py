@@ -5,7 +5,7 @@ and every E8M0 scale is a float32, and their product is rounded once by the
 float32 multiply (it is exact except where it overflows to infinity, for
 scales above 2^125, or for values below 2^-149, which cannot occur). Scale
 0xFF is NaN, so its whole block is NaN; scale 0x00 is 2^-127, a float32
-subnormal, kept as is. :func:`apply` is the format's decode (``flexq_apply``)
+subnormal, kept as is. :func:`decode` is the format's decode (``flexq_apply``)
 (including the transpose of gpt-oss experts to [E, in, out]);
 :func:`dequantize` decodes rows of blocks in storage orientation.
 """
@@ -22,21 +22,21 @@ from flexq.formatkit import (
     E2M1_PAIRS,
     E8M0_TO_FLOAT32,
     RUNS_PER_TASK,
-    for_bands,
     is_paddle,
     ops_for,
-    row_runs,
-    run_parts,
+    row_bands,
+    run_in_bands,
+    run_on_threads,
 )
 from flexq_mxfp4.config import FORMAT_NAME
 from flexq_mxfp4.layout import BLOCK
 
 if TYPE_CHECKING:
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
     from flexq_mxfp4.layout import MxTensor
 
 
-def apply(tensor: MxTensor, sources: Sources, out: Any) -> Any:
+def decode(tensor: MxTensor, sources: BoxSources, out: Any) -> Any:
     """The format's ``decode``: the float32 box ``sources.target`` of ``tensor``.
 
     :raises FormatError: when the scales are not the box the target needs.
@@ -138,7 +138,7 @@ def _whole_blocks(packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None
     scale = E8M0_TO_FLOAT32[np.asarray(scales)].reshape((*lead, nblk, 1))
     result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
     pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
-    for_bands(_decode_band, codes, pairs, scale)
+    run_in_bands(_decode_band, codes, pairs, scale)
     return result
 
 
@@ -158,7 +158,7 @@ def _whole_blocks_transposed(
     scale = np.asarray(scales).reshape((mats, rows, nblk))
     result = np.empty((*lead, n, rows), np.float32) if out is None else out
     flat = result.reshape((mats, n, rows))
-    bands = [(m, run) for m in range(codes.shape[0]) for run in row_runs(rows, n)]
+    bands = [(m, run) for m in range(codes.shape[0]) for run in row_bands(rows, n)]
 
     def work(part: Sequence[tuple[int, range]]) -> None:
         for m, run in part:
@@ -168,5 +168,5 @@ def _whole_blocks_transposed(
             _decode_band(codes[m, rs], scratch.view(np.uint64), scale_band)
             flat[m, :, rs] = scratch.reshape((len(run), n)).T
 
-    run_parts(work, bands, RUNS_PER_TASK)
+    run_on_threads(work, bands, RUNS_PER_TASK)
     return result

@@ -20,13 +20,13 @@ chosen so that hybrid checkpoints (MXFP4 experts next to FP8 attention) work:
   :class:`flexq.formatkit.IgnoreList`) contradicts the config: error.
 
 The analysis runs once per :class:`flexq.Checkpoint` (:func:`analyze` is
-memoized with :func:`flexq.formatkit.per_checkpoint`).
+memoized with :func:`flexq.formatkit.cached_per_checkpoint`).
 """
 
 from __future__ import annotations
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, cached_per_checkpoint, natural_dtype
 from flexq_mxfp4.config import CT_FORMAT, FORMAT_NAME, MxConfig, read_config
 from flexq_mxfp4.layout import (
     BLOCK_BYTES,
@@ -41,7 +41,7 @@ GPT_OSS_BLOCKS, GPT_OSS_SCALES = SUFFIXES["gpt-oss"]
 CT_PACKED, CT_SCALE = SUFFIXES["compressed-tensors"]
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[MxTensor]:
     """The MXFP4 tensors of ``ckpt`` (computed once per checkpoint): logical key -> its
     components, and every physical key of this format, used or not (for orphan reports).

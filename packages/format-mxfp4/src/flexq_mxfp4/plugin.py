@@ -26,7 +26,7 @@ plugin: Format[Any] = Format(
     methods=("mxfp4", f"compressed-tensors/{CT_FORMAT}"),
     analyze="flexq_mxfp4.detect:analyze",
     plan="flexq_mxfp4.plan:local_plan",
-    decode="flexq_mxfp4.decode:apply",
+    decode="flexq_mxfp4.decode:decode",
     encode="flexq_mxfp4.encode:encode",
-    api_version="1.0",
+    api_version="1.1",
 )

@@ -30,11 +30,11 @@ from flexq.formatkit import (
     E2M1_PAIRS,
     E2M1_VALUES,
     E4M3_TO_FLOAT32,
-    Sources,
+    BoxSources,
     check_scales,
     is_paddle,
     lookup_scaled,
-    nibble_blocks,
+    nibble_block_boxes,
     nibble_pairs,
     ops_for,
     pair_items,
@@ -131,7 +131,7 @@ def divides(producer: Producer) -> bool:
     return producer != "modelopt"
 
 
-def check(t: Nvfp4Tensor, sources: Sources) -> None:
+def check(t: Nvfp4Tensor, sources: BoxSources) -> None:
     """The plan's check, run by the core before the first write (after its own check of
     the declared scales): what multiplies each block's elements must be finite.
 
@@ -193,7 +193,7 @@ def _scalar(x: Any) -> np.float32:
     return np.float32(np.asarray(x, dtype=np.float32).reshape(()))
 
 
-def dequantize_box(t: Nvfp4Tensor, sources: Sources, out: Any) -> Any:
+def decode(t: Nvfp4Tensor, sources: BoxSources, out: Any) -> Any:
     """The format's ``decode``: checks the sources' shapes against the target, then
     :func:`dequantize` (the core checked the scales first: the plan declares both and
     :func:`check` what their combination reveals).
@@ -201,7 +201,7 @@ def dequantize_box(t: Nvfp4Tensor, sources: Sources, out: Any) -> Any:
     :raises FormatError: naming the tensor when a source arrived in another shape.
     """
     target = sources.target
-    (_, codes_shape), (_, scales_shape), trim = nibble_blocks(target, BLOCK, t.n)
+    (_, codes_shape), (_, scales_shape), trim = nibble_block_boxes(target, BLOCK, t.n)
     want = {t.packed_key: codes_shape, t.scale_key: scales_shape, t.global_key: t.global_shape}
     sources.expect(want, logical_key=t.key, format_name=FORMAT)
     packed, scales, glob = (sources[k] for k in t.sources)

@@ -27,7 +27,7 @@ import math
 from dataclasses import replace
 
 from flexq import Checkpoint, FormatError, TensorInfo
-from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, cached_per_checkpoint, natural_dtype
 from flexq_nvfp4.config import CT_FORMAT, FORMAT, MODELOPT_ALGOS, Nvfp4Config, read_config
 from flexq_nvfp4.layout import (
     CT_GLOBAL,
@@ -45,7 +45,7 @@ from flexq_nvfp4.layout import (
 )
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[Nvfp4Tensor]:
     """The NVFP4 tensors of ``ckpt`` by logical key, and every physical key of this
     format, used or orphaned (computed once per checkpoint). Their natural dtype is

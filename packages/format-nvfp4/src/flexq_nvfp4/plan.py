@@ -3,7 +3,7 @@
 Leading axes (rows) map one to one onto the codes and block scales. Along the
 blocked last axis the plan reads the 16-element blocks covering the target's
 range, which may start and end inside a block (the kit's
-:func:`flexq.formatkit.nibble_blocks`); the decoder decodes those blocks and
+:func:`flexq.formatkit.nibble_block_boxes`); the decoder decodes those blocks and
 trims (the trim follows from the target alone). Every plan reads the
 one-element global scale whole. Both scales are declared: the core checks the
 block scales (and ModelOpt's multiplying global scale) for NaN and infinity before
@@ -17,14 +17,14 @@ from __future__ import annotations
 from functools import partial
 
 from flexq import ReadPlan, TargetSlice
-from flexq.formatkit import nibble_blocks
+from flexq.formatkit import nibble_block_boxes
 from flexq_nvfp4.decode import check, divides
 from flexq_nvfp4.layout import BLOCK, Nvfp4Tensor
 
 
 def local_plan(tensor: Nvfp4Tensor, target: TargetSlice) -> ReadPlan:
     """The plan reading only the blocks that cover ``target``."""
-    codes, blocks, _ = nibble_blocks(target, BLOCK, tensor.n)
+    codes, blocks, _ = nibble_block_boxes(target, BLOCK, tensor.n)
     boxes = {
         tensor.packed_key: codes,
         tensor.scale_key: blocks,

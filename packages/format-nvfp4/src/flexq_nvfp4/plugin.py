@@ -29,9 +29,9 @@ plugin: Format[Any] = Format(
     methods=(f"compressed-tensors/{CT_FORMAT}", "modelopt", "auto-round"),
     analyze="flexq_nvfp4.detect:analyze",
     plan="flexq_nvfp4.plan:local_plan",
-    decode="flexq_nvfp4.decode:dequantize_box",
+    decode="flexq_nvfp4.decode:decode",
     encode="flexq_nvfp4.demo:encode",
-    api_version="1.0",
+    api_version="1.1",
 )
 
 __getattr__ = exports(__name__, {"MIN_LOGITS_COSINE": "flexq_nvfp4.demo"})

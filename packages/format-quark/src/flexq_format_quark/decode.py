@@ -1,6 +1,6 @@
 """The Quark dequantization, written once for numpy arrays and Paddle tensors.
 
-:func:`dequantize` is the format's decode. Every scheme is Quark's own
+:func:`decode` is the format's decode. Every scheme is Quark's own
 definition computed in float32 with the kit's exact element tables and ops
 (the core then rounds once to the output dtype):
 
@@ -35,14 +35,14 @@ from flexq_format_quark.config import FORMAT_NAME
 from flexq_format_quark.layout import PACK
 
 if TYPE_CHECKING:
-    from flexq.formatkit import Sources
+    from flexq.formatkit import BoxSources
     from flexq_format_quark.layout import QuarkLinear
 
 #: XOR mask flipping the top bit of each nibble of an int32 word (0x88888888).
 _NIBBLE_SIGNS = -0x77777778
 
 
-def dequantize(linear: QuarkLinear, sources: Sources, out: Any = None) -> Any:
+def decode(linear: QuarkLinear, sources: BoxSources, out: Any = None) -> Any:
     """The float32 box ``sources.target`` of ``linear``'s logical weight.
 
     :raises FormatError: when a source box is not the one the plan named.
@@ -86,7 +86,7 @@ def _mxfp4(ops: ArrayOps, linear: QuarkLinear, codes: Any, scale: Any, i0: int, 
 def _grouped(
     ops: ArrayOps,
     linear: QuarkLinear,
-    sources: Sources,
+    sources: BoxSources,
     o0: int,
     i0: int,
     no: int,

@@ -1,7 +1,7 @@
 """Find the quantized linears of a Quark export from config.json and the tensor headers.
 
 Used by the plugin hooks; reads no tensor data and analyzes a checkpoint once
-(:func:`analyze` is memoized with :func:`flexq.formatkit.per_checkpoint`). Every
+(:func:`analyze` is memoized with :func:`flexq.formatkit.cached_per_checkpoint`). Every
 ``X.weight`` with an ``X.weight_scale`` beside it, or stored as F8/integers, is a
 quantized linear; its scheme is the weight spec Quark's config gives module ``X``
 (:meth:`flexq_format_quark.config.QuarkConfig.weight_spec`). Rules:
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from flexq import Checkpoint, FormatError
-from flexq.formatkit import Analysis, natural_dtype, per_checkpoint
+from flexq.formatkit import Analysis, cached_per_checkpoint, natural_dtype
 from flexq_format_quark.config import FORMAT_NAME, QuarkConfig, TensorSpec, read_config
 from flexq_format_quark.layout import (
     MX_BLOCK,
@@ -45,7 +45,7 @@ COMPANIONS = ("weight_scale", "weight_zero_point")
 _CODE_DTYPES = frozenset({"F8_E4M3", "F8_E5M2", "I32", "U8", "I8", "F4"})
 
 
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(ckpt: Checkpoint) -> Analysis[QuarkLinear] | None:
     """The quantized linears of ``ckpt`` (logical key ``X.weight`` -> its layout, and
     every ``weight_scale`` / ``weight_zero_point`` as recognized), or None when its

@@ -8,7 +8,7 @@ A box [o0:o0+no, i0:i0+ni] of the logical [out, in] weight needs:
   packed columns covering o0..; ``weight_zero_point`` the groups covering i0.. and
   the same packed columns; ``weight_scale`` those groups and exactly columns o0..;
 - MXFP4: the bytes of the 32-element blocks covering i0.. and their scales
-  (:func:`flexq.formatkit.nibble_blocks`).
+  (:func:`flexq.formatkit.nibble_block_boxes`).
 
 The decoder trims the extra codes of partly covered words, groups and blocks.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from flexq import ReadPlan, TargetSlice, block_cover
-from flexq.formatkit import nibble_blocks
+from flexq.formatkit import nibble_block_boxes
 from flexq_format_quark.layout import PACK
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def source_boxes(linear: QuarkLinear, target: TargetSlice, scale_ndim: int) -> d
     """
     (o0, i0), (no, ni) = target.global_offset, target.local_shape
     if linear.kind == "mxfp4":
-        codes, scales, _ = nibble_blocks(target, linear.group_size, linear.in_features)
+        codes, scales, _ = nibble_block_boxes(target, linear.group_size, linear.in_features)
         return {linear.weight: codes, linear.scale: scales}
     if linear.packed:
         g0, ng = block_cover(i0, ni, linear.group_size, linear.in_features)

@@ -27,6 +27,6 @@ plugin: Format[Any] = Format(
     methods=("quark",),
     analyze="flexq_format_quark.detect:analyze",
     plan="flexq_format_quark.plan:local_plan",
-    decode="flexq_format_quark.decode:dequantize",
-    api_version="1.0",
+    decode="flexq_format_quark.decode:decode",
+    api_version="1.1",
 )

@@ -23,7 +23,7 @@ from flexq.check.scales import CORRUPT
 from flexq.errors import FlexqError
 from flexq.io.dtypes import FLOAT_DTYPES
 from flexq.io.dtypes import dtype as storage_dtype
-from flexq.load.aoa import rows_per_cut
+from flexq.load.pieces import rows_per_cut
 from flexq.numerics.rounding import bfloat16_bits_to_float32
 from flexq.testing import decode_box
 

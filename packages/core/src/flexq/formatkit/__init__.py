@@ -6,8 +6,8 @@ from :mod:`flexq` and the rest from here:
 - arrays: :class:`ArrayOps` / :func:`ops_for` (one set of exact operations over
   numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`,
   :func:`to_numpy`;
-- fast CPU decoding: :func:`for_bands`, :func:`row_runs`, :func:`for_row_runs`, :func:`lookup_into`,
-  :func:`lookup_scaled`, :func:`pair_items`, :func:`run_parts`, :data:`RUNS_PER_TASK`
+- fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`, :func:`lookup_into`,
+  :func:`lookup_scaled`, :func:`pair_items`, :func:`run_on_threads`, :data:`RUNS_PER_TASK`
   (cache-sized bands on worker threads);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
@@ -32,15 +32,15 @@ from :mod:`flexq` and the rest from here:
   :func:`pack_words` (any width, for encoders);
 - integer groups: :func:`grouped_affine` (``(q - z) * s`` with a zero point and a
   scale per group of columns: AWQ, Quark int4/uint4);
-- planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_blocks` (4-bit codes
+- planning: :func:`block_cover`, :func:`ceil_div`, :func:`nibble_block_boxes` (4-bit codes
   with one scale per block along the last axis);
 - :class:`QLinearKeys`, :func:`qweight_analysis`: the keys and the analysis of linears
   stored as ``X.qweight`` + ``X.qzeros`` + ``X.scales`` (GPTQ, AWQ); :func:`require_companions`,
   :func:`check_stored`: one linear's component checks (present, dtype, rank);
-- :func:`per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
-- :class:`Format`, :class:`Analysis`, :class:`Layout`: the hook implementations of a
+- :func:`cached_per_checkpoint`: analyze a checkpoint once, remember it per Checkpoint object;
+- :class:`Format`, :class:`Analysis`, :class:`FoundTensor`: the hook implementations of a
   format over its ``analyze``, ``plan`` and ``decode`` (a format's ``plugin.py`` is one
-  :class:`Format` object; ``decode`` reads one box's :class:`Sources`);
+  :class:`Format` object; ``decode`` reads one box's :class:`BoxSources`);
   :class:`Encoder`: its ``encode`` from its quantizer;
 - :data:`API_VERSION`: the kit's ``"major.minor"`` version; a format passes the one it
   was built for as ``Format(..., api_version=...)``, and one built for another major
@@ -54,14 +54,14 @@ from typing import TYPE_CHECKING
 from flexq.formatkit.lazy import exports
 
 if TYPE_CHECKING:
-    from flexq.formatkit.blocks import nibble_blocks
-    from flexq.formatkit.cache import per_checkpoint
+    from flexq.formatkit.blocks import nibble_block_boxes
+    from flexq.formatkit.cache import cached_per_checkpoint
     from flexq.formatkit.format import (
         Analysis,
+        BoxSources,
         Encoder,
         Format,
-        Layout,
-        Sources,
+        FoundTensor,
     )
     from flexq.formatkit.groups import grouped_affine
     from flexq.formatkit.qlinear import (
@@ -76,12 +76,12 @@ if TYPE_CHECKING:
     )
     from flexq.numerics.bands import (
         RUNS_PER_TASK,
-        for_bands,
-        for_row_runs,
         lookup_into,
         lookup_scaled,
         pair_items,
-        row_runs,
+        row_bands,
+        run_in_bands,
+        run_in_row_bands,
     )
     from flexq.numerics.elements import (
         E2M1_PAIRS,
@@ -103,7 +103,7 @@ if TYPE_CHECKING:
         scale_to_float32,
     )
     from flexq.numerics.threads import (
-        run_parts,
+        run_on_threads,
         thread_count,
     )
     from flexq.numerics.words import (
@@ -162,7 +162,7 @@ _WHERE = {
     "Format": "flexq.formatkit.format",
     "IGNORE_FIELDS": "flexq.quantconfig.ignore",
     "IgnoreList": "flexq.quantconfig.ignore",
-    "Layout": "flexq.formatkit.format",
+    "FoundTensor": "flexq.formatkit.format",
     "NONFINITE_SCALES_ENV": "flexq.numerics.scales",
     "NumpyOps": "flexq.numerics.ops",
     "PaddleOps": "flexq.numerics.ops",
@@ -170,35 +170,35 @@ _WHERE = {
     "QuantArgs": "flexq.quantconfig.compressed_tensors",
     "QuantConfig": "flexq.quantconfig.base",
     "RUNS_PER_TASK": "flexq.numerics.bands",
-    "Sources": "flexq.formatkit.format",
+    "BoxSources": "flexq.formatkit.format",
     "block_cover": "flexq.plan",
     "ceil_div": "flexq.plan",
     "check_conformance": "flexq.testing.plans",
     "check_scales": "flexq.numerics.scales",
     "check_stored": "flexq.formatkit.qlinear",
     "code_table": "flexq.numerics.words",
-    "for_bands": "flexq.numerics.bands",
-    "for_row_runs": "flexq.numerics.bands",
+    "run_in_bands": "flexq.numerics.bands",
+    "run_in_row_bands": "flexq.numerics.bands",
     "gather_codes": "flexq.numerics.words",
     "grouped_affine": "flexq.formatkit.groups",
     "is_paddle": "flexq.numerics.arrays",
     "lookup_into": "flexq.numerics.bands",
     "lookup_scaled": "flexq.numerics.bands",
     "natural_dtype": "flexq.quantconfig.base",
-    "nibble_blocks": "flexq.formatkit.blocks",
+    "nibble_block_boxes": "flexq.formatkit.blocks",
     "nibble_pairs": "flexq.numerics.elements",
     "ops_for": "flexq.numerics.ops",
     "pack_words": "flexq.numerics.words",
     "pair_items": "flexq.numerics.bands",
     "parse_json_model": "flexq.quantconfig.base",
     "parse_quant_config": "flexq.quantconfig.base",
-    "per_checkpoint": "flexq.formatkit.cache",
+    "cached_per_checkpoint": "flexq.formatkit.cache",
     "qweight_analysis": "flexq.formatkit.qlinear",
     "read_compressed_tensors": "flexq.quantconfig.compressed_tensors",
     "read_config_file": "flexq.quantconfig.base",
     "require_companions": "flexq.formatkit.qlinear",
-    "row_runs": "flexq.numerics.bands",
-    "run_parts": "flexq.numerics.threads",
+    "row_bands": "flexq.numerics.bands",
+    "run_on_threads": "flexq.numerics.threads",
     "scale_like": "flexq.testing.plans",
     "scale_to_float32": "flexq.numerics.scales",
     "thread_count": "flexq.numerics.threads",
@@ -223,47 +223,47 @@ __all__ = [
     "RUNS_PER_TASK",
     "Analysis",
     "ArrayOps",
+    "BoxSources",
     "ConfigGroup",
     "CtConfig",
     "CtScheme",
     "Encoder",
     "Format",
+    "FoundTensor",
     "IgnoreList",
-    "Layout",
     "NumpyOps",
     "PaddleOps",
     "QLinearKeys",
     "QuantArgs",
     "QuantConfig",
-    "Sources",
     "block_cover",
+    "cached_per_checkpoint",
     "ceil_div",
     "check_conformance",
     "check_scales",
     "check_stored",
     "code_table",
-    "for_bands",
-    "for_row_runs",
     "gather_codes",
     "grouped_affine",
     "is_paddle",
     "lookup_into",
     "lookup_scaled",
     "natural_dtype",
-    "nibble_blocks",
+    "nibble_block_boxes",
     "nibble_pairs",
     "ops_for",
     "pack_words",
     "pair_items",
     "parse_json_model",
     "parse_quant_config",
-    "per_checkpoint",
     "qweight_analysis",
     "read_compressed_tensors",
     "read_config_file",
     "require_companions",
-    "row_runs",
-    "run_parts",
+    "row_bands",
+    "run_in_bands",
+    "run_in_row_bands",
+    "run_on_threads",
     "scale_like",
     "scale_to_float32",
     "thread_count",

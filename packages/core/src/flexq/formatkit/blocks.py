@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from flexq.plan import Box, TargetSlice
 
 
-def nibble_blocks(target: TargetSlice, block: int, n: int) -> tuple[Box, Box, int]:
+def nibble_block_boxes(target: TargetSlice, block: int, n: int) -> tuple[Box, Box, int]:
     """(codes box, scales box, trim) for ``target`` of a tensor ``[..., n]``.
 
     :param block: elements per scale (even).

@@ -1,7 +1,7 @@
 """Remember a format's analysis of a checkpoint for as long as the checkpoint object lives.
 
 For formats: the core asks per-tensor hooks many times per load, so a format
-analyses a checkpoint once (``@per_checkpoint def analyze(ckpt) -> ...``) and
+analyses a checkpoint once (``@cached_per_checkpoint def analyze(ckpt) -> ...``) and
 every later hook reads the remembered result.
 """
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def per_checkpoint(analyze: Callable[[Checkpoint], T]) -> Callable[[Checkpoint], T]:
+def cached_per_checkpoint(analyze: Callable[[Checkpoint], T]) -> Callable[[Checkpoint], T]:
     """Memoize ``analyze(ckpt)`` per Checkpoint object (None results included).
 
     An exception is not remembered: the next call raises it again. Entries go

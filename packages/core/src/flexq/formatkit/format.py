@@ -31,7 +31,7 @@ from flexq.errors import FormatError
 from flexq.formatkit.lazy import resolve
 from flexq.io.writer import save_checkpoint
 from flexq.markers import hookimpl
-from flexq.numerics.sources import Sources as Sources
+from flexq.numerics.sources import BoxSources as BoxSources
 from flexq.plan import LogicalTensor, ReadPlan, TargetSlice
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from flexq.io.writer import RawTensor
 
 
-class Layout(Protocol):
+class FoundTensor(Protocol):
     """What the generic hooks read of one logical tensor a format found."""
 
     @property
@@ -55,7 +55,7 @@ class Layout(Protocol):
         """The physical tensors it is built from."""
 
 
-L = TypeVar("L", bound=Layout)
+L = TypeVar("L", bound=FoundTensor)
 
 
 @dataclass(frozen=True)
@@ -107,13 +107,13 @@ class Format(Generic[L]):
     :param description: one line for ``flexq list-formats``.
     :param methods: the config methods it decodes (``flexq_quant_methods``).
     :param analyze: the checkpoint's tensors of this format, from headers and config
-        (memoize it with :func:`flexq.formatkit.per_checkpoint`); None or an empty
+        (memoize it with :func:`flexq.formatkit.cached_per_checkpoint`); None or an empty
         analysis when the format is absent; raise :class:`flexq.FormatError` for
         tensors that are clearly this format's but broken.
     :param plan: the local read plan of a box of one tensor (declare its scales in
         ``ReadPlan.scales``), or None to read whole sources.
     :param decode: ``decode(layout, sources, out)``: the float32 box ``sources.target``
-        from the planned :class:`Sources`; ``out`` is None or a float32 array of the box
+        from the planned :class:`BoxSources`; ``out`` is None or a float32 array of the box
         to fill.
     :param encode: optional: writes a checkpoint of the format (``flexq_encode``).
         Each of ``analyze``, ``plan``, ``decode`` and ``encode`` may instead be a
@@ -132,7 +132,7 @@ class Format(Generic[L]):
         methods: Sequence[str],
         analyze: Callable[[Checkpoint], Analysis[L] | None] | str,
         plan: Callable[[L, TargetSlice], ReadPlan | None] | str,
-        decode: Callable[[L, Sources, Any], Any] | str,
+        decode: Callable[[L, BoxSources, Any], Any] | str,
         encode: Encode | str | None = None,
         api_version: str | None = None,
     ) -> None:
@@ -172,7 +172,7 @@ class Format(Generic[L]):
         plan: ReadPlan | None = self._part("plan")(layout, target)
         return plan
 
-    def _decode(self, layout: L, sources: Sources, out: Any) -> Any:
+    def _decode(self, layout: L, sources: BoxSources, out: Any) -> Any:
         return self._part("decode")(layout, sources, out)
 
     def _encode(
@@ -244,7 +244,7 @@ class Format(Generic[L]):
                 f"{checkpoint.path}: dequantizing {logical_key!r} needs {missing} "
                 f"(format {self.FORMAT_NAME!r})"
             )
-        return self._decode(layout, Sources(checkpoint, plan, sources), out)
+        return self._decode(layout, BoxSources(checkpoint, plan, sources), out)
 
 
 def _encoder(encode: Encode) -> Callable[..., float]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar, overload
 
 from flexq.errors import FormatError
-from flexq.formatkit.format import Analysis, Layout
+from flexq.formatkit.format import Analysis, FoundTensor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from flexq.io.checkpoint import Checkpoint
     from flexq.io.header import TensorInfo
 
-L = TypeVar("L", bound=Layout)
+L = TypeVar("L", bound=FoundTensor)
 #: A format's error for one tensor: ``fail(tensor key, what is wrong)``.
 Fail = Callable[[str, str], FormatError]
 

@@ -45,7 +45,7 @@ def load_state_dict(
     :param state_dict: target tensors (plain, dist tensors, ShardedWeight, nested dicts),
         and :class:`flexq.QuantizedTarget` for logical keys loaded as they are stored
         (kept forms, :mod:`flexq.load.kept`; ``aoa_config`` renames, fuses and
-        transposes them where that stays exact, :mod:`flexq.load.kept_aoa`).
+        transposes them where that stays exact, :mod:`flexq.load.kept_boxes`).
         Parameters without storage (created under ``paddle.LazyGuard``) are
         allocated once every check has passed, then filled.
     :param aoa_config: ``{"aoa_statements": [...]}`` over logical tensor names.

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from flexq.errors import FlexqError
 from flexq.load import native
-from flexq.load.aoa import plan_pieces
+from flexq.load.pieces import plan_pieces
 from flexq.load.report import LoadOptions, LoadReport
-from flexq.load.sources import CARRIED, DirectSource, FlexCheckpointSource, Source
+from flexq.load.sources import FLEXCHECKPOINT_DTYPES, DirectSource, FlexCheckpointSource, Source
 from flexq.load.targets import describe
 from flexq.load.write import fill
 
@@ -87,7 +87,9 @@ def _auto(ct: Composition, has_native: bool, paddle: Any, state_dict: Any) -> tu
     # cannot run.
     cpu_only = not paddle.is_compiled_with_cuda() and not paddle.device.get_all_custom_device_type()
     tensors = ct.checkpoint.tensors
-    carried = all(tensors[s].dtype in CARRIED for e in ct.entries.values() for s in e.sources)
+    carried = all(
+        tensors[s].dtype in FLEXCHECKPOINT_DTYPES for e in ct.entries.values() for s in e.sources
+    )
     if has_native and carried and not (ranks > 1 and cpu_only):
         return "native", "Paddle has load_transform"
     if ranks == 1:

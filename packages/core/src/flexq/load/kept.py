@@ -7,7 +7,7 @@ and its scales converted only where the conversion is exact (a copy; bfloat16,
 float16, E8M0 or E4M3 widened to float32; float32 powers of two into uint8 E8M0;
 a per-tensor scale broadcast into a per-channel or block grid). Nothing is
 decoded. This module checks form, dtypes, shapes and the block alignment of each
-shard (and of each box AOA moves, :mod:`flexq.load.kept_aoa`) before anything is
+shard (and of each box AOA moves, :mod:`flexq.load.kept_boxes`) before anything is
 read; :mod:`flexq.load.kept_read` then reads only the shard's values box and the
 scale blocks that cover it, checks the scales as the dequantizing path checks
 them, and writes once the whole load has passed its checks.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flexq.errors import TargetError
-from flexq.load.kept_aoa import KeptBox, boxes
+from flexq.load.kept_boxes import KeptBox, boxes
 from flexq.load.kept_forms import (
     NVFP4_RULE,
     SCALE_TARGETS,

@@ -1,6 +1,6 @@
 """Which AOA statements lead to which targets: the chain of a load's targets.
 
-For the kept path (:mod:`flexq.load.kept_aoa`, :mod:`flexq.load.api`) and the kept
+For the kept path (:mod:`flexq.load.kept_boxes`, :mod:`flexq.load.api`) and the kept
 conversion rules (:mod:`flexq.nn.rules`). Paddle's AOA resolves a fuse's shard
 counts by following each name's chain of statements, and loops on a fuse into
 another tensor of its own name (Phi-3's ``qkv_proj.weight^T -> qkv_proj.weight,

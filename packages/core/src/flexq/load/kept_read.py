@@ -20,7 +20,7 @@ from flexq.numerics.scales import check_scales, scale_to_float32
 if TYPE_CHECKING:
     from flexq.composition import Composition
     from flexq.load.kept import KeptPiece
-    from flexq.load.kept_aoa import KeptBox
+    from flexq.load.kept_boxes import KeptBox
     from flexq.load.targets import Target
 
 

@@ -28,7 +28,7 @@ from flexq.transform import ComposedTransform
 
 if TYPE_CHECKING:
     from flexq.composition import Composition
-    from flexq.load.aoa import Piece
+    from flexq.load.pieces import Piece
     from flexq.load.targets import Target
 
 
@@ -75,7 +75,9 @@ def load(
     from paddle.distributed.flex_checkpoint.dcp import load_state_dict as lsd
 
     components = {s for p in pieces for s in ct.entry(p.logical_key).sources}
-    bad = sorted(k for k in components if ct.checkpoint.info(k).dtype not in sources.CARRIED)
+    bad = sorted(
+        k for k in components if ct.checkpoint.info(k).dtype not in sources.FLEXCHECKPOINT_DTYPES
+    )
     if bad:
         raise FlexqError(
             f"{ct.checkpoint.path}: {bad[0]!r} is {ct.checkpoint.info(bad[0]).dtype}, which "

@@ -29,7 +29,7 @@ from flexq.io.dtypes import DTYPES, dtype
 from flexq.io.pages import disk_read_bytes
 from flexq.load.quiet import quiet_paddle
 from flexq.numerics.arrays import host_to_numpy
-from flexq.numerics.threads import run_parts
+from flexq.numerics.threads import run_on_threads
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 #: Bytes of one part of a box read straight into a target on the worker threads.
 READ_PART_BYTES = 16 << 20
 #: safetensors dtypes Paddle 3.3.1's FlexCheckpoint loader can carry.
-CARRIED = frozenset(name for name, d in DTYPES.items() if d.transport is not None)
+FLEXCHECKPOINT_DTYPES = frozenset(name for name, d in DTYPES.items() if d.transport is not None)
 
 
 class Source(Protocol):
@@ -100,7 +100,7 @@ class Source(Protocol):
         opened (``/proc/self/io``; None where the platform has no such counter)."""
 
 
-class _Opened:
+class _SourceBase:
     """What every source keeps of the load it is opened for; :meth:`_open` does the rest."""
 
     def __init__(self, ct: Composition, plans: Sequence[ReadPlan], options: LoadOptions) -> None:
@@ -119,7 +119,7 @@ class _Opened:
         return None if now is None or self._disk_before is None else now - self._disk_before
 
 
-class DirectSource(_Opened):
+class DirectSource(_SourceBase):
     """Each rank reads exactly its plans' boxes from the files."""
 
     name = "direct"
@@ -174,7 +174,7 @@ class DirectSource(_Opened):
                 band = (int(offset[0]) + at, *offset[1:])
                 read(key, band, (n, *shape[1:]), out=out[at : at + n])
 
-        run_parts(work, range(0, rows, step), 1)
+        run_on_threads(work, range(0, rows, step), 1)
         return True
 
     def release(self) -> None:
@@ -190,7 +190,7 @@ class DirectSource(_Opened):
         return self._ct.checkpoint.pages_read_bytes
 
 
-class FlexCheckpointSource(_Opened):
+class FlexCheckpointSource(_SourceBase):
     """Every rank's boxes fetched collectively by Paddle's loader and resharder."""
 
     name = "flexcheckpoint"

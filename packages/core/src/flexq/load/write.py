@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from flexq.composition import Composition
-    from flexq.load.aoa import Piece
+    from flexq.load.pieces import Piece
     from flexq.load.report import LoadOptions
     from flexq.load.sources import Source
     from flexq.plan import ReadPlan
@@ -173,7 +173,7 @@ def _decode(
     found = source.boxes(index, plan, keep=check) if plan is not None else {}
     value = None
     if plan is not None:
-        value = ct.dequantize(p.logical_key, found, plan, dtype, out=into, scratch=work, host=host)
+        value = ct.decode(p.logical_key, found, plan, dtype, out=into, scratch=work, host=host)
     # Checks run before the first write, so a probe may decode before its scales are
     # checked: a non-finite scale decodes to non-finite values, never to an exception.
     if check:

@@ -18,7 +18,7 @@ A linear that a fuse rule lays out from several pieces (PaddleFormers' ``fused_q
 with its head-group interleave, ``fused_ffn``, Phi-3's ``fused_qkv_old``) is kept
 under the model's own key: the rule, adjusted by :func:`~flexq.nn.rules.for_kept`,
 moves values and scales together through the kept AOA fuse
-(:mod:`flexq.load.kept_aoa`), and the load refuses, before any read, a piece that
+(:mod:`flexq.load.kept_boxes`), and the load refuses, before any read, a piece that
 cuts a block (a :class:`~flexq.errors.TargetError` naming the statement).
 
 Refused, before anything is read (a :class:`~flexq.errors.TargetError` naming the
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flexq.errors import TargetError
-from flexq.load.aoa import plan_pieces
 from flexq.load.kept import QuantizedTarget
 from flexq.load.kept_forms import form_of
+from flexq.load.pieces import plan_pieces
 from flexq.load.report import LoadOptions
 from flexq.load.targets import describe
 from flexq.nn import experts, parallel
@@ -45,7 +45,7 @@ from flexq.nn.linear import QuantizedLinear
 
 if TYPE_CHECKING:
     from flexq.composition import Composition
-    from flexq.load.aoa import Piece
+    from flexq.load.pieces import Piece
     from flexq.nn.parallel import Split
 
 #: a staging bound no tensor reaches.

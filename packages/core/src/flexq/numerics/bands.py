@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from flexq.numerics.threads import run_parts
+from flexq.numerics.threads import run_on_threads
 
 #: Byte-code arrays smaller than this are looked up directly (the pair table
 #: costs ~1 ms to build once and threads cost more than they save).
@@ -86,7 +86,9 @@ def _scale_band(scale: np.ndarray, band: Band) -> np.ndarray:
 BandWork = Callable[..., None]
 
 
-def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndarray) -> np.ndarray:
+def run_in_bands(
+    work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndarray
+) -> np.ndarray:
     """Run ``work(codes_band, out_band, *side_parts)`` over cache-sized bands of
     ``codes`` on the worker threads; returns ``out``.
 
@@ -98,7 +100,7 @@ def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndar
     are about :data:`_BAND_CODES` elements, so a band's several passes find it
     still in the core's L2 cache; worker threads take runs of up to
     :data:`RUNS_PER_TASK` contiguous bands (runs keep the threads from trading the
-    GIL at every band; see :func:`flexq.numerics.threads.run_parts`). Work on bands must
+    GIL at every band; see :func:`flexq.numerics.threads.run_on_threads`). Work on bands must
     be elementwise: bands are done in no particular order.
     """
     bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [()]
@@ -109,25 +111,25 @@ def for_bands(work: BandWork, codes: np.ndarray, out: np.ndarray, *side: np.ndar
         for band in part:
             work(codes[band], out[band], *(_scale_band(x, band) for x in side))
 
-    run_parts(run, bands, RUNS_PER_TASK)
+    run_on_threads(run, bands, RUNS_PER_TASK)
     return out
 
 
-def row_runs(rows: int, row_elements: int) -> list[range]:
+def row_bands(rows: int, row_elements: int) -> list[range]:
     """Consecutive runs of ``rows`` rows of ``row_elements`` output elements each,
     each about one cache-sized band (:data:`_BAND_CODES` elements, one row at
     least), for decoders whose bands are whole rows; hand them to
-    :func:`flexq.numerics.threads.run_parts` with at most :data:`RUNS_PER_TASK` per task
-    (:func:`for_row_runs` does both)."""
+    :func:`flexq.numerics.threads.run_on_threads` with at most :data:`RUNS_PER_TASK` per task
+    (:func:`run_in_row_bands` does both)."""
     step = max(1, _BAND_CODES // max(1, row_elements))
     return [range(a, min(a + step, rows)) for a in range(0, rows, step)]
 
 
-def for_row_runs(work: Callable[[Sequence[range]], None], rows: int, row_elements: int) -> None:
-    """Call ``work`` on the :func:`row_runs` of ``rows`` output rows of ``row_elements``
+def run_in_row_bands(work: Callable[[Sequence[range]], None], rows: int, row_elements: int) -> None:
+    """Call ``work`` on the :func:`row_bands` of ``rows`` output rows of ``row_elements``
     elements, on the worker threads, at most :data:`RUNS_PER_TASK` runs per call
     (for decoders whose bands are whole rows; runs are done in no particular order)."""
-    run_parts(work, row_runs(rows, row_elements), RUNS_PER_TASK)
+    run_on_threads(work, row_bands(rows, row_elements), RUNS_PER_TASK)
 
 
 def lookup_into(table: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
@@ -172,7 +174,7 @@ def lookup_scaled(
         with np.errstate(over="ignore", invalid="ignore"):
             values *= s
 
-    return for_bands(work, codes, out, scale)
+    return run_in_bands(work, codes, out, scale)
 
 
 def banded_lookup(
@@ -192,4 +194,4 @@ def banded_lookup(
                 o *= s[0]
 
     result = np.empty(codes.shape, table.dtype) if out is None else out
-    return for_bands(work, codes, result, *(() if scale is None else (scale,)))
+    return run_in_bands(work, codes, result, *(() if scale is None else (scale,)))

@@ -16,7 +16,7 @@ import numpy as np
 from flexq.errors import FlexqError
 from flexq.io.dtypes import paddle_dtype, paddle_dtype_name
 from flexq.numerics.arrays import is_paddle, on_cpu, to_numpy
-from flexq.numerics.threads import run_parts
+from flexq.numerics.threads import run_on_threads
 
 #: Canonical bfloat16 NaN bit patterns flexq writes (positive and negative).
 BF16_QUIET_NAN = 0x7FC0
@@ -81,7 +81,7 @@ def float32_to_bfloat16_bits(values: np.ndarray, out: np.ndarray | None = None) 
         for start in starts:
             _round_chunk(flat[start : start + _ROUND_CHUNK], bits[start : start + _ROUND_CHUNK])
 
-    run_parts(work, range(0, flat.size, _ROUND_CHUNK), 8)
+    run_on_threads(work, range(0, flat.size, _ROUND_CHUNK), 8)
     return out
 
 
@@ -158,7 +158,7 @@ def _narrowed(x: np.ndarray, target: Any, limit: float, out: np.ndarray | None) 
                 continue
             np.copyto(into, chunk, casting="unsafe")
 
-    run_parts(work, range(0, flat.size, _ROUND_CHUNK), 8)
+    run_on_threads(work, range(0, flat.size, _ROUND_CHUNK), 8)
     if found:
         # The load fails: count every overflowing value, not only the first chunk's.
         over = np.isfinite(flat) & (np.abs(flat) >= limit)

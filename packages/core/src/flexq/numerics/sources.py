@@ -1,7 +1,7 @@
 """The arrays one read plan fetched: what a format's decode step reads for one box.
 
 For the core (the load path builds one per planned box) and for format authors
-(:mod:`flexq.formatkit` re-exports it as ``Sources``). It lives below the plugin layer
+(:mod:`flexq.formatkit` re-exports it as ``BoxSources``). It lives below the plugin layer
 because the core builds it and :mod:`flexq.plan` names it.
 """
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from flexq.plan import ReadPlan, TargetSlice
 
 
-class Sources(Mapping[str, Any]):
+class BoxSources(Mapping[str, Any]):
     """What a format's ``decode`` reads for one box: source key -> the array (numpy or
     Paddle) holding exactly the box ``plan`` names (the whole tensor for a global plan),
     with the checkpoint they came from (for messages) and the plan.

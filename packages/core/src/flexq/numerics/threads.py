@@ -9,7 +9,7 @@ at most 4 (several ranks usually share a node).
 The workers are daemon threads, so they never hold up the end of the process:
 ``concurrent.futures.ThreadPoolExecutor``'s are not (the interpreter joins them
 at exit, and a Ctrl-C that lands while it starts one leaves a worker nobody
-wakes: the process never ends). :func:`run_parts` returns or raises only when
+wakes: the process never ends). :func:`run_on_threads` returns or raises only when
 none of its parts is running any more, interrupted or not, so no worker writes
 into the caller's arrays after it has moved on.
 """
@@ -44,7 +44,7 @@ def thread_count() -> int:
 
 
 class _Batch(Generic[T]):
-    """The parts of one :func:`run_parts` call, handed to whichever worker asks next."""
+    """The parts of one :func:`run_on_threads` call, handed to whichever worker asks next."""
 
     def __init__(self, work: Callable[[Sequence[T]], None], parts: list[Sequence[T]]) -> None:
         self._work = work
@@ -133,7 +133,7 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def run_parts(work: Callable[[Sequence[T]], None], items: Sequence[T], most: int) -> None:
+def run_on_threads(work: Callable[[Sequence[T]], None], items: Sequence[T], most: int) -> None:
     """Call ``work`` on consecutive runs of ``items``, at most ``most`` items each,
     on the worker threads (inline when one thread or one run would do).
 

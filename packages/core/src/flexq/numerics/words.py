@@ -26,7 +26,7 @@ from typing import Any, TypeAlias, Union
 
 import numpy as np
 
-from flexq.numerics.bands import for_row_runs
+from flexq.numerics.bands import run_in_row_bands
 
 #: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
@@ -449,7 +449,7 @@ def decode_slot_groups(
                     v3 -= zero[rows, :, None]
                 v3 *= scale[rows, :, None]
 
-    for_row_runs(work, src.shape[1], k * cols)
+    run_in_row_bands(work, src.shape[1], k * cols)
     return out
 
 

@@ -452,7 +452,7 @@ class FormatRegistry:
             raise PluginError(f"{where} declares scales or checks {unread} it does not read")
         return plan
 
-    def apply(
+    def decode(
         self,
         name: str,
         checkpoint: Checkpoint,

@@ -37,11 +37,11 @@ __all__ = ["API_ATTRIBUTE", "API_VERSION", "NAME", "hookimpl", "hookspec"]
 #: their arguments and results, and :mod:`flexq.formatkit`), as ``"major.minor"``. The
 #: major number changes when a plugin written for the old contract can break (a hook's
 #: or the kit's decode signature changes); the minor when something is only added. A
-#: plugin declares the version it was built for (``Format(..., api_version="1.0")``,
-#: or a module-level ``FLEXQ_API_VERSION = "1.0"``); one built for another major
+#: plugin declares the version it was built for (``Format(..., api_version="1.1")``,
+#: or a module-level ``FLEXQ_API_VERSION = "1.1"``); one built for another major
 #: version is disabled with one warning. A plugin that declares none predates the
 #: number and is taken as built for major 1.
-API_VERSION = "1.0"
+API_VERSION = "1.1"
 
 #: The attribute of a plugin object that holds the version it was built for.
 API_ATTRIBUTE = "FLEXQ_API_VERSION"

@@ -56,7 +56,7 @@ def decode_box(
             for k, v in sources.items()
         }
     ct.check_plan(logical_key, plan, sources)  # the checks a load runs before any write
-    return ct.dequantize(logical_key, sources, plan, output_dtype)
+    return ct.decode(logical_key, sources, plan, output_dtype)
 
 
 def check_local_box(
@@ -79,7 +79,7 @@ def check_local_box(
     assert plan.target == target
     sources = ct.read_sources(plan)
     assert ct.checkpoint.bytes_read - before == read
-    got = ct.dequantize(logical_key, sources, plan, target.dtype)
+    got = ct.decode(logical_key, sources, plan, target.dtype)
     box = tuple(
         slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
     )
@@ -98,7 +98,7 @@ def planned_box(
     from flexq.testing.oracles import round_to, same_bits
 
     plan = ct.plan(logical_key, target)
-    got = ct.dequantize(logical_key, ct.read_sources(plan), plan, target.dtype)
+    got = ct.decode(logical_key, ct.read_sources(plan), plan, target.dtype)
     box = tuple(
         slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
     )
@@ -125,6 +125,6 @@ def local_and_whole(
     before = ct.checkpoint.bytes_read
     sources = ct.read_sources(plan)
     read = ct.checkpoint.bytes_read - before
-    local = ct.dequantize(logical_key, sources, plan, "float32")
+    local = ct.decode(logical_key, sources, plan, "float32")
     box = tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))
     return local, whole[box], read, plan, dict(sources)

@@ -62,9 +62,9 @@ def dequantize_runs(
     if shape not in shared:
         shared[shape] = tuple(np.ones(shape, t) for t in (np.float32, np.float32, np.uint16))  # type: ignore[assignment]
     into, work, into16 = shared[shape]
-    runs: dict[str, Run] = {name: lambda: ct.dequantize(key, sources, plan, "float32", out=into)}
+    runs: dict[str, Run] = {name: lambda: ct.decode(key, sources, plan, "float32", out=into)}
     if bfloat16:
-        runs[f"{name}_bf16"] = lambda: ct.dequantize(
+        runs[f"{name}_bf16"] = lambda: ct.decode(
             key, sources, plan, "bfloat16", out=into16, scratch=work
         )
     return runs

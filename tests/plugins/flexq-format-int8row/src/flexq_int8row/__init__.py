@@ -22,12 +22,12 @@ import numpy as np
 import flexq
 from flexq.formatkit import (
     Analysis,
+    BoxSources,
     Format,
     IgnoreList,
-    Sources,
+    cached_per_checkpoint,
     natural_dtype,
     ops_for,
-    per_checkpoint,
 )
 
 __version__ = "0.4.0"
@@ -47,7 +47,7 @@ class RowScaled:
 
 
 # detect: which tensors are ours, from headers and config alone, once per checkpoint
-@per_checkpoint
+@cached_per_checkpoint
 def analyze(checkpoint: flexq.Checkpoint) -> Analysis[RowScaled]:
     where = f"{checkpoint.path / 'config.json'}: quantization_config"
     ignored = IgnoreList.from_config(checkpoint.quantization_config, where)
@@ -75,7 +75,7 @@ def local_plan(tensor: RowScaled, target: flexq.TargetSlice) -> flexq.ReadPlan:
 
 
 # decode: the math once, for numpy arrays and Paddle tensors alike, in float32
-def decode(tensor: RowScaled, sources: Sources, out: Any) -> Any:
+def decode(tensor: RowScaled, sources: BoxSources, out: Any) -> Any:
     q, s = (sources[k] for k in tensor.sources)
     ops = ops_for(q)
     return ops.float32(q, "I8") * ops.reshape(ops.float32(s, "F32"), (-1, 1))
@@ -108,5 +108,5 @@ plugin = Format(
     plan=local_plan,
     decode=decode,
     encode=encode,
-    api_version="1.0",  # the flexq.formatkit.API_VERSION this module was written for
+    api_version="1.1",  # the flexq.formatkit.API_VERSION this module was written for
 )

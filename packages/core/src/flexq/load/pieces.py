@@ -80,7 +80,7 @@ class Piece:
         return _axes(len(self.src_desc.local_shape), self.transposes)
 
 
-class _Draft(NamedTuple):
+class _UnplannedPiece(NamedTuple):
     """A piece before its owner has planned it."""
 
     target: Target
@@ -315,7 +315,7 @@ def _naming(statements: list[str], name: object) -> str:
     return next((s for s in statements if isinstance(name, str) and name in s), "")
 
 
-def _drafts(ct: Composition, engine: Any, t: Target, max_bytes: int) -> list[_Draft]:
+def _drafts(ct: Composition, engine: Any, t: Target, max_bytes: int) -> list[_UnplannedPiece]:
     where = f"target {t.key!r}"
     var = engine.output_vars.get(t.key)
     if var is None:
@@ -362,11 +362,13 @@ def _drafts(ct: Composition, engine: Any, t: Target, max_bytes: int) -> list[_Dr
             else None
         )
         for s, d in _split(src, dst, transposes, max_bytes):
-            out.append(_Draft(t, key, s, d, transposes, entry.owner, entry.is_passthrough, cast))
+            out.append(
+                _UnplannedPiece(t, key, s, d, transposes, entry.owner, entry.is_passthrough, cast)
+            )
     return out
 
 
-def _smallest(drafts: list[_Draft]) -> set[int]:
+def _smallest(drafts: list[_UnplannedPiece]) -> set[int]:
     """The index of the smallest piece of every format (the passthrough owner aside)."""
     probes: dict[str, int] = {}
     for i, d in enumerate(drafts):
@@ -377,7 +379,7 @@ def _smallest(drafts: list[_Draft]) -> set[int]:
     return set(probes.values())
 
 
-def _planned(ct: Composition, d: _Draft, probed: bool) -> Piece:
+def _planned(ct: Composition, d: _UnplannedPiece, probed: bool) -> Piece:
     """The draft planned by its owner, with the plan of its probe when ``probed``."""
     s = d.src_desc
     box = _logical_box(s, d.target.dtype)

@@ -2,7 +2,7 @@
 
 For :mod:`flexq.load.kept`. Without AOA statements a kept target is one box of the
 logical tensor of its own name. With them, the kept target goes through the same
-planner as ordinary targets (:func:`flexq.load.aoa.plan_pieces`, Paddle's AOAEngine
+planner as ordinary targets (:func:`flexq.load.pieces.plan_pieces`, Paddle's AOAEngine
 over the logical tensors): renames, fuses (``fused_qkv``, ``fused_ffn``, with their
 head-group interleave) and ``^T`` give the boxes of the source logical tensors that
 land in the target, which are turned into boxes of the sources' kept values. What
@@ -62,7 +62,7 @@ def boxes(ct: Composition, key: str, values: Target, options: LoadOptions | None
         )
     if not statements:
         return [KeptBox(form_of(ct, key), values.offset, values.local_shape, values.offset)]
-    from flexq.load.aoa import plan_pieces
+    from flexq.load.pieces import plan_pieces
     from flexq.load.targets import Target
 
     # The target in logical elements, for AOA: FP4 values hold two a byte, and gpt-oss
