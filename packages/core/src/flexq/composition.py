@@ -142,7 +142,7 @@ class Composition:
     def unchanged(self, logical_key: str, plan: ReadPlan, output_dtype: str) -> str | None:
         """The physical tensor whose box of ``plan`` IS the result in ``output_dtype``,
         byte for byte (a passthrough tensor stored in that very dtype), so the box may be
-        read straight into the target; None when the owner's apply or a cast is needed."""
+        read straight into the target; None when the owner's decode or a cast is needed."""
         if not self.entry(logical_key).is_passthrough or len(plan.source_slices) != 1:
             return None
         ((key, (_, shape)),) = plan.source_slices.items()
@@ -159,7 +159,8 @@ class Composition:
         scratch: np.ndarray | None = None,
         host: bool = True,
     ) -> Any:
-        """Run the owner's apply for ``plan`` and round once to ``output_dtype``.
+        """Decode: run the owner's decode step (its ``flexq_apply`` hook) for ``plan`` and
+        round once to ``output_dtype``.
 
         Returns numpy (bfloat16 as uint16 bits) for numpy sources, Paddle for Paddle
         ones, and a Paddle tensor in any case when not ``host``.

@@ -103,7 +103,7 @@ class ComposedTransform:
     plan = _forwarded(Composition.plan)
     check_plan = _forwarded(Composition.check_plan)
     read_sources = _forwarded(Composition.read_sources)
-    dequantize = _forwarded(Composition.decode)
+    decode = _forwarded(Composition.decode)
     #: :meth:`Composition.load`: the whole logical tensor as numpy.
     load = _forwarded(Composition.load)
 
@@ -153,7 +153,8 @@ class ComposedTransform:
 
     def apply(self, logical_key: str, source_tensors: Mapping[str, Any], output_dtype: Any) -> Any:
         """Build the planned box of ``logical_key`` as a Paddle tensor of ``output_dtype``
-        (the whole tensor when no ``read_plan`` was asked for it).
+        (the whole tensor when no ``read_plan`` was asked for it): Paddle's name for
+        :meth:`decode` (the one place flexq says ``apply``).
 
         Paddle's loader passes the logical dtype of :meth:`logical_metadata` and then
         ``paddle.assign``s the result, which silently turns a target of another dtype
@@ -178,7 +179,7 @@ class ComposedTransform:
             out = plan.target.dtype
         sources = host_to_numpy(source_tensors)
         self._composition.check_plan(logical_key, plan, sources)
-        return to_paddle(self._composition.dequantize(logical_key, sources, plan, out), out)
+        return to_paddle(self._composition.decode(logical_key, sources, plan, out), out)
 
     # -- flexq's own API ------------------------------------------------------
     def declaring(self, dtypes: Mapping[str, str]) -> ComposedTransform:

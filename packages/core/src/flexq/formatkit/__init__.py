@@ -6,9 +6,9 @@ from :mod:`flexq` and the rest from here:
 - arrays: :class:`ArrayOps` / :func:`ops_for` (one set of exact operations over
   numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`,
   :func:`to_numpy`;
-- fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`, :func:`lookup_into`,
-  :func:`lookup_scaled`, :func:`pair_items`, :func:`run_on_threads`, :data:`RUNS_PER_TASK`
-  (cache-sized bands on worker threads);
+- fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`,
+  :func:`lookup_into`, :func:`lookup_scaled`, :func:`pair_items`, :func:`run_on_threads`,
+  :data:`RUNS_PER_TASK` (cache-sized bands on worker threads);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
   :func:`check_scales` (the non-finite-scale warning every format raises the same way);
@@ -45,6 +45,11 @@ from :mod:`flexq` and the rest from here:
 - :data:`API_VERSION`: the kit's ``"major.minor"`` version; a format passes the one it
   was built for as ``Format(..., api_version=...)``, and one built for another major
   version is disabled with one warning.
+
+Deprecated names: kit API 1.1 renamed eight names of 1.0 so that each says what it is
+(:data:`RENAMED` maps each old name to its new one; docs/plugin-guide.md has the table).
+The old names still give the same objects, without a warning, so a plugin built for 1.0
+keeps working; they are not in ``__all__`` and new code should not use them.
 """
 
 from __future__ import annotations
@@ -143,6 +148,18 @@ if TYPE_CHECKING:
         scale_like,
     )
 
+    # The deprecated names of kit API 1.0, for type checkers (see RENAMED).
+    # rename: keep (the issue-25 codemod leaves the old names here alone)
+    Layout = FoundTensor
+    Sources = BoxSources
+    per_checkpoint = cached_per_checkpoint
+    for_bands = run_in_bands
+    row_runs = row_bands
+    for_row_runs = run_in_row_bands
+    run_parts = run_on_threads
+    nibble_blocks = nibble_block_boxes
+    # rename: end
+
 #: Every name of the kit -> the module defining it, imported on first use: discovery
 #: imports every installed format's plugin object, and a process that loads one format
 #: should not pay for the rest of the kit (pydantic alone costs a fresh process ~0.1 s).
@@ -209,7 +226,22 @@ _WHERE = {
     "validate_config": "flexq.quantconfig.base",
 }
 
-__getattr__ = exports(__name__, _WHERE)
+#: Old name (kit API 1.0) -> its name since 1.1. Each old name gives the new name's object,
+#: silently: plugins built for 1.0 import them and keep working (docs/plugin-guide.md).
+# rename: keep
+RENAMED = {
+    "Layout": "FoundTensor",
+    "Sources": "BoxSources",
+    "per_checkpoint": "cached_per_checkpoint",
+    "for_bands": "run_in_bands",
+    "row_runs": "row_bands",
+    "for_row_runs": "run_in_row_bands",
+    "run_parts": "run_on_threads",
+    "nibble_blocks": "nibble_block_boxes",
+}
+# rename: end
+
+__getattr__ = exports(__name__, _WHERE, RENAMED)
 
 __all__ = [
     "API_VERSION",

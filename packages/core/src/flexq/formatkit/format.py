@@ -9,7 +9,7 @@ object::
 
     plugin = Format(
         "int8row", "int8 weights, one float32 scale per row",
-        methods=("int8row",), analyze=analyze, plan=local_plan, decode=dequantize,
+        methods=("int8row",), analyze=analyze, plan=local_plan, decode=decode,
     )
 
 and its entry point names that object (``fp8 = "flexq_fp8.plugin:plugin"``; the
@@ -241,7 +241,7 @@ class Format(Generic[L]):
         missing = [k for k in layout.sources if k not in sources]
         if missing:
             raise FormatError(
-                f"{checkpoint.path}: dequantizing {logical_key!r} needs {missing} "
+                f"{checkpoint.path}: decoding {logical_key!r} needs {missing} "
                 f"(format {self.FORMAT_NAME!r})"
             )
         return self._decode(layout, BoxSources(checkpoint, plan, sources), out)

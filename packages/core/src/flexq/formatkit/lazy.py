@@ -31,14 +31,21 @@ def resolve(ref: str) -> Any:
         raise ImportError(f"module {module!r} has no attribute {attr!r} (from {ref!r})") from None
 
 
-def exports(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+def exports(
+    module: str, names: Mapping[str, str], renamed: Mapping[str, str] | None = None
+) -> Callable[[str], Any]:
     """A module ``__getattr__`` giving each of ``names`` (public name -> the module that
     defines it) on first access, for a package ``__init__``::
 
         __getattr__ = exports(__name__, {"quantize": "flexq_fp8.encode"})
+
+    ``renamed`` (old name -> its new name in ``names``) keeps old names working for code
+    written before a rename: the old name gives the very object of the new one, silently
+    (a plugin cannot change what its users' flexq calls it).
     """
 
     def __getattr__(name: str) -> Any:
+        name = (renamed or {}).get(name, name)
         where = names.get(name)
         if where is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")

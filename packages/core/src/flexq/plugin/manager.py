@@ -462,8 +462,8 @@ class FormatRegistry:
         output_dtype: str,
         out: Any,
     ) -> Any:
-        """Format ``name``'s dequantized box for ``plan``, checked: an array of the
-        plan's box, floating point (float32 or ``output_dtype``)."""
+        """Format ``name``'s decoded box for ``plan`` (its ``flexq_apply`` hook), checked:
+        an array of the plan's box, floating point (float32 or ``output_dtype``)."""
         if not self.implements(name, "flexq_apply"):
             raise PluginError(f"{self.describe(name)} claims {logical_key!r} but has no apply")
         result = self._call(

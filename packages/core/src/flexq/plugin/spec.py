@@ -40,7 +40,8 @@ __all__ = ["API_ATTRIBUTE", "API_VERSION", "NAME", "hookimpl", "hookspec"]
 #: plugin declares the version it was built for (``Format(..., api_version="1.1")``,
 #: or a module-level ``FLEXQ_API_VERSION = "1.1"``); one built for another major
 #: version is disabled with one warning. A plugin that declares none predates the
-#: number and is taken as built for major 1.
+#: number and is taken as built for major 1. 1.1 renamed eight kit names and kept the
+#: old ones as aliases (:data:`flexq.formatkit.RENAMED`).
 API_VERSION = "1.1"
 
 #: The attribute of a plugin object that holds the version it was built for.
@@ -142,7 +143,13 @@ def flexq_apply(
     output_dtype: str,
     out: Any,
 ) -> Any:
-    """Dequantize: build the ``plan.target`` box of ``logical_key`` from ``sources``.
+    """Decode: build the ``plan.target`` box of ``logical_key`` from ``sources``.
+
+    The raw hook of the decode step, for plugins that are not a
+    :class:`flexq.formatkit.Format` (which implements it over its ``decode``). Its name
+    stays ``flexq_apply`` (a hook's name is part of kit API 1.x: renaming it would
+    disable every raw-hook plugin); ``apply`` alone is only Paddle's ``LoadTransform``
+    method.
 
     :param sources: source key -> array holding exactly the box the plan named
         (the whole tensor for a global plan); numpy or Paddle, see module doc.
