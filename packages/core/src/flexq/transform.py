@@ -184,10 +184,11 @@ class ComposedTransform:
     # -- flexq's own API ------------------------------------------------------
     def declaring(self, dtypes: Mapping[str, str]) -> ComposedTransform:
         """An adapter over the same composition whose ``logical_metadata()`` declares
-        ``dtypes`` (logical key -> Paddle dtype name) for those keys: how
-        ``engine="native"`` makes Paddle's AOA, which refuses a logical dtype that
-        differs from the target's, accept the dtypes of the caller's targets without
-        casts (each value still rounded once). The view starts with no plans of its own."""
+        ``dtypes`` (logical key -> Paddle dtype name) for those keys, so Paddle's AOA,
+        which refuses a logical dtype that differs from the target's, accepts the dtypes
+        of the caller's targets without casts (each value still rounded once). For
+        callers holding an adapter; ``engine="native"`` passes its dtypes (and its
+        plans) to the constructor instead. The view starts with no plans of its own."""
         return ComposedTransform(self._composition, declared={**self._declared, **dtypes})
 
     def _planned(self, logical_key: str, target: TargetSlice, force_global: bool) -> ReadPlan:
