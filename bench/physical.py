@@ -2,21 +2,27 @@
 
 Run by ``nox -s bench`` (every series; its figures fill the main table's physical-limit
 column) and ``nox -s bench -- physical`` (this one alone: bench/results/<date>-physical.json
-and the physical section of docs/performance.md). Needs root: the cold series evict the
-page cache (``sync; echo 3 > /proc/sys/vm/drop_caches``), which every job on the machine
-feels, so each round's cold loads run as one short burst.
+and the physical section of docs/performance.md). Needs root: the cold-system series drops
+the page cache (``sync; echo 3 > /proc/sys/vm/drop_caches``), which every job on the
+machine feels, so it runs once a round.
 
 Per round, on the 1 GiB block-FP8 checkpoint (16 x 4096^2 into float32, 256 MiB of
 files), every figure one fresh process (:mod:`bench.fresh`) or one ``dd`` per file:
 
-- cold, each after a drop of the page cache, in rotating order: ``dd`` of the files
+- cold, each after the checkpoint's own pages are evicted (``POSIX_FADV_DONTNEED``:
+  the files come from disk, the interpreter's modules and libraries stay cached, as on
+  a node where the checkpoint is new), in rotating order: ``dd`` of the files
   (``bs=16M``, buffered, and ``iflag=direct``: O_DIRECT, no read-ahead), the default
-  load, and the default load with its read-ahead (:mod:`flexq.load.readahead`) switched
-  off (the baseline the read-ahead is measured against, in the same run); each load also
-  reports the seconds it waited in its reads (``read_wait_s``), the part of a cold load
-  that did not overlap decoding;
-- warm (the files read into the page cache first): the default load, the same without
-  read-ahead, and memcpy of the finished values into the same float32 Paddle targets.
+  load, the default load with its kernel read-ahead (:mod:`flexq.load.readahead`)
+  switched off and the default load with its fetch-ahead thread
+  (:mod:`flexq.load.fetch_ahead`) switched off (the baselines each is measured
+  against, in the same run); each load also reports the seconds it waited in its
+  reads (``read_wait_s``), the part of a cold load that did not overlap decoding;
+- cold-system: the default load after the whole page cache is dropped (``sync; echo 3 >
+  /proc/sys/vm/drop_caches``: the modules a load imports late, pydantic's among them,
+  come from disk too), for reference;
+- warm (the files read into the page cache first): the default load, the two baselines,
+  and memcpy of the finished values into the same float32 Paddle targets.
 
 On the 200 MB checkpoint (12 x 2048^2) the warm default load alternates with torch DCP's
 quantized reader when torch is installed. The physical limit of a load is max(buffered
@@ -36,13 +42,15 @@ from typing import Any
 
 from bench import fresh, report, vs_dcp
 from bench.checkpoints import BASE_TENSORS, BIG_SIDE, SIDE, write_fp8_block
-from bench.cold_pages import drop_caches
+from bench.cold_pages import drop_caches, evict_files
 
 HEADING = "## The physical limit: cold and warm loads against the disk and memcpy (issue 30)"
 #: case name -> (linears, side).
 CASES = {"1gib": (16, BIG_SIDE), "x1": (BASE_TENSORS, SIDE)}
-COLD = ("read-buffered", "read-direct", "flexq", "flexq-no-readahead")
-WARM = ("flexq", "flexq-no-readahead", "memcpy")
+#: The default load and its two baselines: kernel read-ahead off, fetch-ahead thread off.
+LOADS = ("flexq", "flexq-no-readahead", "flexq-no-fetch-ahead")
+COLD = ("read-buffered", "read-direct", *LOADS)
+WARM = (*LOADS, "memcpy")
 MB = 1 << 20
 #: the issue's bars
 COLD_BAR, WARM_BAR, DCP_BAR = 1.3, 1.2, 0.15
@@ -61,16 +69,20 @@ def read_files(files: list[Path], direct: bool) -> float:
     return time.perf_counter() - start
 
 
-def child(ckpt: str, n: int, side: int, read_ahead: bool) -> dict[str, Any]:
-    """A default load (:func:`bench.fresh.child_flexq`), with its read-ahead window switched
-    off unless ``read_ahead`` (each piece then read when its decode asks for it: what the
-    default did before issue 30), and ``read_wait_s``: the seconds the load spent in its
-    source's reads, i.e. waiting for bytes instead of decoding them."""
+def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
+    """A default load (:func:`bench.fresh.child_flexq`) of one of :data:`LOADS`: as it is,
+    with its kernel read-ahead window switched off (each piece's pages then read when its
+    decode asks for them: what the default did before issue 30), or with its fetch-ahead
+    thread switched off (each piece's boxes copied in on the load's thread, between two
+    decodes); and ``read_wait_s``: the seconds the load spent in its source's reads,
+    i.e. waiting for bytes instead of decoding them."""
     from flexq.load import sources
     from flexq.load.readahead import ReadAhead
 
-    if not read_ahead:
+    if kind == "flexq-no-readahead":
         ReadAhead.before = lambda self, index: None  # type: ignore[method-assign]
+    elif kind == "flexq-no-fetch-ahead":
+        sources.DirectSource.fetch_ahead = lambda self, index: None  # type: ignore[method-assign]
     waited = [0.0]
     real = sources.DirectSource.boxes
 
@@ -86,17 +98,19 @@ def child(ckpt: str, n: int, side: int, read_ahead: bool) -> dict[str, Any]:
 
 
 def _load(kind: str, path: Path, n: int, side: int) -> dict[str, Any]:
-    if kind in ("flexq", "flexq-no-readahead"):
-        switch = "on" if kind == "flexq" else "off"
-        return fresh.run_module("bench.physical", ["--child", switch, str(path), str(n), str(side)])
+    if kind in LOADS:
+        return fresh.run_module("bench.physical", ["--child", kind, str(path), str(n), str(side)])
     return fresh.run_child(kind, path, n, side)
 
 
-def _one(kind: str, path: Path, n: int, side: int, cold: bool) -> dict[str, Any]:
-    """One figure of ``kind``; ``cold``: the page cache dropped just before."""
+def _one(kind: str, path: Path, n: int, side: int, cold: str | None) -> dict[str, Any]:
+    """One figure of ``kind``; ``cold``: "checkpoint" (its files evicted just before) or
+    "system" (the whole page cache dropped just before), None for a warm figure."""
     files = sorted(path.glob("*.safetensors"))
-    if cold:
+    if cold == "system":
         drop_caches()
+    elif cold == "checkpoint":
+        evict_files(files)
     if kind.startswith("read-"):
         return {"seconds": read_files(files, kind == "read-direct")}
     return _load(kind, path, n, side)
@@ -104,6 +118,7 @@ def _one(kind: str, path: Path, n: int, side: int, cold: bool) -> dict[str, Any]
 
 def measure(tmp: Path, rounds: int, log: Any = print) -> dict[str, Any]:
     """Every series of this module over ``rounds`` rounds, checkpoints written into ``tmp``."""
+    load_average = f"{os.getloadavg()[0]:.1f}"
     paths = {}
     for name, (n, side) in CASES.items():
         log(f"physical: writing checkpoint {name}: {n} x {side}^2 block-FP8")
@@ -111,22 +126,24 @@ def measure(tmp: Path, rounds: int, log: Any = print) -> dict[str, Any]:
     big, (n, side) = paths["1gib"], CASES["1gib"]
     small, (sn, sside) = paths["x1"], CASES["x1"]
     small_kinds = ["flexq", "dcp"] if vs_dcp.torch_available() else ["flexq"]
-    for kind in ("flexq", "flexq-no-readahead", "memcpy"):  # bytecode compiled, untimed
+    for kind in WARM:  # bytecode compiled, untimed
         _load(kind, big, n, side)
     runs: dict[str, list[dict[str, Any]]] = {}
     for r in range(rounds):
-        log(f"physical: round {r + 1} of {rounds} (a burst of {len(COLD)} cold-cache drops)")
+        log(f"physical: round {r + 1} of {rounds}")
         for kind in COLD[r % len(COLD) :] + COLD[: r % len(COLD)]:
-            runs.setdefault(f"cold {kind}", []).append(_one(kind, big, n, side, cold=True))
+            runs.setdefault(f"cold {kind}", []).append(_one(kind, big, n, side, "checkpoint"))
+        runs.setdefault("cold-system flexq", []).append(_one("flexq", big, n, side, "system"))
         read_files(sorted(big.glob("*.safetensors")), direct=False)  # back in the cache
         for kind in WARM[r % len(WARM) :] + WARM[: r % len(WARM)]:
-            runs.setdefault(f"warm {kind}", []).append(_one(kind, big, n, side, cold=False))
-        read_files(sorted(small.glob("*.safetensors")), direct=False)  # the drops evicted it
+            runs.setdefault(f"warm {kind}", []).append(_one(kind, big, n, side, None))
+        read_files(sorted(small.glob("*.safetensors")), direct=False)  # the drop evicted it
         for kind in small_kinds[r % 2 :] + small_kinds[: r % 2]:
-            runs.setdefault(f"x1 warm {kind}", []).append(_one(kind, small, sn, sside, False))
+            runs.setdefault(f"x1 warm {kind}", []).append(_one(kind, small, sn, sside, None))
     series = {name: {"runs": got, **fresh.summarize(got)} for name, got in runs.items()}
     return {
         "rounds": rounds,
+        "load_average": load_average,
         "checkpoint_bytes": sum(f.stat().st_size for f in big.glob("*.safetensors")),
         "targets_bytes": n * side * side * 4,
         "x1_targets_bytes": sn * sside * sside * 4,
@@ -185,14 +202,18 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         f"The 1 GiB block-FP8 checkpoint ({f['checkpoint_bytes'] / (1 << 20):.0f} MiB of files, "
         f"{report._size(f['targets_bytes'])} of float32 targets), {f['rounds']} rounds, every "
         "figure one fresh process (or one `dd` per file), medians and ranges; ratios are of "
-        "medians from this run. Cold: the page cache dropped (`sync; echo 3 > "
-        "/proc/sys/vm/drop_caches`) just before, the cold figures of a round run as one burst. "
-        "Physical limit: max(buffered `dd` read time, memcpy time) = "
-        f"{_ms(lim)}. `flexq-no-readahead` is the default load with its read-ahead "
-        "(`flexq.load.readahead`) switched off, the baseline measured in the same run. "
-        f"Figures in `{json_name}` (`nox -s bench -- physical`). The machine is shared (2 "
-        "cores, 8 engineers' jobs running, whose caches the drops evict too): expect "
-        "+-20% and more.",
+        "medians from this run. Cold: the checkpoint's own pages evicted "
+        "(`POSIX_FADV_DONTNEED`) just before, so its files come from disk while the "
+        "interpreter's modules stay cached (a node where the checkpoint is new); cold-system: "
+        "the whole page cache dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`), the modules "
+        "a load imports late (pydantic's) read from disk too. Physical limit: max(buffered "
+        f"`dd` read time, memcpy time) = {_ms(lim)}. Baselines measured in the same run: "
+        "`flexq-no-readahead`, the default load with its kernel read-ahead "
+        "(`flexq.load.readahead`) switched off, and `flexq-no-fetch-ahead`, with its "
+        "fetch-ahead thread (`flexq.load.fetch_ahead`) switched off. "
+        f"Figures in `{json_name}` (`nox -s bench -- physical`). Load average when the "
+        f"series started: {f.get('load_average', 'not recorded')} on 2 cores (a shared "
+        "machine: expect +-20% and more).",
         "",
         "Waiting on reads: the seconds a load spent in its source's reads (waiting for "
         "bytes, not decoding them), median.",
@@ -218,8 +239,8 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
-        switch, ckpt, n, side = argv[1], argv[2], int(argv[3]), int(argv[4])
-        print(json.dumps(child(ckpt, n, side, switch == "on")))
+        kind, ckpt, n, side = argv[1], argv[2], int(argv[3]), int(argv[4])
+        print(json.dumps(child(ckpt, n, side, kind)))
         return 0
     if os.geteuid() != 0:
         print("bench.physical: evicting the page cache needs root", file=sys.stderr)

@@ -114,6 +114,14 @@ def weights(seed: int = 0) -> dict[str, np.ndarray]:
     return {k: rng.standard_normal(s).astype(np.float32) * 0.05 for k, s in LINEARS.items()}
 
 
+def assert_loaded_as_composed(sd: dict[str, Any], path: Path) -> None:
+    """Every target in ``sd`` holds what ``flexq.compose(path)`` decodes for its key, as
+    float32: a load (however it read and decoded) gave the reference values."""
+    ct = flexq.compose(path)
+    for key, t in sd.items():
+        np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)
+
+
 def int8row_tensors(w: dict[str, np.ndarray]) -> dict[str, flexq.RawTensor]:
     out: dict[str, flexq.RawTensor] = {}
     for key, value in w.items():

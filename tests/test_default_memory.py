@@ -17,7 +17,7 @@ from flexq.load import pieces as piece_planner
 from flexq.load.sources import DirectSource
 from flexq_fp8 import save_fp8_checkpoint
 
-from .conftest import LINEARS, weights
+from .conftest import LINEARS, assert_loaded_as_composed, weights
 
 
 def fp8_checkpoint(tmp_path: Path) -> Path:
@@ -69,9 +69,7 @@ def test_a_default_load_maps_no_checkpoint_file(
     assert report.batches == 1
     assert len(mapped) >= report.pieces
     assert all(m == [] for m in mapped)
-    ct = flexq.compose(path)
-    for key, t in sd.items():
-        np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)
+    assert_loaded_as_composed(sd, path)
 
 
 @pytest.mark.parametrize("engine", ["direct", "flexcheckpoint"])
@@ -91,9 +89,7 @@ def test_the_check_before_the_first_write_decodes_only_the_first_rows_of_the_sma
     assert first_box == (32, LINEARS[first_key][1])
     # then every piece once, whole (no piece is decoded twice)
     assert sorted(calls[1:]) == sorted((k, s) for k, s in LINEARS.items())
-    ct = flexq.compose(path)
-    for key, t in sd.items():
-        np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)
+    assert_loaded_as_composed(sd, path)
 
 
 def test_a_format_that_ignores_the_planned_box_fails_before_anything_is_written(

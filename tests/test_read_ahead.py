@@ -20,7 +20,7 @@ from flexq.errors import CheckpointError
 from flexq.load import readahead
 from flexq_fp8 import save_fp8_checkpoint
 
-from .conftest import LINEARS, weights
+from .conftest import LINEARS, assert_loaded_as_composed, weights
 
 Event = tuple[str, Any]
 
@@ -91,9 +91,7 @@ def load_recorded(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Eve
     sd = {k: paddle.full(list(s), 7.0) for k, s in LINEARS.items()}
     report = flexq.load_state_dict(sd, path)
     done = len(events)  # what the load did; the checks below are not its
-    ct = flexq.compose(path)
-    for key, t in sd.items():
-        np.testing.assert_array_equal(t.numpy(), ct.load(key, "float32"), err_msg=key)
+    assert_loaded_as_composed(sd, path)
     del events[done:]
     return events, [key for kind, key in events if kind == "apply"][-report.pieces :]
 

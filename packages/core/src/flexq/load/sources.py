@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from flexq.errors import FlexqError
 from flexq.io.dtypes import DTYPES, dtype
 from flexq.io.pages import disk_read_bytes
+from flexq.load.fetch_ahead import FETCH_AHEAD_BYTES, Fetched
 from flexq.load.quiet import quiet_paddle
 from flexq.numerics.arrays import host_to_numpy
 from flexq.numerics.threads import run_on_threads
@@ -73,6 +74,11 @@ class Source(Protocol):
     def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
         """``plans[index]``'s boxes (all, or those of ``keys``) will be asked for soon:
         start fetching them now, holding nothing (a hint; a source may ignore it)."""
+
+    def fetch_ahead(self, index: int) -> None:
+        """``plans[index]`` decodes next: read its boxes into the process now, beside the
+        decode running meanwhile, so :meth:`boxes` hands them over without a wait (a hint;
+        a source whose boxes are in memory already ignores it)."""
 
     def read_into(self, index: int, plan: ReadPlan, key: str, out: np.ndarray) -> bool:
         """Read ``plan``'s one box, of physical tensor ``key``, straight into ``out`` (a
@@ -126,6 +132,7 @@ class DirectSource(_SourceBase):
 
     def _open(self, options: LoadOptions) -> None:
         self._held: dict[int, dict[str, Any]] = {}
+        self._ahead: dict[int, Fetched] = {}
         # Every file this rank reads is checked before the first write (each read
         # checks its own again), so a file replaced or cut since compose leaves
         # every target as it was, not only those of later pieces.
@@ -140,6 +147,9 @@ class DirectSource(_SourceBase):
             # Boxes inside the piece's own (the checks' first rows): read, never held.
             wanted = plan.source_slices if keys is None else keys
             return {k: read(k, *plan.source_slices[k]) for k in wanted}
+        fetched = self._ahead.pop(index, None)
+        if fetched is not None:
+            self._held.setdefault(index, {}).update(fetched.result())
         held = self._held.get(index, {}) if keep else self._held.pop(index, {})
         for k in plan.source_slices if keys is None else keys:
             if k not in held:
@@ -155,8 +165,19 @@ class DirectSource(_SourceBase):
         for k in slices if keys is None else keys:
             self._ct.checkpoint.prefetch(k, *slices[k])
 
+    def fetch_ahead(self, index: int) -> None:
+        if index >= len(self._plans) or index in self._ahead:
+            return
+        ckpt, slices = self._ct.checkpoint, self._plans[index].source_slices
+        held = self._held.get(index, {})
+        keys = [k for k in slices if k not in held]
+        if not keys or sum(ckpt.box_bytes(k, slices[k][1]) for k in keys) > FETCH_AHEAD_BYTES:
+            return
+        self._ahead[index] = Fetched(lambda: {k: ckpt.read(k, *slices[k]) for k in keys})
+
     def read_into(self, index: int, plan: ReadPlan, key: str, out: np.ndarray) -> bool:
         self._held.pop(index, None)
+        self._ahead.pop(index, None)
         offset, shape = plan.source_slices[key]
         read = self._ct.checkpoint.read
         rows = int(shape[0]) if shape else 0
@@ -211,6 +232,9 @@ class FlexCheckpointSource(_SourceBase):
         return host_to_numpy({k: _crop(fetched[k], have[k], plan.source_slices[k]) for k in wanted})
 
     def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
+        return None  # every box was fetched when the source opened
+
+    def fetch_ahead(self, index: int) -> None:
         return None  # every box was fetched when the source opened
 
     def read_into(self, index: int, plan: ReadPlan, key: str, out: np.ndarray) -> bool:

@@ -106,7 +106,16 @@ def fill(
                     work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
                 ahead.before(i)  # the next pieces are read from disk while this one decodes
                 value = _decode(
-                    ct, source, i, p, p.plan, p.target.dtype, into, work, host=view is not None
+                    ct,
+                    source,
+                    i,
+                    p,
+                    p.plan,
+                    p.target.dtype,
+                    into,
+                    work,
+                    host=view is not None,
+                    then=_next_decoded(ct, pieces, i),
                 )
                 if into is not None and np.may_share_memory(value, into):
                     source.release()
@@ -163,14 +172,18 @@ def _decode(
     *,
     check: bool = False,
     host: bool = True,
+    then: int | None = None,
 ) -> Any:
     """Piece ``p``'s box of ``plan`` (``p.plan`` or its probe) from ``source``, dequantized
     to ``dtype`` (numpy for ``host`` targets, else Paddle). With ``check`` the piece's
     scales and the other components its plan declares (``ReadPlan.checked``) are
     checked too (and held for its own decode, as a decoded probe's boxes are), and
-    ``plan`` may be None: nothing is decoded."""
+    ``plan`` may be None: nothing is decoded. ``then``: the piece decoded after this
+    one, whose boxes are read while this one decodes."""
     scales = source.boxes(index, p.plan, p.plan.checked, keep=True) if check else {}
     found = source.boxes(index, plan, keep=check) if plan is not None else {}
+    if then is not None:
+        source.fetch_ahead(then)
     value = None
     if plan is not None:
         value = ct.decode(p.logical_key, found, plan, dtype, out=into, scratch=work, host=host)
@@ -179,6 +192,16 @@ def _decode(
     if check:
         ct.check_plan(p.logical_key, p.plan, scales)
     return value
+
+
+def _next_decoded(ct: Composition, pieces: list[Piece], index: int) -> int | None:
+    """The piece after ``index`` when it will be decoded (not read straight into its target,
+    which needs no boxes held), else None."""
+    after = index + 1
+    if after >= len(pieces):
+        return None
+    p = pieces[after]
+    return after if ct.unchanged(p.logical_key, p.plan, p.target.dtype) is None else None
 
 
 def _batches(pieces: list[Piece], limit: int) -> Iterator[list[int]]:
