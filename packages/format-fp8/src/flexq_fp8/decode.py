@@ -183,4 +183,27 @@ def _scaled_band(codes: np.ndarray, out: np.ndarray, scale: np.ndarray) -> None:
     np.copyto(bits, codes.view(np.int8), casting="unsafe")  # sign-extends bit 7
     bits <<= 20
     bits &= _SIGN_AND_BITS
-    np.multiply(out, scale * _TWO_120, out=out)
+    _scale_rows(out, scale * _TWO_120)
+
+
+#: Elements an inner multiply loop covers when a scale row is repeated (see _scale_rows).
+_ROW_RUN = 1 << 14
+
+
+def _scale_rows(out: np.ndarray, scale: np.ndarray) -> None:
+    """``out *= scale`` (broadcast). A band of 2-D rows with one scale row ``[1, n]`` (a
+    block row's scales spread over its columns) is the common case, and numpy runs a
+    broadcast product one row at a time (an inner-loop call per row: ~1.6x the time of
+    a plain product on a band of 4096-wide rows); there the scale row is repeated ``k``
+    times and ``out`` viewed as rows ``k`` times as long, so each call covers about
+    :data:`_ROW_RUN` elements. The products are the same ones."""
+    rows = out.shape[0] if out.ndim == 2 else 0
+    if rows > 1 and scale.shape == (1, out.shape[1]) and out.flags.c_contiguous:
+        k = max(1, min(rows, _ROW_RUN // max(1, out.shape[1])))
+        while rows % k:
+            k -= 1
+        if k > 1:
+            wide = out.reshape(rows // k, k * out.shape[1])
+            np.multiply(wide, np.tile(scale, (1, k)), out=wide)
+            return
+    np.multiply(out, scale, out=out)
