@@ -1,11 +1,8 @@
-"""The physical-limit bench's page and bars: docs/performance.md's physical section is
-bench/physical.py's rendering of the results file it cites, and the bars are the issue's
-(cold <= 1.3x max(read, memcpy), warm <= 1.2x memcpy, 200 MB <= 0.15x DCP)."""
+"""The physical-limit bench's bars are the issue's (cold <= 1.3x max(read, memcpy), warm
+<= 1.2x memcpy, 200 MB <= 0.15x DCP); its page: tests/test_bench_pages.py."""
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,15 +44,3 @@ def test_the_bars_are_met_at_the_limits_and_missed_past_them() -> None:
     # memcpy above the read time is the limit instead
     f["series"]["warm memcpy"]["seconds"]["median"] = 0.5
     assert physical.limit(f) == 0.5
-
-
-def test_the_physical_section_is_generated_from_the_results_it_names() -> None:
-    page = (ROOT / "docs" / "performance.md").read_text().splitlines()
-    start = page.index(physical.HEADING)
-    end = next((i for i in range(start + 1, len(page)) if page[i].startswith("## ")), len(page))
-    found = re.search(r"Figures in `(bench/results/\S+\.json)`", "\n".join(page[start:end]))
-    assert found is not None
-    results = json.loads((ROOT / found.group(1)).read_text())
-    f = results.get("figures", results.get("physical"))
-    rendered = "\n".join(physical.markdown(f, found.group(1))).rstrip("\n")
-    assert rendered == "\n".join(page[start:end]).rstrip("\n")

@@ -1,0 +1,30 @@
+"""Each bench series' section of docs/performance.md is that series' rendering of the results
+file the section cites: the page says what the results say, never a hand edit."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import discovery, physical  # noqa: E402
+
+
+@pytest.mark.parametrize(("series", "key"), [(physical, "physical"), (discovery, "discovery")])
+def test_the_section_is_generated_from_the_results_it_names(series: ModuleType, key: str) -> None:
+    page = (ROOT / "docs" / "performance.md").read_text().splitlines()
+    start = page.index(series.HEADING)
+    end = next((i for i in range(start + 1, len(page)) if page[i].startswith("## ")), len(page))
+    found = re.search(r"Figures in `(bench/results/\S+\.json)`", "\n".join(page[start:end]))
+    assert found is not None
+    results = json.loads((ROOT / found.group(1)).read_text())
+    f = results.get("figures", results.get(key))
+    rendered = "\n".join(series.markdown(f, found.group(1))).rstrip("\n")
+    assert rendered == "\n".join(page[start:end]).rstrip("\n")
