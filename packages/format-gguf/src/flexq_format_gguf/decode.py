@@ -46,7 +46,7 @@ _I8 = np.int8
 _W = np.uint64
 #: float32 elements one band decodes: 256 KiB of output, a quarter of that in bytes of
 #: planes, so every pass over a band finds it in a core's L2 cache.
-BAND_ELEMENTS = 1 << 16
+BAND_ELEMENTS = 1 << 18
 #: IQ4_NL / IQ4_XS: the non-linear 4-bit code book (ggml's kvalues_iq4nl).
 IQ4_VALUES = np.array(
     [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32
@@ -117,10 +117,11 @@ def _f32(half: np.ndarray) -> np.ndarray:
 def _banded(name: str, sides: Sides, band: Band, doc: str) -> Decoder:
     """The decoder of block type ``name``: ``sides`` of the whole run at once, then
     ``band`` on each band of :data:`BAND_ELEMENTS` values with its rows of them."""
-    step = max(1, BAND_ELEMENTS // BY_NAME[name].block)
+    block = BY_NAME[name].block
 
     def decode(blocks: np.ndarray, out: np.ndarray) -> None:
         side = sides(_struct(name, blocks))
+        step = max(1, BAND_ELEMENTS // block)
         for a in range(0, blocks.shape[0], step):
             band(blocks[a : a + step], out[a : a + step], *(x[a : a + step] for x in side))
 
@@ -137,6 +138,13 @@ def _field_bits(blocks: np.ndarray, at: int, size: int, fields: Sequence[Field])
     """The ``fields`` of the ``size`` bytes at ``at`` of every block, ``[len(fields), n,
     size]`` (copied out first: the other bytes' fields would cost more than the copy)."""
     return field_planes(np.ascontiguousarray(blocks[:, at : at + size]), fields, "bits")
+
+
+def _spread(side: np.ndarray, per: int) -> np.ndarray:
+    """A band's per-block or per-sub-block values (``[n, k]``, C-contiguous), each ``per``
+    times: one value per element, flat. An ufunc against the broadcast ``[n, k, 1]``
+    pays a loop per sub-block (~3x a full-length one); the repeat costs less than that."""
+    return np.repeat(side.reshape(-1), per)
 
 
 def _less(planes: np.ndarray, minus: int) -> np.ndarray:
@@ -164,7 +172,8 @@ def _d_m(b: np.ndarray) -> tuple[np.ndarray, ...]:
 
 def _q8_0_band(blocks: np.ndarray, out: np.ndarray, d: np.ndarray) -> None:
     np.copyto(out, blocks[:, 2:].view(_I8))
-    out *= d
+    o = out.reshape(-1)
+    o *= _spread(d, 32)
 
 
 q8_0 = _banded("Q8_0", _d, _q8_0_band, "Q8_0: f16 d, 32 int8; x = q * d.")
@@ -188,9 +197,10 @@ def _legacy_band(qh_at: int, qs_at: int, minus: int) -> Band:
         if minus:  # on contiguous bytes: a strided view's ufunc is buffered, ~3x slower
             codes = _less(codes, minus)
         np.copyto(out.reshape(n, 2, 16), codes if qh_at else codes[:, :, qs_at:].transpose(1, 0, 2))
-        out *= d
+        o = out.reshape(-1)
+        o *= _spread(d, 32)
         if m:
-            out += m[0]
+            o += _spread(m[0], 32)
 
     return band
 
@@ -243,9 +253,9 @@ def _q2_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray, ml: np.ndarr
     n = blocks.shape[0]
     crumbs = field_planes(blocks, CRUMBS)[:, :, 16:80].reshape(4, n, 2, 32)
     np.copyto(out.reshape(n, 2, 4, 32), crumbs.transpose(1, 2, 0, 3))
-    o = out.reshape(n, 16, 16)
-    o *= dl
-    o -= ml
+    o = out.reshape(-1)
+    o *= _spread(dl, 16)
+    o -= _spread(ml, 16)
 
 
 q2_k = _banded(
@@ -273,7 +283,8 @@ def _q3_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
     or_into(planes, lambda p: p[:, :, 32:96].reshape(4, n, 2, 32), bits.transpose(1, 2, 0, 3))
     codes = _less(planes, 4)[:, :, 32:96].reshape(4, n, 2, 32)
     np.copyto(out.reshape(n, 2, 4, 32), codes.transpose(1, 2, 0, 3))
-    out.reshape(n, 16, 16)[...] *= dl
+    o = out.reshape(-1)
+    o *= _spread(dl, 16)
 
 
 q3_k = _banded(
@@ -344,9 +355,9 @@ def _columns(field: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
 
 
 def _per_block(rows: np.ndarray) -> np.ndarray:
-    """Sub-block values ``[k, n]`` (rows of blocks) as the ``[n, k, 1]`` view bands
-    slice by block and broadcast over each sub-block's elements."""
-    return rows.T[:, :, None]
+    """Sub-block values ``[k, n]`` (rows of blocks) as ``[n, k]`` in element order, for
+    :func:`_spread`."""
+    return np.ascontiguousarray(rows.T)
 
 
 def _k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -371,9 +382,9 @@ def _k_band(qs_at: int, qh_at: int) -> Band:
             or_into(planes, lambda p: p[:, :, qs_at:].reshape(2, n, 4, 32), fifth)
         codes = planes[:, :, qs_at:].reshape(2, n, 4, 32)
         np.copyto(out.reshape(n, 4, 2, 32), codes.transpose(1, 2, 0, 3))
-        o = out.reshape(n, 8, 32)
-        o *= dl
-        o -= ml
+        o = out.reshape(-1)
+        o *= _spread(dl, 32)
+        o -= _spread(ml, 32)
 
     return band
 
@@ -408,7 +419,8 @@ def _q6_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
     or_into(planes, lambda p: p[:, :, :128].reshape(2, n, 2, 2, 32), top)
     codes = _less(planes, 32)[:, :, :128].reshape(2, n, 2, 2, 32)
     np.copyto(out.reshape(n, 2, 2, 2, 32), codes.transpose(1, 2, 0, 3, 4))
-    out.reshape(n, 16, 16)[...] *= dl
+    o = out.reshape(-1)
+    o *= _spread(dl, 16)
 
 
 q6_k = _banded(
@@ -439,7 +451,8 @@ def _book(qs: np.ndarray, out: np.ndarray) -> None:
 
 def _iq4_nl_band(blocks: np.ndarray, out: np.ndarray, d: np.ndarray) -> None:
     _book(blocks[:, 2:], out)
-    out *= d
+    o = out.reshape(-1)
+    o *= _spread(d, 32)
 
 
 iq4_nl = _banded(
@@ -468,7 +481,8 @@ def _iq4_xs_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
 
 def _iq4_xs_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
     _book(blocks[:, 8:], out)
-    out.reshape(out.shape[0], 8, 32)[...] *= dl
+    o = out.reshape(-1)
+    o *= _spread(dl, 32)
 
 
 iq4_xs = _banded(
