@@ -240,13 +240,11 @@ q5_1 = _banded(
 
 
 def _q2_k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Q2_K's sub-block scales and mins, float32 ``[n, 16, 1]`` each."""
-    scales = _columns(b["scales"], _U8)  # [16, n]
-    dl = (scales & _U8(0x0F)).astype(_F32)
-    dl *= _f32(b["d"])
-    ml = (scales >> _U8(4)).astype(_F32)
-    ml *= _f32(b["dmin"])
-    return _per_block(dl), _per_block(ml)
+    """Q2_K's sub-block scales and mins, float32 ``[n, 16]`` each."""
+    scales = b["scales"]
+    dl = _scaled((scales & _U8(0x0F)).astype(_F32), b["d"])
+    ml = _scaled((scales >> _U8(4)).astype(_F32), b["dmin"])
+    return dl, ml
 
 
 def _q2_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray, ml: np.ndarray) -> None:
@@ -269,10 +267,8 @@ q2_k = _banded(
 
 
 def _q3_k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Q3_K's sub-block scales, float32 ``[n, 16, 1]``."""
-    dl = _q3_scales(b["scales"])
-    dl *= _f32(b["d"])
-    return (_per_block(dl),)
+    """Q3_K's sub-block scales, float32 ``[n, 16]``."""
+    return (_scaled(_q3_scales(np.ascontiguousarray(b["scales"]).view("<u4")), b["d"]),)
 
 
 def _q3_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
@@ -297,75 +293,55 @@ q3_k = _banded(
 )
 
 
-def _q3_scales(packed: np.ndarray) -> np.ndarray:
-    """Q3_K's sixteen 6-bit scales less 32, float32 ``[16, n]``: scale j's low four bits
-    are nibble ``j // 8`` of byte ``j % 8``, its high two bits field ``j // 4`` of byte
-    ``8 + j % 4``; four scales at once per little-endian word (low0, low1, high)."""
-    n = packed.shape[0]
-    low0, low1, high = _words(packed)
+def _q3_scales(words: np.ndarray) -> np.ndarray:
+    """Q3_K's sixteen 6-bit scales less 32, float32 ``[n, 16]``, from its 12 bytes as
+    three little-endian words ``[n, 3]`` (low0, low1, high): scale j's low four bits are
+    nibble ``j // 8`` of byte ``j % 8``, its high two bits field ``j // 4`` of byte
+    ``8 + j % 4``; four scales at once per word."""
+    low0, low1, high = words[:, 0], words[:, 1], words[:, 2]
     every = np.uint32(0x01010101)
     nibble, top = every * 0x0F, every * 0x30
-    words = np.empty((4, n), np.uint32)  # scales 0-3, 4-7, 8-11, 12-15
-    np.bitwise_or(low0 & nibble, (high << 4) & top, out=words[0])
-    np.bitwise_or(low1 & nibble, (high << 2) & top, out=words[1])
-    np.bitwise_or((low0 >> 4) & nibble, high & top, out=words[2])
-    np.bitwise_or((low1 >> 4) & nibble, (high >> 2) & top, out=words[3])
-    scales = _word_bytes(words)
+    out = np.empty((words.shape[0], 4), np.uint32)  # scales 0-3, 4-7, 8-11, 12-15
+    np.bitwise_or(low0 & nibble, (high << 4) & top, out=out[:, 0])
+    np.bitwise_or(low1 & nibble, (high << 2) & top, out=out[:, 1])
+    np.bitwise_or((low0 >> 4) & nibble, high & top, out=out[:, 2])
+    np.bitwise_or((low1 >> 4) & nibble, (high >> 2) & top, out=out[:, 3])
+    scales = out.view(_U8).astype(_F32)
     scales -= _F32(32)
     return scales
 
 
-def _k_scale_min(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The eight 6-bit scales and mins of Q4_K/Q5_K's 12 bytes, float32 ``[8, n]`` each:
-    the bytes as three little-endian words (d, m, md), each rule done on a word's four
-    bytes at once, over the whole run (the per-byte slices cost a loop per block)."""
-    n = packed.shape[0]
-    d, m, md = _words(packed)
+def _k_scale_min(words: np.ndarray) -> np.ndarray:
+    """The eight 6-bit scales and the eight mins of Q4_K/Q5_K's 12 bytes, float32
+    ``[2, n, 8]``, from those bytes as three little-endian words ``[n, 3]`` (d, m, md;
+    read in place): each rule done on a word's four bytes at once, over the whole run
+    (the per-byte slices cost a loop per block)."""
+    d, m, md = (np.ascontiguousarray(words[:, i]) for i in range(3))  # read once each
     every = np.uint32(0x01010101)
-    both = np.empty((4, n), np.uint32)  # scales 0-3, 4-7, mins 0-3, 4-7
-    np.bitwise_and(d, every * 0x3F, out=both[0])
-    np.bitwise_or(md & (every * 0x0F), (d >> 2) & (every * 0x30), out=both[1])
-    np.bitwise_and(m, every * 0x3F, out=both[2])
-    np.bitwise_or((md >> 4) & (every * 0x0F), (m >> 2) & (every * 0x30), out=both[3])
-    values = _word_bytes(both)
-    return values[:8], values[8:]
+    both = np.empty((2, words.shape[0], 2), np.uint32)  # (scales, mins) of 0-3, 4-7
+    np.bitwise_and(d, every * 0x3F, out=both[0, :, 0])
+    np.bitwise_or(md & (every * 0x0F), (d >> 2) & (every * 0x30), out=both[0, :, 1])
+    np.bitwise_and(m, every * 0x3F, out=both[1, :, 0])
+    np.bitwise_or((md >> 4) & (every * 0x0F), (m >> 2) & (every * 0x30), out=both[1, :, 1])
+    values: np.ndarray = both.view(_U8).astype(_F32)
+    return values
 
 
-def _words(packed: np.ndarray) -> list[np.ndarray]:
-    """``[n, 12]`` bytes as three arrays ``[n]`` of little-endian uint32 (their results
-    are read back as bytes: a little-endian host, as ggml's own decoders assume)."""
-    words = np.ascontiguousarray(packed).view("<u4")
-    return [words[:, i] for i in range(3)]
-
-
-def _word_bytes(words: np.ndarray) -> np.ndarray:
-    """The bytes of ``[k, n]`` uint32 words as float32 ``[4 k, n]``: byte i of word row
-    w is row ``4 w + i`` (scales stay in rows of blocks: every later op is one loop)."""
-    k, n = words.shape
-    out = np.empty((k, 4, n), _F32)
-    np.copyto(out, words.view(_U8).reshape(k, n, 4).transpose(0, 2, 1))
-    return out.reshape(4 * k, n)
-
-
-def _columns(field: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
-    """A per-block array field ``[n, k]`` as ``[k, n]`` of ``dtype`` (rows of blocks)."""
-    out = np.empty(field.shape[::-1], dtype)
-    np.copyto(out, field.T)
-    return out
-
-
-def _per_block(rows: np.ndarray) -> np.ndarray:
-    """Sub-block values ``[k, n]`` (rows of blocks) as ``[n, k]`` in element order, for
-    :func:`_spread`."""
-    return np.ascontiguousarray(rows.T)
+def _scaled(values: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """``values`` (``[n, k]`` float32, C-contiguous) times each block's float16 ``half``
+    (``[n]``), in place: every block's float32 scale repeated k times, then one
+    full-length multiply (a broadcast ``[n, 1]`` pays a loop per block)."""
+    flat = values.reshape(-1)
+    flat *= np.repeat(_f32(half), values.shape[1])
+    return values
 
 
 def _k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Q4_K/Q5_K's sub-block scales and mins, float32 ``[n, 8, 1]`` each."""
-    dl, ml = _k_scale_min(b["scales"])
-    dl *= _f32(b["d"])
-    ml *= _f32(b["dmin"])
-    return _per_block(dl), _per_block(ml)
+    """Q4_K/Q5_K's sub-block scales and mins, float32 ``[n, 8]`` each."""
+    # d, dmin and the 12 scale bytes are the block's first 16 bytes: words 1-3 the scales.
+    words = b.view("<u4").reshape(b.shape[0], -1)[:, 1:4]
+    both = _k_scale_min(words)
+    return _scaled(both[0], b["d"]), _scaled(both[1], b["dmin"])
 
 
 def _k_band(qs_at: int, qh_at: int) -> Band:
@@ -404,10 +380,8 @@ q5_k = _banded(
 
 
 def _q6_k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Q6_K's sub-block scales, float32 ``[n, 16, 1]``."""
-    dl = _columns(b["scales"], _F32)
-    dl *= _f32(b["d"])
-    return (_per_block(dl),)
+    """Q6_K's sub-block scales, float32 ``[n, 16]``."""
+    return (_scaled(b["scales"].astype(_F32), b["d"]),)
 
 
 def _q6_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
@@ -464,19 +438,18 @@ iq4_nl = _banded(
 
 
 def _iq4_xs_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
-    """IQ4_XS's sub-block scales, float32 ``[n, 8, 1]``: scale j's low four bits are
+    """IQ4_XS's sub-block scales, float32 ``[n, 8]``: scale j's low four bits are
     nibble ``j % 2`` of ``scales_l[j // 2]``, its high two bits field j of ``scales_h``."""
     n = b.shape[0]
-    shifts = 2 * np.arange(8, dtype=np.uint16).reshape(8, 1)
-    high = ((b["scales_h"] >> shifts) & np.uint16(3)).astype(_U8)  # [8, n]
-    packed = _columns(b["scales_l"], _U8)  # [4, n]
-    low = np.stack([packed & _U8(0x0F), packed >> _U8(4)], axis=1).reshape(8, n)
+    shifts = 2 * np.arange(8, dtype=np.uint16)
+    high = ((b["scales_h"].reshape(n, 1) >> shifts) & np.uint16(3)).astype(_U8)
+    packed = b["scales_l"]
+    low = np.stack([packed & _U8(0x0F), packed >> _U8(4)], axis=2).reshape(n, 8)
     high <<= _U8(4)
     high |= low
     dl = high.astype(_F32)
     dl -= _F32(32)
-    dl *= _f32(b["d"])
-    return (_per_block(dl),)
+    return (_scaled(dl, b["d"]),)
 
 
 def _iq4_xs_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
