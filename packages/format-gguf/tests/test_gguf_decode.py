@@ -130,6 +130,32 @@ def test_many_bands_on_two_threads_into_out_equal_gguf_py(
     same_bits(out, ref)
 
 
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_bytes_at_an_odd_address_or_of_a_partial_lane_equal_gguf_py(
+    dequantize_ref: Dequantize, type_name: str, data: st.DataObject
+) -> None:
+    """The decoders read a band's bytes as uint64 lanes in place only when they are whole
+    and aligned lanes; bytes one past an aligned address, and a band whose size is no
+    multiple of 8 (an odd number of Q4_0 blocks), go through the padded copy: same values."""
+    t = BY_NAME[type_name]
+    n = data.draw(st.integers(1, 9), label="blocks")
+    skew = data.draw(st.integers(1, 7), label="skew")
+    raw = np.frombuffer(
+        data.draw(st.binary(min_size=n * t.nbytes, max_size=n * t.nbytes)), np.uint8
+    )
+    buffer = np.empty(n * t.nbytes + 8, np.uint8)
+    skewed = buffer[skew : skew + raw.size]  # at an address 1-7 bytes past an aligned one
+    skewed[...] = raw
+    assert skewed.ctypes.data % 8
+    with np.errstate(all="ignore"):
+        same_bits(
+            decode_rows(type_name, skewed.reshape(1, -1)),
+            dequantize_ref(raw.reshape(1, -1), type_name),
+        )
+
+
 def test_out_of_another_shape_or_layout_is_refused() -> None:
     raw = np.zeros((2, BY_NAME["Q4_0"].nbytes * 2), np.uint8)
     with pytest.raises(ValueError, match="C-contiguous float32 \\(2, 64\\)"):
