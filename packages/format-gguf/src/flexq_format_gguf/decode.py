@@ -411,15 +411,14 @@ q6_k = _banded(
 def _book(qs: np.ndarray, out: np.ndarray) -> None:
     """``out = IQ4_VALUES[q]`` of IQ4's nibbles ``qs`` (``[n, m]`` bytes; in each 16, the
     low nibbles are 16 elements, then the high ones), two values per 8-byte gather: each
-    pair of neighbouring elements' nibbles is first packed into one index byte, on
-    uint16 lanes (bytes 2k, 2k + 1) of the whole band, so the gather writes element
-    order (~4x faster than a gather per value)."""
-    n = qs.shape[0]
-    lanes = np.ascontiguousarray(qs).view(_W)
+    pair of neighbouring elements' nibbles is first packed into one index (the low byte
+    of a uint16 lane: bytes 2k, 2k + 1) over the whole band, so the gather writes element
+    order (~4x faster than a gather per value). A 16-byte group's 8 low-nibble pairs and
+    8 high-nibble pairs are 16 bytes of indices each, interleaved as 16-byte items."""
+    lanes = np.ascontiguousarray(qs).view(_W).reshape(-1)
     first = np.bitwise_or(lanes & _LANE_LOW, (lanes >> _W(4)) & _LANE_HIGH)  # low nibbles
     second = np.bitwise_or((lanes >> _W(4)) & _LANE_LOW, (lanes >> _W(8)) & _LANE_HIGH)
-    halves = [x.view(np.uint16).astype(_U8).reshape(n, -1, 8) for x in (first, second)]
-    index = np.stack(halves, axis=2)
+    index = np.stack([first.view("V16"), second.view("V16")], axis=1).view(np.uint16)
     np.take(_IQ4_PAIRS, index.reshape(-1), out=out.reshape(-1).view(_W), mode="clip")
 
 
