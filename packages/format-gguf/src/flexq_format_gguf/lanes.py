@@ -39,6 +39,14 @@ def scratch(name: str, lanes: int) -> np.ndarray:
     return buf[:lanes]
 
 
+def rows(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``x`` (``[n, k]`` bytes, each row contiguous, rows strided)
+    made as n items of k bytes: one strided loop (``np.ascontiguousarray`` pays a loop
+    per row, ~2x the time for a band's short rows)."""
+    copied: np.ndarray = np.ascontiguousarray(x.view(f"V{x.shape[1]}")).view(_U8)
+    return copied
+
+
 def _lanes(raw: np.ndarray) -> np.ndarray:
     """A band's bytes ``[n, nbytes]`` as flat uint64 lanes: a view when whole lanes and
     aligned, else a zero-padded copy (a short band's tail, an odd start)."""
