@@ -1,20 +1,24 @@
 """Vectorised numpy decoders of ggml's block types, exact in float32, band by band.
 
 For the format's apply step and the bench. :func:`decode_rows` hands runs of bands (each
-band :data:`BAND_ELEMENTS` values, whose float32 fits a core's L2 cache) to the kit's
-worker threads (:func:`flexq.formatkit.run_on_threads`); a decoder turns one run of
-blocks, a ``uint8`` array ``[n, nbytes]``, into its float32 ``[n, block]`` in place.
+band :data:`BAND_ELEMENTS` values, 1 MiB of float32) to the kit's worker threads
+(:func:`flexq.formatkit.run_on_threads`); a decoder turns one run of blocks, a ``uint8``
+array ``[n, nbytes]``, into its float32 ``[n, block]`` in place.
 
-A decoder first derives the run's per-block scales (and mins) through a structured view
-of its block struct (ggml-common.h's ``block_q*``), all blocks of the run at once (their
-dozen small numpy calls, paid per band, were a third of a band's time). Then, band by
-band, a few passes per element: the quants' bit fields of every byte of the band at once
-(:func:`flexq_format_gguf.lanes.field_planes`, shifts and masks on uint64 lanes), their
-high bits OR-ed in and their offset taken off as bytes, then ONE interleaving copy that
-converts the bytes, read through views in ggml's element order, into the output (no
-uint8 array in element order is ever written), then the scale multiply (and min) in
-place while the band is in cache. IQ4 packs each two neighbours' nibbles into one index
-byte and gathers their two code book values as one 8-byte item, in element order.
+numpy pays a fixed cost for every call and for every contiguous run inside a call
+(~5 ns: a strided copy of 32-byte rows costs as much per row as per byte of the rest),
+so the decoders make few calls over long contiguous runs. A decoder first derives the
+run's per-block scales (and mins) as ``[n, k]`` float32, from a structured view of its
+block struct (ggml-common.h's ``block_q*``) or uint32 columns read in place, all blocks
+of the run at once. Then, band by band: the quants' bit fields of every byte of the band
+at once (:func:`flexq_format_gguf.lanes.field_planes`: shifts and masks on uint64 lanes
+over the band's raw bytes, scales and all), high bits OR-ed in and offsets taken off as
+bytes, ONE copy that converts the bytes to float32 into the output while reading them in
+ggml's element order (16-value runs, too short for that, are first put in order as
+16-byte items), then the scale multiply and min against the scales repeated to one per
+element (a broadcast ``[n, k, 1]`` operand pays a loop per sub-block). IQ4 packs each two
+neighbours' nibbles into one index and gathers their two code book values as one 8-byte
+item, in element order.
 
 The arithmetic is ggml's own, in its order (a block's scale times its sub-block scale,
 rounded to float32, times the exact small-integer quant, then minus the min term: no
@@ -44,8 +48,10 @@ _F32 = np.float32
 _U8 = np.uint8
 _I8 = np.int8
 _W = np.uint64
-#: float32 elements one band decodes: 256 KiB of output, a quarter of that in bytes of
-#: planes, so every pass over a band finds it in a core's L2 cache.
+#: float32 elements one band decodes: 1 MiB of output, about a core's L2 cache. Bands of
+#: 64 Ki values kept every pass in L2 but paid numpy's per-call cost four times as often:
+#: 10-30% more CPU time per type (2048 x 4096, one thread); 512 Ki values gained <2% and
+#: leave one band per thread of a 4 MiB chunk.
 BAND_ELEMENTS = 1 << 18
 #: IQ4_NL / IQ4_XS: the non-linear 4-bit code book (ggml's kvalues_iq4nl).
 IQ4_VALUES = np.array(
