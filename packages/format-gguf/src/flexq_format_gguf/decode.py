@@ -60,6 +60,8 @@ IQ4_VALUES = np.array(
 #: IQ4_NL / IQ4_XS's code book over byte pairs: byte -> the values of its (low, high)
 #: nibble side by side, one uint64 item (a gather copies both).
 _IQ4_PAIRS = pair_items(nibble_pairs(IQ4_VALUES))
+#: 0x01 in every byte of a uint64 lane (times a byte: that byte in every byte).
+_EVERY_BYTE = 0x0101010101010101
 #: Bits 0-3 and 4-7 of every uint16 lane of a uint64.
 _LANE_LOW = _W(0x000F000F000F000F)
 _LANE_HIGH = _W(0x00F000F000F000F0)
@@ -136,10 +138,6 @@ def _banded(name: str, sides: Sides, band: Band, doc: str) -> Decoder:
     return decode
 
 
-#: 0x01 in every byte of a uint64 lane (times a byte: that byte in every byte).
-_EVERY_BYTE = 0x0101010101010101
-
-
 def _field_bits(blocks: np.ndarray, at: int, size: int, fields: Sequence[Field]) -> np.ndarray:
     """The ``fields`` of the ``size`` bytes at ``at`` of every block, ``[len(fields), n,
     size]`` (copied out first: the other bytes' fields would cost more than the copy)."""
@@ -158,12 +156,6 @@ def _less(planes: np.ndarray, minus: int) -> np.ndarray:
     is below 128 + ``minus``; the other bytes are never read)."""
     np.subtract(planes, _U8(minus), out=planes)
     return planes.view(_I8)
-
-
-def _shift_left(x: np.ndarray, bits: int) -> None:
-    """``x <<= bits`` for contiguous bytes (a multiple of 8) whose values stay below 256."""
-    lanes = x.reshape(-1).view(_W)
-    lanes <<= _W(bits)
 
 
 def _d(b: np.ndarray) -> tuple[np.ndarray, ...]:
