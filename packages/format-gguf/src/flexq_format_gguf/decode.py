@@ -1,20 +1,24 @@
 """Vectorised numpy decoders of ggml's block types, exact in float32, band by band.
 
-For the format's apply step and the bench. :func:`decode_rows` cuts a box's blocks into
-bands whose float32 output fits a core's L2 cache and hands runs of bands to the kit's
-worker threads (:func:`flexq.formatkit.run_on_threads`); each decoder turns one band of
-blocks, a ``uint8`` array ``[n, nbytes]``, into its float32 ``[n, block]`` in place.
+For the format's apply step and the bench. :func:`decode_rows` hands runs of bands (each
+band :data:`BAND_ELEMENTS` values, 1 MiB of float32) to the kit's worker threads
+(:func:`flexq.formatkit.run_on_threads`); a decoder turns one run of blocks, a ``uint8``
+array ``[n, nbytes]``, into its float32 ``[n, block]`` in place.
 
-A band is read through a structured view of its block struct (ggml-common.h's
-``block_q*``), so ``d`` / ``dmin`` / ``scales`` / ``qs`` are strided fields and no
-Python runs per block. Quants are unpacked into a reused per-thread ``uint8`` band in
-ggml's element order: shifts and masks run on uint64 lanes (eight bytes at once) over
-the whole band, then one interleaving copy puts each plane in its place (numpy's uint8
-shifts go a byte at a time, and a strided op costs a loop per 32 bytes); K-quant 6-bit
-scales unpack four at a time on 32-bit words. One exact conversion to float32 into the
-output follows, then the scale multiply (and min) in place while the band is in cache.
-IQ4 packs each two neighbours' nibbles into one index byte and gathers their two code
-book values as one 8-byte item, in element order.
+numpy pays a fixed cost for every call and for every contiguous run inside a call
+(~5 ns: a strided copy of 32-byte rows costs as much per row as per byte of the rest),
+so the decoders make few calls over long contiguous runs. A decoder first derives the
+run's per-block scales (and mins) as ``[n, k]`` float32, from a structured view of its
+block struct (ggml-common.h's ``block_q*``) or uint32 columns read in place, all blocks
+of the run at once. Then, band by band: the quants' bit fields of every byte of the band
+at once (:func:`flexq_format_gguf.lanes.field_planes`: shifts and masks on uint64 lanes
+over the band's raw bytes, scales and all), high bits OR-ed in and offsets taken off as
+bytes, ONE copy that converts the bytes to float32 into the output while reading them in
+ggml's element order (16-value runs, too short for that, are first put in order as
+16-byte items), then the scale multiply and min against the scales repeated to one per
+element (a broadcast ``[n, k, 1]`` operand pays a loop per sub-block). IQ4 packs each two
+neighbours' nibbles into one index and gathers their two code book values as one 8-byte
+item, in element order.
 
 The arithmetic is ggml's own, in its order (a block's scale times its sub-block scale,
 rounded to float32, times the exact small-integer quant, then minus the min term: no
@@ -25,39 +29,48 @@ included.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from flexq.formatkit import RUNS_PER_TASK, nibble_pairs, pair_items, run_on_threads
-from flexq_format_gguf.ggml import BY_NAME, QK_K
+from flexq_format_gguf.ggml import BY_NAME
+from flexq_format_gguf.lanes import CRUMBS, NIBBLES, Field, field_planes, or_into, rows, scratch
 
-#: Decode of one band: (blocks ``[n, nbytes]`` uint8, C-contiguous; out ``[n, block]``
-#: float32, C-contiguous), filled in place.
+#: Decode of one run of blocks: (blocks ``[n, nbytes]`` uint8, C-contiguous; out
+#: ``[n, block]`` float32, C-contiguous), filled in place.
 Decoder = Callable[[np.ndarray, np.ndarray], None]
+#: Per-block arrays of a run (scales, mins; leading dim the blocks), from its struct view.
+Sides = Callable[[np.ndarray], tuple[np.ndarray, ...]]
+#: One band's element passes: (blocks, out, that band's rows of each side array).
+Band = Callable[..., None]
 _F32 = np.float32
-#: float32 elements one band decodes: 256 KiB of output, a quarter of that in codes and
-#: the band's blocks, so every pass over a band finds it in a core's 1 MiB L2 cache.
-BAND_ELEMENTS = 1 << 16
+_U8 = np.uint8
+_I8 = np.int8
+_W = np.uint64
+#: float32 elements one band decodes: 1 MiB of output, about a core's L2 cache. Bands of
+#: 64 Ki values kept every pass in L2 but paid numpy's per-call cost four times as often:
+#: 10-30% more CPU time per type (2048 x 4096, one thread); 512 Ki values gained <2% and
+#: leave one band per thread of a 4 MiB chunk.
+BAND_ELEMENTS = 1 << 18
 #: IQ4_NL / IQ4_XS: the non-linear 4-bit code book (ggml's kvalues_iq4nl).
 IQ4_VALUES = np.array(
     [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32
 )
-_U8 = np.uint8
 #: IQ4_NL / IQ4_XS's code book over byte pairs: byte -> the values of its (low, high)
 #: nibble side by side, one uint64 item (a gather copies both).
 _IQ4_PAIRS = pair_items(nibble_pairs(IQ4_VALUES))
-_W = np.uint64
-#: 0x01 in every byte of a uint64 lane (times a byte mask: that mask in every byte).
-_EVERY_BYTE = _W(0x0101010101010101)
-_LOW_NIBBLES = _EVERY_BYTE * _W(0x0F)
+#: 0x01 in every byte of a uint64 lane (times a byte: that byte in every byte).
+_EVERY_BYTE = 0x0101010101010101
 #: Bits 0-3 and 4-7 of every uint16 lane of a uint64.
 _LANE_LOW = _W(0x000F000F000F000F)
 _LANE_HIGH = _W(0x00F000F000F000F0)
-#: Shifts that take a byte's eight bits, or its four 2-bit fields, one plane at a time.
-_BIT_SHIFTS = tuple(_W(i) for i in range(8))
-_CRUMB_SHIFTS = tuple(_W(i) for i in (0, 2, 4, 6))
+#: Q3_K's mask bit j of every byte as 4 (its place in the 3-bit quant).
+_BITS_AT_2: tuple[Field, ...] = tuple((j - 2, 0x04) for j in range(8))
+#: Q5_K's fifth bit j of every byte as 16.
+_BITS_AT_4: tuple[Field, ...] = tuple((j - 4, 0x10) for j in range(8))
+#: Q6_K's 2-bit field k of every byte as bits 4-5.
+_CRUMBS_AT_4: tuple[Field, ...] = tuple((2 * k - 4, 0x30) for k in range(4))
 
 
 def _fields(*fields: tuple[str, str, tuple[int, ...]]) -> np.dtype[np.void]:
@@ -103,280 +116,354 @@ def _struct(name: str, blocks: np.ndarray) -> np.ndarray:
     return out
 
 
-def _f32(half: np.ndarray, *shape: int) -> np.ndarray:
-    """A float16 field of every block as float32, reshaped to ``shape`` (``[n, 1, ...]``)."""
-    return half.astype(_F32).reshape(half.shape[0], *shape)
+def _f32(half: np.ndarray) -> np.ndarray:
+    """A float16 field of every block as float32 ``[n]``."""
+    out: np.ndarray = half.astype(_F32)
+    return out
 
 
-_local = threading.local()
-
-
-def _codes(n: int, block: int) -> np.ndarray:
-    """This thread's reused ``uint8 [n, block]``, a band's quants in element order (new
-    arrays of a band's size were mapped afresh by every call: their page faults cost
-    several times the work)."""
-    buf: np.ndarray | None = getattr(_local, "codes", None)
-    if buf is None or buf.size < n * block:
-        buf = _local.codes = np.empty(max(n * block, BAND_ELEMENTS), _U8)
-    return buf[: n * block].reshape(n, block)
-
-
-def _lanes(x: np.ndarray) -> np.ndarray:
-    """Bytes ``[..., m]`` (m a multiple of 8) as uint64 ``[..., m // 8]``: shifts and
-    masks of every byte done 8 bytes at a time (numpy shifts uint8 a byte at a time,
-    several times slower); a field's bits never cross into the next byte once masked."""
-    return np.ascontiguousarray(x).view(_W)
-
-
-def _nibbles(qs: np.ndarray, group: int, into: np.ndarray) -> None:
-    """The nibbles of ``qs`` (``[n, m]`` bytes) into ``into`` (``[n, 2 m]``) in ggml's
-    order: within each ``group`` bytes, every low nibble, then every high one."""
-    n = qs.shape[0]
-    lanes = _lanes(qs)
-    # Both halves over the whole band first (long loops), then one interleaving copy.
-    low = lanes & _LOW_NIBBLES
-    high = lanes >> _W(4)
-    high &= _LOW_NIBBLES
-    halves = [x.reshape(n, -1, group // 8) for x in (low, high)]
-    np.stack(halves, axis=2, out=into.view(_W).reshape(n, -1, 2, group // 8))
-
-
-def _planes(packed: np.ndarray, shifts: tuple[np.uint64, ...], mask: int) -> np.ndarray:
-    """Fields of ``packed`` (``[n, k, 32]`` bytes) plane by plane: ``[n, k, planes, 32]``
-    bytes, field p of byte l at ``[.., p, l]`` (as ggml's K-quants lay their bits)."""
-    n, k = packed.shape[:2]
-    lanes = _lanes(packed).reshape(n, k, 4)
-    every = _EVERY_BYTE * _W(mask)
-    planes = []
-    for shift in shifts:  # each plane over the whole band (long loops), then one copy
-        plane = lanes >> shift
-        plane &= every
-        planes.append(plane)
-    out: np.ndarray = np.stack(planes, axis=2)
-    return out.view(_U8).reshape(n, k, len(shifts), 32)
-
-
-def _shift_left(x: np.ndarray, bits: int) -> None:
-    """``x <<= bits`` for contiguous bytes whose values stay below 256 (8 at a time)."""
-    lanes = x.view(_W)
-    lanes <<= _W(bits)
-
-
-def _to_float(codes: np.ndarray, out: np.ndarray, minus: int = 0) -> None:
-    """``out = codes - minus`` in float32: the small integers are exact; ``minus`` is
-    taken in uint8 and read back as int8 (the codes are below 128 + ``minus``)."""
-    if minus:
-        codes -= _U8(minus)
-        codes = codes.view(np.int8)
-    np.copyto(out, codes.reshape(out.shape))
-
-
-def q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q8_0: f16 d, 32 int8; x = q * d."""
-    b = _struct("Q8_0", blocks)
-    np.copyto(out, b["qs"])
-    out *= _f32(b["d"], 1)
-
-
-def _q4_codes(b: np.ndarray) -> np.ndarray:
-    """Q4_0/Q4_1's 32 nibbles per block in element order (low nibbles first)."""
-    codes = _codes(b.shape[0], 32)
-    _nibbles(b["qs"], 16, codes)
-    return codes
-
-
-def _q5_codes(b: np.ndarray) -> np.ndarray:
-    """Q5_0/Q5_1's 5-bit quants: the nibbles, and bit j of the little-endian 32-bit
-    ``qh`` as element j's fifth bit."""
-    codes = _q4_codes(b)
-    high = np.unpackbits(b["qh"], axis=1, bitorder="little")
-    _shift_left(high, 4)
-    codes |= high
-    return codes
-
-
-def _legacy(name: str, codes: Callable[[np.ndarray], np.ndarray], minus: int, doc: str) -> Decoder:
-    """The decoder of Q4_0 / Q5_0 (x = (q - minus) * d) or, with ``minus`` 0, of Q4_1 /
-    Q5_1 (a min ``m`` too: x = q * d + m), from their ``codes`` in element order."""
+def _banded(name: str, sides: Sides, band: Band, doc: str) -> Decoder:
+    """The decoder of block type ``name``: ``sides`` of the whole run at once, then
+    ``band`` on each band of :data:`BAND_ELEMENTS` values with its rows of them."""
+    block = BY_NAME[name].block
 
     def decode(blocks: np.ndarray, out: np.ndarray) -> None:
-        b = _struct(name, blocks)
-        _to_float(codes(b), out, minus)
-        out *= _f32(b["d"], 1)
-        if not minus:
-            out += _f32(b["m"], 1)
+        side = sides(_struct(name, blocks))
+        step = max(1, BAND_ELEMENTS // block)
+        for a in range(0, blocks.shape[0], step):
+            band(blocks[a : a + step], out[a : a + step], *(x[a : a + step] for x in side))
 
     decode.__name__ = decode.__qualname__ = name.lower()
     decode.__doc__ = doc
     return decode
 
 
-q4_0 = _legacy("Q4_0", _q4_codes, 8, "Q4_0: f16 d, 16 bytes of nibbles; x = (q - 8) * d.")
-q4_1 = _legacy("Q4_1", _q4_codes, 0, "Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q * d + m.")
-q5_0 = _legacy(
-    "Q5_0", _q5_codes, 16, "Q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = (q - 16) * d."
+def _field_bits(blocks: np.ndarray, at: int, size: int, fields: Sequence[Field]) -> np.ndarray:
+    """The ``fields`` of the ``size`` bytes at ``at`` of every block, ``[len(fields), n,
+    size]`` (copied out first: the other bytes' fields would cost more than the copy)."""
+    return field_planes(rows(blocks[:, at : at + size]), fields, "bits")
+
+
+def _spread(side: np.ndarray, per: int) -> np.ndarray:
+    """A band's per-block or per-sub-block values (``[n, k]``, C-contiguous), each ``per``
+    times: one value per element, flat. An ufunc against the broadcast ``[n, k, 1]``
+    pays a loop per sub-block (~3x a full-length one); the repeat costs less than that."""
+    return np.repeat(side.reshape(-1), per)
+
+
+def _less(planes: np.ndarray, minus: int) -> np.ndarray:
+    """``planes - minus`` in place as bytes, read back as int8 (every field of a quant
+    is below 128 + ``minus``; the other bytes are never read)."""
+    np.subtract(planes, _U8(minus), out=planes)
+    return planes.view(_I8)
+
+
+def _d(b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every block's ``d``, float32 ``[n, 1]``."""
+    return (_f32(b["d"])[:, None],)
+
+
+def _d_m(b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every block's ``d`` and ``m``, float32 ``[n, 1]`` each."""
+    return _f32(b["d"])[:, None], _f32(b["m"])[:, None]
+
+
+def _q8_0_band(blocks: np.ndarray, out: np.ndarray, d: np.ndarray) -> None:
+    np.copyto(out, blocks[:, 2:].view(_I8))
+    o = out.reshape(-1)
+    o *= _spread(d, 32)
+
+
+q8_0 = _banded("Q8_0", _d, _q8_0_band, "Q8_0: f16 d, 32 int8; x = q * d.")
+
+
+def _legacy_band(qh_at: int, qs_at: int, minus: int) -> Band:
+    """The band of Q4_0 / Q5_0 (x = (q - minus) * d) or, with ``minus`` 0, of Q4_1 /
+    Q5_1 (a min ``m`` too: x = q * d + m): in each block, the 16 low nibbles of the
+    bytes at ``qs_at`` are elements 0-15, the high ones 16-31, and (``qh_at``, Q5) bit j
+    of the little-endian 32-bit word there is element j's fifth bit."""
+
+    def band(blocks: np.ndarray, out: np.ndarray, d: np.ndarray, *m: np.ndarray) -> None:
+        n = blocks.shape[0]
+        planes = field_planes(blocks, NIBBLES)
+        # Element order as 16-byte items, one strided loop per plane (a copy of 16-byte
+        # rows pays a loop per row, ~2x), then every pass on contiguous bytes.
+        codes = scratch("codes", 4 * n).view(_U8).reshape(n, 2, 16)
+        items = codes.view("V16")[..., 0]
+        for half, plane in enumerate(planes[:, :, qs_at : qs_at + 16].view("V16")[..., 0]):
+            items[:, half] = plane
+        lanes = codes.reshape(-1).view(_W)
+        if qh_at:
+            lanes |= _sixteens(blocks[:, qh_at : qh_at + 4])
+        np.copyto(out.reshape(n, 2, 16), _less(codes, minus) if minus else codes)
+        o = out.reshape(-1)
+        o *= _spread(d, 32)
+        if m:
+            o += _spread(m[0], 32)
+
+    return band
+
+
+def _sixteens(packed: np.ndarray) -> np.ndarray:
+    """Bit t of byte c of ``packed`` (``[n, k]`` bytes) as 16 (0 when clear) in byte
+    ``8 c + t``: uint64 lanes ``[n * k]`` (each byte times 0x0101..01 puts a copy in every
+    byte of its lane; byte t keeps bit t; adding 0x7F carries a set bit to bit 7, without
+    crossing into the next byte)."""
+    lanes = rows(packed).astype(_W).reshape(-1)
+    lanes *= _W(_EVERY_BYTE)
+    lanes &= _W(0x8040201008040201)
+    lanes += _W(_EVERY_BYTE * 0x7F)
+    lanes &= _W(_EVERY_BYTE * 0x80)
+    lanes >>= _W(3)
+    return lanes
+
+
+q4_0 = _banded(
+    "Q4_0", _d, _legacy_band(0, 2, 8), "Q4_0: f16 d, 16 bytes of nibbles; x = (q - 8) * d."
 )
-q5_1 = _legacy(
-    "Q5_1", _q5_codes, 0, "Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = q * d + m."
+q4_1 = _banded(
+    "Q4_1", _d_m, _legacy_band(0, 4, 0), "Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = q * d + m."
+)
+q5_0 = _banded(
+    "Q5_0",
+    _d,
+    _legacy_band(2, 6, 16),
+    "Q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = (q - 16) * d.",
+)
+q5_1 = _banded(
+    "Q5_1",
+    _d_m,
+    _legacy_band(4, 8, 0),
+    "Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = q * d + m.",
 )
 
 
-def _by_sixteen(out: np.ndarray) -> np.ndarray:
-    """``out`` ``[n, 256]`` viewed as its sixteen sub-blocks of sixteen."""
-    return out.reshape(out.shape[0], 16, 16)
+def _q2_k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Q2_K's sub-block scales and mins, float32 ``[n, 16]`` each."""
+    scales = b["scales"]
+    dl = _scaled((scales & _U8(0x0F)).astype(_F32), b["d"])
+    ml = _scaled((scales >> _U8(4)).astype(_F32), b["dmin"])
+    return dl, ml
 
 
-def q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def _q2_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray, ml: np.ndarray) -> None:
+    n = blocks.shape[0]
+    crumbs = field_planes(blocks, CRUMBS)[:, :, 16:80].reshape(4, n, 2, 32)
+    np.copyto(out.reshape(n, 2, 4, 32), crumbs.transpose(1, 2, 0, 3))
+    o = out.reshape(-1)
+    o *= _spread(dl, 16)
+    o -= _spread(ml, 16)
+
+
+q2_k = _banded(
+    "Q2_K",
+    _q2_k_sides,
+    _q2_k_band,
     """Q2_K: 16 scale bytes (4-bit scale, 4-bit min), 64 bytes of 2-bit quants, f16 d, dmin;
     x = (d * scale) * q - (dmin * min) per sixteen elements (field k of byte ``32 h + l``
-    is element ``128 h + 32 k + l``)."""
-    b = _struct("Q2_K", blocks)
-    n = b.shape[0]
-    scales = b["scales"]
-    dl = _f32(b["d"], 1) * (scales & 0x0F).astype(_F32)
-    ml = _f32(b["dmin"], 1) * (scales >> 4).astype(_F32)
-    _to_float(_planes(b["qs"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3), out)
-    o = _by_sixteen(out)
-    o *= dl.reshape(n, 16, 1)
-    o -= ml.reshape(n, 16, 1)
+    is element ``128 h + 32 k + l``).""",
+)
 
 
-def q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def _q3_k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Q3_K's sub-block scales, float32 ``[n, 16]``."""
+    return (_scaled(_q3_scales(rows(b["scales"]).view("<u4")), b["d"]),)
+
+
+def _q3_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
+    n = blocks.shape[0]
+    planes = field_planes(blocks, CRUMBS)
+    bits = _field_bits(blocks, 0, 32, _BITS_AT_2).reshape(2, 4, n, 32)
+    # q + 4 * bit (less 4 below): bit 4 h + k of byte l to crumb k of byte 32 + 32 h + l
+    or_into(planes, lambda p: p[:, :, 32:96].reshape(4, n, 2, 32), bits.transpose(1, 2, 0, 3))
+    codes = _less(planes, 4)[:, :, 32:96].reshape(4, n, 2, 32)
+    np.copyto(out.reshape(n, 2, 4, 32), codes.transpose(1, 2, 0, 3))
+    o = out.reshape(-1)
+    o *= _spread(dl, 16)
+
+
+q3_k = _banded(
+    "Q3_K",
+    _q3_k_sides,
+    _q3_k_band,
     """Q3_K: 32 bytes of high-bit mask, 64 of 2-bit quants, 12 of 6-bit scales, f16 d;
     x = (d * (scale - 32)) * (q - 4 * (mask bit clear)) per sixteen elements: bit
-    ``4 h + k`` of mask byte l belongs to element ``128 h + 32 k + l``."""
-    b = _struct("Q3_K", blocks)
-    n = b.shape[0]
-    scales = _q3_scales(b["scales"])
-    codes = _planes(b["qs"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3)
-    mask = _planes(b["hmask"].reshape(n, 1, 32), _BIT_SHIFTS, 1)
-    _shift_left(mask, 2)
-    codes |= mask.reshape(codes.shape)  # q + 4 * bit; less 4 below
-    _to_float(codes, out, 4)
-    _by_sixteen(out)[...] *= (_f32(b["d"], 1) * scales).reshape(n, 16, 1)
+    ``4 h + k`` of mask byte l belongs to element ``128 h + 32 k + l``.""",
+)
 
 
-def _q3_scales(packed: np.ndarray) -> np.ndarray:
-    """Q3_K's sixteen 6-bit scales less 32, float32 ``[n, 16]``: scale j's low four bits
-    are nibble ``j // 8`` of byte ``j % 8``, its high two bits field ``j // 4`` of byte
-    ``8 + j % 4``; four scales at once per little-endian word (low0, low1, high)."""
-    n = packed.shape[0]
-    low0, low1, high = _words(packed, 3)
+def _q3_scales(words: np.ndarray) -> np.ndarray:
+    """Q3_K's sixteen 6-bit scales less 32, float32 ``[n, 16]``, from its 12 bytes as
+    three little-endian words ``[n, 3]`` (low0, low1, high): scale j's low four bits are
+    nibble ``j // 8`` of byte ``j % 8``, its high two bits field ``j // 4`` of byte
+    ``8 + j % 4``; four scales at once per word."""
+    low0, low1, high = words[:, 0], words[:, 1], words[:, 2]
     every = np.uint32(0x01010101)
     nibble, top = every * 0x0F, every * 0x30
-    words = np.empty((4, n), np.uint32)  # scales 0-3, 4-7, 8-11, 12-15
-    np.bitwise_or(low0 & nibble, (high << 4) & top, out=words[0])
-    np.bitwise_or(low1 & nibble, (high << 2) & top, out=words[1])
-    np.bitwise_or((low0 >> 4) & nibble, high & top, out=words[2])
-    np.bitwise_or((low1 >> 4) & nibble, (high >> 2) & top, out=words[3])
-    scales: np.ndarray = words.T.copy().view(_U8).astype(_F32)
+    out = np.empty((words.shape[0], 4), np.uint32)  # scales 0-3, 4-7, 8-11, 12-15
+    np.bitwise_or(low0 & nibble, (high << 4) & top, out=out[:, 0])
+    np.bitwise_or(low1 & nibble, (high << 2) & top, out=out[:, 1])
+    np.bitwise_or((low0 >> 4) & nibble, high & top, out=out[:, 2])
+    np.bitwise_or((low1 >> 4) & nibble, (high >> 2) & top, out=out[:, 3])
+    scales = out.view(_U8).astype(_F32)
     scales -= _F32(32)
     return scales
 
 
-def _k_scale_min(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The eight 6-bit scales and mins of Q4_K/Q5_K's 12 bytes, float32 ``[n, 8]`` each:
-    the bytes as three little-endian words (d, m, md), each rule done on a word's four
-    bytes at once, over the whole band (the per-byte slices cost a loop per block)."""
-    n = packed.shape[0]
-    d, m, md = _words(packed, 3)
+def _k_scale_min(words: np.ndarray) -> np.ndarray:
+    """The eight 6-bit scales and the eight mins of Q4_K/Q5_K's 12 bytes, float32
+    ``[2, n, 8]``, from those bytes as three little-endian words ``[n, 3]`` (d, m, md;
+    read in place): each rule done on a word's four bytes at once, over the whole run
+    (the per-byte slices cost a loop per block)."""
+    d, m, md = (np.ascontiguousarray(words[:, i]) for i in range(3))  # read once each
     every = np.uint32(0x01010101)
-    both = np.empty((2, 2, n), np.uint32)  # (scale or min, first or last four)
-    np.bitwise_and(d, every * 0x3F, out=both[0, 0])
-    np.bitwise_and(m, every * 0x3F, out=both[1, 0])
-    np.bitwise_or(md & (every * 0x0F), (d >> 2) & (every * 0x30), out=both[0, 1])
-    np.bitwise_or((md >> 4) & (every * 0x0F), (m >> 2) & (every * 0x30), out=both[1, 1])
-    values = both.transpose(0, 2, 1).copy().view(_U8).astype(_F32)  # [2, n, 8]
-    return values[0], values[1]
+    both = np.empty((2, words.shape[0], 2), np.uint32)  # (scales, mins) of 0-3, 4-7
+    np.bitwise_and(d, every * 0x3F, out=both[0, :, 0])
+    np.bitwise_or(md & (every * 0x0F), (d >> 2) & (every * 0x30), out=both[0, :, 1])
+    np.bitwise_and(m, every * 0x3F, out=both[1, :, 0])
+    np.bitwise_or((md >> 4) & (every * 0x0F), (m >> 2) & (every * 0x30), out=both[1, :, 1])
+    values: np.ndarray = both.view(_U8).astype(_F32)
+    return values
 
 
-def _words(packed: np.ndarray, count: int) -> list[np.ndarray]:
-    """``[n, 4 count]`` bytes as ``count`` arrays ``[n]`` of little-endian uint32 (their
-    results are read back as bytes: a little-endian host, as ggml's own decoders assume)."""
-    words = np.ascontiguousarray(packed).view("<u4").reshape(packed.shape[0], count)
-    return [words[:, i] for i in range(count)]
+def _scaled(values: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """``values`` (``[n, k]`` float32, C-contiguous) times each block's float16 ``half``
+    (``[n]``), in place: every block's float32 scale repeated k times, then one
+    full-length multiply (a broadcast ``[n, 1]`` pays a loop per block)."""
+    flat = values.reshape(-1)
+    flat *= np.repeat(_f32(half), values.shape[1])
+    return values
 
 
-def _k_quant(b: np.ndarray, out: np.ndarray, fifth: bool) -> None:
-    """Q4_K / Q5_K (``fifth``): x = (d * scale) * q - (dmin * min) per 32 elements; the
-    low nibbles of bytes ``32 i ..`` are sub-block 2 i, the high ones 2 i + 1, and bit j
-    of ``qh[l]`` is the fifth bit of element ``32 j + l``."""
-    n = b.shape[0]
-    sc, mn = _k_scale_min(b["scales"])
-    codes = _codes(n, QK_K)
-    _nibbles(b["qs"], 32, codes)
-    if fifth:
-        high = _planes(b["qh"].reshape(n, 1, 32), _BIT_SHIFTS, 1)
-        _shift_left(high, 4)
-        codes |= high.reshape(n, QK_K)
-    _to_float(codes, out)
-    o = out.reshape(n, 8, 32)
-    o *= (_f32(b["d"], 1) * sc).reshape(n, 8, 1)
-    o -= (_f32(b["dmin"], 1) * mn).reshape(n, 8, 1)
+def _k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Q4_K/Q5_K's sub-block scales and mins, float32 ``[n, 8]`` each."""
+    # d, dmin and the 12 scale bytes are the block's first 16 bytes: words 1-3 the scales.
+    words = b.view("<u4").reshape(b.shape[0], -1)[:, 1:4]
+    both = _k_scale_min(words)
+    return _scaled(both[0], b["d"]), _scaled(both[1], b["dmin"])
 
 
-def q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles."""
-    _k_quant(_struct("Q4_K", blocks), out, fifth=False)
+def _k_band(qs_at: int, qh_at: int) -> Band:
+    """The band of Q4_K or (``qh_at``) Q5_K: x = (d * scale) * q - (dmin * min) per 32
+    elements; the low nibbles of bytes ``qs_at + 32 i ..`` are sub-block 2 i, the high
+    ones 2 i + 1, and bit j of byte ``qh_at + l`` is the fifth bit of element ``32 j + l``."""
+
+    def band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray, ml: np.ndarray) -> None:
+        n = blocks.shape[0]
+        planes = field_planes(blocks, NIBBLES)
+        if qh_at:
+            bits = _field_bits(blocks, qh_at, 32, _BITS_AT_4)
+            fifth = bits.reshape(4, 2, n, 32).transpose(1, 2, 0, 3)
+            or_into(planes, lambda p: p[:, :, qs_at:].reshape(2, n, 4, 32), fifth)
+        codes = planes[:, :, qs_at:].reshape(2, n, 4, 32)
+        np.copyto(out.reshape(n, 4, 2, 32), codes.transpose(1, 2, 0, 3))
+        o = out.reshape(-1)
+        o *= _spread(dl, 32)
+        o -= _spread(ml, 32)
+
+    return band
 
 
-def q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    """Q5_K: as Q4_K plus 32 bytes of fifth bits before the nibbles."""
-    _k_quant(_struct("Q5_K", blocks), out, fifth=True)
+q4_k = _banded(
+    "Q4_K",
+    _k_sides,
+    _k_band(16, 0),
+    "Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles.",
+)
+q5_k = _banded(
+    "Q5_K",
+    _k_sides,
+    _k_band(48, 16),
+    "Q5_K: as Q4_K plus 32 bytes of fifth bits before the nibbles.",
+)
 
 
-def q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def _q6_k_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Q6_K's sub-block scales, float32 ``[n, 16]``."""
+    return (_scaled(b["scales"].astype(_F32), b["d"]),)
+
+
+def _q6_k_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
+    n = blocks.shape[0]
+    planes = field_planes(blocks, NIBBLES)
+    high = _field_bits(blocks, 128, 64, _CRUMBS_AT_4)
+    # Low bytes as (nibble, block, half, 32-byte row, l); field 2 nibble + row of qh.
+    top = high.reshape(2, 2, n, 2, 32).transpose(0, 2, 3, 1, 4)
+    or_into(planes, lambda p: p[:, :, :128].reshape(2, n, 2, 2, 32), top)
+    codes = _less(planes, 32)[:, :, :128].reshape(2, n, 2, 2, 32)
+    np.copyto(out.reshape(n, 2, 2, 2, 32), codes.transpose(1, 2, 0, 3, 4))
+    o = out.reshape(-1)
+    o *= _spread(dl, 16)
+
+
+q6_k = _banded(
+    "Q6_K",
+    _q6_k_sides,
+    _q6_k_band,
     """Q6_K: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d;
-    x = (d * scale) * (q - 32) per sixteen elements. Nibbles go 64 bytes at a time (low
-    ones first), and field k of ``qh[32 h + l]`` holds the two high bits of element
-    ``128 h + 32 k + l``."""
-    b = _struct("Q6_K", blocks)
-    n = b.shape[0]
-    codes = _codes(n, QK_K)
-    _nibbles(b["ql"], 64, codes)
-    high = _planes(b["qh"].reshape(n, 2, 32), _CRUMB_SHIFTS, 3)
-    _shift_left(high, 4)
-    codes |= high.reshape(n, QK_K)
-    _to_float(codes, out, 32)
-    _by_sixteen(out)[...] *= (_f32(b["d"], 1) * b["scales"].astype(_F32)).reshape(n, 16, 1)
+    x = (d * scale) * (q - 32) per sixteen elements. Element ``128 h + 32 k + l`` has
+    nibble ``k // 2`` of byte ``64 h + 32 (k % 2) + l`` and, as its two high bits, field
+    k of ``qh[32 h + l]``.""",
+)
 
 
 def _book(qs: np.ndarray, out: np.ndarray) -> None:
     """``out = IQ4_VALUES[q]`` of IQ4's nibbles ``qs`` (``[n, m]`` bytes; in each 16, the
     low nibbles are 16 elements, then the high ones), two values per 8-byte gather: each
-    pair of neighbouring elements' nibbles is first packed into one index byte, on
-    uint16 lanes (bytes 2k, 2k + 1) of the whole band, so the gather writes element
-    order (~4x faster than a gather per value)."""
-    n = qs.shape[0]
-    lanes = _lanes(qs)
+    pair of neighbouring elements' nibbles is first packed into one index (the low byte
+    of a uint16 lane: bytes 2k, 2k + 1) over the whole band, so the gather writes element
+    order (~4x faster than a gather per value). A 16-byte group's 8 low-nibble pairs and
+    8 high-nibble pairs are 16 bytes of indices each, interleaved as 16-byte items."""
+    lanes = rows(qs).view(_W).reshape(-1)
     first = np.bitwise_or(lanes & _LANE_LOW, (lanes >> _W(4)) & _LANE_HIGH)  # low nibbles
     second = np.bitwise_or((lanes >> _W(4)) & _LANE_LOW, (lanes >> _W(8)) & _LANE_HIGH)
-    halves = [x.view(np.uint16).astype(_U8).reshape(n, -1, 8) for x in (first, second)]
-    index = np.stack(halves, axis=2)
+    index = np.stack([first.view("V16"), second.view("V16")], axis=1).view(np.uint16)
     np.take(_IQ4_PAIRS, index.reshape(-1), out=out.reshape(-1).view(_W), mode="clip")
 
 
-def iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
-    """IQ4_NL: f16 d, 16 bytes of nibbles indexing the code book; x = d * book[q]."""
-    b = _struct("IQ4_NL", blocks)
-    _book(b["qs"], out)
-    out *= _f32(b["d"], 1)
+def _iq4_nl_band(blocks: np.ndarray, out: np.ndarray, d: np.ndarray) -> None:
+    _book(blocks[:, 2:], out)
+    o = out.reshape(-1)
+    o *= _spread(d, 32)
 
 
-def iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
-    """IQ4_XS: f16 d, 2 bytes of scale high bits, 4 of scale low nibbles, 128 of nibbles;
-    x = (d * (scale - 32)) * book[q] per 32 elements (low nibbles of bytes ``16 j ..``
-    first)."""
-    b = _struct("IQ4_XS", blocks)
+iq4_nl = _banded(
+    "IQ4_NL",
+    _d,
+    _iq4_nl_band,
+    "IQ4_NL: f16 d, 16 bytes of nibbles indexing the code book; x = d * book[q].",
+)
+
+
+def _iq4_xs_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """IQ4_XS's sub-block scales, float32 ``[n, 8]``: scale j's low four bits are
+    nibble ``j % 2`` of ``scales_l[j // 2]``, its high two bits field j of ``scales_h``."""
     n = b.shape[0]
     shifts = 2 * np.arange(8, dtype=np.uint16)
-    high = ((b["scales_h"].reshape(n, 1) >> shifts) & 3).astype(_U8)
+    high = ((b["scales_h"].reshape(n, 1) >> shifts) & np.uint16(3)).astype(_U8)
     packed = b["scales_l"]
-    low = np.stack([packed & 0x0F, packed >> 4], axis=2).reshape(n, 8)
-    dl = _f32(b["d"], 1) * ((low | (high << 4)).astype(_F32) - _F32(32))
-    _book(b["qs"], out)
-    o = out.reshape(n, 8, 32)
-    o *= dl.reshape(n, 8, 1)
+    low = np.stack([packed & _U8(0x0F), packed >> _U8(4)], axis=2).reshape(n, 8)
+    high <<= _U8(4)
+    high |= low
+    dl = high.astype(_F32)
+    dl -= _F32(32)
+    return (_scaled(dl, b["d"]),)
+
+
+def _iq4_xs_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
+    _book(blocks[:, 8:], out)
+    o = out.reshape(-1)
+    o *= _spread(dl, 32)
+
+
+iq4_xs = _banded(
+    "IQ4_XS",
+    _iq4_xs_sides,
+    _iq4_xs_band,
+    """IQ4_XS: f16 d, 2 bytes of scale high bits, 4 of scale low nibbles, 128 of nibbles;
+    x = (d * (scale - 32)) * book[q] per 32 elements (low nibbles of bytes ``16 j ..``
+    first).""",
+)
 
 
 DECODERS: dict[str, Decoder] = {
@@ -406,9 +493,10 @@ def decode_rows(type_name: str, raw: np.ndarray, out: np.ndarray | None = None) 
     step = max(1, BAND_ELEMENTS // t.block)
 
     def work(starts: Sequence[int]) -> None:
+        # One call per run: the decoder derives the run's scales once, then bands it.
+        a, z = starts[0], starts[-1] + step
         with np.errstate(over="ignore", invalid="ignore"):
-            for a in starts:
-                decoder(blocks[a : a + step], values[a : a + step])
+            decoder(blocks[a:z], values[a:z])
 
     run_on_threads(work, range(0, blocks.shape[0], step), RUNS_PER_TASK)
     return result

@@ -205,14 +205,18 @@ def _decode_part(
     rows, cols = box
     if (
         not t.plain
-        and heads is None
+        and rows.start % head == 0
+        and rows.stop % head == 0
         and (cols.start, cols.stop) == (0, width)
         and out.flags.c_contiguous
         and out.shape == (rows.stop - rows.start, width)
     ):
-        # Whole rows into a contiguous box: decoded in place, band by band on the
-        # worker threads (no float32 copy of the box, no second pass).
-        decode_rows(t.name, raw[rows], out=out)
+        # Whole rows (whole heads) into a contiguous box: decoded in place, band by band
+        # on the worker threads (no float32 copy of the box, no second pass). llama's
+        # Q/K permutation moves whole rows within a head, so it is undone on the stored
+        # rows first (bytes: a fraction of the float32 a permuted copy would move).
+        stored = raw[rows] if heads is None else unpermute(raw[rows], len(out) // head)
+        decode_rows(t.name, stored, out=out)
         return
     band = max(1, BAND_BYTES // (4 * width * head)) * head
     for lo in range(rows.start // band * band, rows.stop, band):
