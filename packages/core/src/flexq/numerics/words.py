@@ -222,12 +222,13 @@ def _by_triples(words: np.ndarray, out: np.ndarray, minus: _Minus, skip: int) ->
     x &= np.uint64(0xFFFFFF)
     # Halve the fields twice over: 24 bits -> two 12-bit halves 32 bits apart -> four
     # 6-bit parts 16 apart -> eight 3-bit codes, one per byte, in order.
+    # Each halving ORs in a shifted copy and keeps the moved and the staying fields: the
+    # copy lands only on bits that are zero (3 passes a halving instead of 4).
     part = np.empty_like(x)
-    for high, low, by in _TRIPLE_SPREAD:
-        np.bitwise_and(x, np.uint64(high), out=part)
-        part <<= np.uint64(by)
-        x &= np.uint64(low)
+    for by, keep in _TRIPLE_SPREAD:
+        np.left_shift(x, np.uint64(by), out=part)
         x |= part
+        x &= np.uint64(keep)
     whole = groups * 8 == count and out.flags.c_contiguous
     dst = out if whole else np.empty((rows, groups * 8), out.dtype)
     _small_codes_into(x.view(np.uint8).reshape(rows, groups * 8), dst, minus, 7)
@@ -235,11 +236,15 @@ def _by_triples(words: np.ndarray, out: np.ndarray, minus: _Minus, skip: int) ->
         out[...] = dst[:, :count]
 
 
-#: The passes of :func:`_by_triples`: (mask of the upper fields, mask of the lower, shift).
-_TRIPLE_SPREAD = (
-    (0xFFF000, 0xFFF, 20),
-    (0x00000FC000000FC0, 0x0000003F0000003F, 10),
-    (0x0038003800380038, 0x0007000700070007, 5),
+#: The halvings of :func:`_by_triples`: (the upper fields' shift, mask of the fields after
+#: it: the lower fields where they were, the upper ones moved up by the shift).
+_TRIPLE_SPREAD = tuple(
+    (by, low | (high << by))
+    for high, low, by in (
+        (0xFFF000, 0xFFF, 20),
+        (0x00000FC000000FC0, 0x0000003F0000003F, 10),
+        (0x0038003800380038, 0x0007000700070007, 5),
+    )
 )
 
 
