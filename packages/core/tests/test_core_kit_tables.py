@@ -340,10 +340,17 @@ def test_decode_slot_groups_equals_the_shift_unpack_then_the_affine(
         unpack_slots_into(np.ascontiguousarray(words.T), 4, slots, np.empty((1, 1), np.float32))
 
 
-def test_decode_slot_groups_of_many_bands_equals_a_shift_of_each_slot() -> None:
+@pytest.mark.parametrize("band_codes", [1 << 15, 1 << 18])
+def test_decode_slot_groups_of_many_bands_equals_a_shift_of_each_slot(
+    band_codes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Eight 4-bit slots unpack through byte planes (the nibble path), band by band: the
     same bits as a shift and mask of each slot over whole words, then ``(q - z) * s``,
-    in several bands, zero points 0 and 15 included."""
+    in several bands (narrow ones transposed several at once), zero points 0 and 15
+    included."""
+    import flexq.numerics.bands as bands
+
+    monkeypatch.setattr(bands, "_BAND_CODES", band_codes)
     rng = np.random.default_rng(7)
     slots = (0, 2, 4, 6, 1, 3, 5, 7)
     rows_in, cols, groups = 1024, 64, 8
