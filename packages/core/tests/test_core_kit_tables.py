@@ -340,6 +340,34 @@ def test_decode_slot_groups_equals_the_shift_unpack_then_the_affine(
         unpack_slots_into(np.ascontiguousarray(words.T), 4, slots, np.empty((1, 1), np.float32))
 
 
+@pytest.mark.parametrize("band_codes", [1 << 15, 1 << 18])
+def test_decode_slot_groups_of_many_bands_equals_a_shift_of_each_slot(
+    band_codes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight 4-bit slots unpack through byte planes (the nibble path), band by band: the
+    same bits as a shift and mask of each slot over whole words, then ``(q - z) * s``,
+    in several bands (narrow ones transposed several at once), zero points 0 and 15
+    included."""
+    import flexq.numerics.bands as bands
+
+    monkeypatch.setattr(bands, "_BAND_CODES", band_codes)
+    rng = np.random.default_rng(7)
+    slots = (0, 2, 4, 6, 1, 3, 5, 7)
+    rows_in, cols, groups = 1024, 64, 8
+    words = rng.integers(-(2**31), 2**31, (rows_in, cols), dtype=np.int64).astype(np.int32)
+    zero = rng.integers(0, 16, (8 * cols, groups)).astype(np.float32)
+    zero[0], zero[1] = 0, 15
+    scale = rng.standard_normal((8 * cols, groups)).astype(np.float16).astype(np.float32)
+    u = words.view(np.uint32).T
+    q = np.stack([(u >> np.uint32(4 * s)) & np.uint32(15) for s in slots], axis=1)
+    q = q.reshape(8 * cols, rows_in).astype(np.float32)
+    width = rows_in // groups
+    want = (q - np.repeat(zero, width, 1)) * np.repeat(scale, width, 1)
+    out = np.empty((8 * cols, rows_in), np.float32)
+    decode_slot_groups(words, 4, slots, zero, scale, out)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     bits=st.sampled_from([2, 3, 4, 8]),

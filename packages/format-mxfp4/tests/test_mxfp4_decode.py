@@ -171,28 +171,41 @@ def test_natural_dtype_follows_the_model_config(tmp_path: Path, build: Build) ->
     lead=st.lists(st.integers(1, 5), min_size=0, max_size=2),
     blocks=st.integers(1, 6),
     band=st.integers(1, 400),
+    transposed=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_whole_block_runs_decode_band_by_band_like_the_reference(
     lead: list[int],
     blocks: int,
     band: int,
+    transposed: bool,
     seed: int,
     ref_decode: RefDecode,
     random_mx_data: Callable[..., tuple[np.ndarray, np.ndarray]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Runs of whole blocks go band by band over threads (bands of any size,
-    even splitting a block's bytes), into a fresh array or a given one."""
+    even splitting a block's bytes), into a fresh array or a given one; so do gpt-oss
+    experts' transposed runs [..., n, rows] (even rows by byte pairs of two rows, odd
+    rows by transposed float32 bands)."""
     import flexq.formatkit.bands as core_ops
+    from flexq_mxfp4.decode import _whole_blocks_transposed
 
     monkeypatch.setattr(core_ops, "_BAND_CODES", band)
     n = 32 * blocks
     packed, scales = random_mx_data(np.random.default_rng(seed), tuple(lead), n)
     want = ref_decode(packed, scales, n)
-    got = dequantize(packed, scales, 0, n)
+    if transposed and lead:
+        want = np.swapaxes(want, -1, -2)
+
+    def decode(out: np.ndarray | None) -> np.ndarray:
+        if transposed and lead:
+            return _whole_blocks_transposed(packed, scales, out)
+        return np.asarray(dequantize(packed, scales, 0, n, out))
+
+    got = decode(None)
     into = np.full(want.shape, 3.0, np.float32)
-    assert dequantize(packed, scales, 0, n, into) is into
+    assert decode(into) is into
     for result in (got, into):
         nan = np.isnan(want)
         np.testing.assert_array_equal(np.isnan(result), nan)

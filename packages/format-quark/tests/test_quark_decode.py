@@ -171,3 +171,28 @@ def test_a_box_reads_only_its_planned_bytes(
     got = decode_box(ct, "fc.weight", (16, 64), (8, 32))
     assert ct.checkpoint.bytes_read - before == want_bytes
     oracle.same_bits(np.asarray(got), lin.reference()[16:24, 64:96])
+
+
+def test_whole_mxfp4_rows_decode_band_by_band_as_the_reference(
+    oracle: Any, write_checkpoint: Any, rng: np.random.Generator, monkeypatch: Any
+) -> None:
+    # Enough rows for several bands, and the extreme scales the reference shares with
+    # flexq: 0x00 (2^-127, subnormal) and 0xFE (products overflow to inf). (0xFF is
+    # NaN to flexq, inf to Quark's reference: the ScaleWarning's case.)
+    from flexq_format_quark import decode as quark_decode
+
+    lin = oracle.Linear(rng, "mxfp4", 520, 1024)
+    lin.exps[:4] = np.array([0, 1, 254, 253], np.uint8)[:, None]
+    banded = quark_decode._mxfp4_banded
+    calls: list[int] = []
+
+    def counted(*args: Any) -> np.ndarray:
+        calls.append(1)
+        return banded(*args)
+
+    monkeypatch.setattr(quark_decode, "_mxfp4_banded", counted)
+    ct = compose(write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS["mxfp4"])), ["quark"])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = lin.reference()
+    oracle.same_bits(ct.load("fc.weight", "float32"), want)
+    assert calls

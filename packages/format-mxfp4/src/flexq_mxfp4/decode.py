@@ -146,27 +146,106 @@ def _whole_blocks_transposed(
     packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None
 ) -> np.ndarray:
     """:func:`_whole_blocks` for gpt-oss experts: codes [..., rows, n/2] decode to
-    [..., n, rows] (logical [E, in, out]).
+    [..., n, rows] (logical [E, in, out]), bands on the worker threads.
 
-    Each band of rows is decoded into a small scratch array while it is in cache,
-    then written transposed into its columns of the result, so the transpose
-    costs no extra pass over memory; bands run on the worker threads.
+    An even number of rows takes :func:`_row_pair_band` (the codes are transposed, as
+    bytes, not the float32 results); otherwise each band of rows is decoded into a
+    small scratch array while in cache and written transposed into its columns.
     """
     *lead, rows, nbytes = (int(d) for d in packed.shape)
     nblk, n, mats = int(scales.shape[-1]), 2 * nbytes, math.prod(lead)
-    codes = packed.reshape((mats, rows, nblk, BLOCK // 2))
+    codes = packed.reshape((mats, rows, nbytes))
     scale = np.asarray(scales).reshape((mats, rows, nblk))
     result = np.empty((*lead, n, rows), np.float32) if out is None else out
     flat = result.reshape((mats, n, rows))
-    bands = [(m, run) for m in range(codes.shape[0]) for run in row_bands(rows, n)]
+    if rows % 2 == 0 and rows * nblk > 0:
+        # Bands of whole blocks (16 code bytes: 32 result rows) of about a band's size,
+        # their nibbles paired a chunk of bands at a time (longer runs per row).
+        per = max(1, row_bands(nblk, 32 * rows)[0].stop) * (BLOCK // 2)
+        wide = per * RUNS_PER_TASK
+        chunks = [
+            (m, range(j, min(j + wide, nbytes)))
+            for m in range(mats)
+            for j in range(0, nbytes, wide)
+        ]
+        run_on_threads(lambda part: _row_pair_chunks(codes, scale, flat, part, per), chunks, 1)
+        return result
+
+    blocks = codes.reshape((mats, rows, nblk, BLOCK // 2))
+    bands = [(m, run) for m in range(mats) for run in row_bands(rows, n)]
 
     def work(part: Sequence[tuple[int, range]]) -> None:
         for m, run in part:
             rs = slice(run.start, run.stop)
             scratch = np.empty((len(run), nblk, BLOCK), np.float32)
             scale_band = E8M0_TO_FLOAT32[scale[m, rs]].reshape((len(run), nblk, 1))
-            _decode_band(codes[m, rs], scratch.view(np.uint64), scale_band)
+            _decode_band(blocks[m, rs], scratch.view(np.uint64), scale_band)
             flat[m, :, rs] = scratch.reshape((len(run), n)).T
 
     run_on_threads(work, bands, RUNS_PER_TASK)
     return result
+
+
+def _row_pair_chunks(
+    codes: np.ndarray,
+    scale: np.ndarray,
+    flat: np.ndarray,
+    part: Sequence[tuple[int, range]],
+    per: int,
+) -> None:
+    """For each (matrix, run of code bytes) of ``part``: its nibbles paired at once
+    (:func:`_paired_nibbles`), then :func:`_row_pair_band` of every ``per`` bytes."""
+    for m, run in part:
+        pairs = _paired_nibbles(codes[m, :, run.start : run.stop])
+        for at in range(0, len(run), per):
+            band = range(run.start + at, min(run.start + at + per, run.stop))
+            _row_pair_band(pairs[:, :, at : at + per], scale[m], flat[m], band)
+
+
+def _paired_nibbles(codes: np.ndarray) -> np.ndarray:
+    """Codes [rows, w] (rows even, w a multiple of 8) -> [2, rows / 2, w] bytes: [0, k, j]
+    holds the low nibbles of byte j of rows 2k (low) and 2k+1 (high), [1, k, j] their
+    high nibbles. Computed 8 bytes a uint64 lane (1.8x faster than uint8 lanes on a
+    gpt-oss matrix, measured)."""
+    rows, width = codes.shape
+    even, odd = codes[0::2].view(np.uint64), codes[1::2].view(np.uint64)
+    pairs = np.empty((2, rows // 2, width), np.uint8)
+    low, high = pairs[0].view(np.uint64), pairs[1].view(np.uint64)
+    part = np.empty_like(low)
+    np.left_shift(odd, np.uint64(4), out=part)  # each byte's low nibble moved up
+    part &= _HIGH_NIBBLES
+    np.bitwise_and(even, _LOW_NIBBLES, out=low)
+    low |= part
+    np.right_shift(even, np.uint64(4), out=high)
+    high &= _LOW_NIBBLES
+    np.bitwise_and(odd, _HIGH_NIBBLES, out=part)
+    high |= part
+    return pairs
+
+
+#: The low and the high nibble of each byte of a uint64 lane.
+_LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+_HIGH_NIBBLES = np.uint64(0xF0F0F0F0F0F0F0F0)
+
+
+def _row_pair_band(pairs: np.ndarray, scale: np.ndarray, flat: np.ndarray, run: range) -> None:
+    """Result rows ``2j, 2j + 1`` for the code bytes ``j`` of ``run`` (whole blocks) of one
+    matrix, from their :func:`_paired_nibbles` ``pairs`` [2, rows / 2, len(run)], E8M0
+    ``scale`` [rows, n/32], into ``flat`` [n, rows]: a quarter less CPU time than
+    decoding stored rows and transposing the float32 results.
+
+    Byte [0, k, j] of ``pairs`` looks up result row 2j, columns 2k and 2k+1 ([1, k, j]:
+    row 2j + 1): the pairs, transposed as bytes, look up into contiguous result rows,
+    and each block's 32 rows are multiplied by their scales, a row of them over the
+    stored rows.
+    """
+    rows = 2 * pairs.shape[1]
+    by_row = np.ascontiguousarray(pairs.transpose(2, 0, 1))  # [bytes, 2, rows / 2]
+    values = flat[2 * run.start : 2 * run.stop]
+    np.take(_PAIR_ITEMS, by_row, out=values.view(np.uint64).reshape(by_row.shape), mode="clip")
+    first = run.start // (BLOCK // 2)
+    blocks = values.reshape(-1, BLOCK, rows)
+    side = E8M0_TO_FLOAT32[scale[:, first : first + blocks.shape[0]].T]
+    # Products above float32's range are infinity by definition: no warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        blocks *= side[:, None, :]

@@ -27,7 +27,9 @@ from flexq.formatkit import (
     block_cover,
     grouped_affine,
     is_paddle,
+    lookup_scaled,
     ops_for,
+    pair_items,
     scale_to_float32,
 )
 from flexq.formatkit.words import decode_slot_groups
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from flexq.formatkit import BoxSources
     from flexq_format_quark.layout import QuarkLinear
 
+#: E2M1_PAIRS as 8-byte items: one gather copies a byte's two values.
+_E2M1_ITEMS = pair_items(E2M1_PAIRS)
 #: XOR mask flipping the top bit of each nibble of an int32 word (0x88888888).
 _NIBBLE_SIGNS = -0x77777778
 
@@ -59,8 +63,38 @@ def decode(linear: QuarkLinear, sources: BoxSources, out: Any = None) -> Any:
         s = ops.reshape(scale_to_float32(ops, scale, linear.scale_dtype), (rows, 1))
         return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
     if linear.kind == "mxfp4":
+        if _whole_mxfp4(linear, weight, scale, i0, ni, out):
+            return _mxfp4_banded(linear, weight, scale, out)
         return _mxfp4(ops, linear, weight, scale, i0, ni)
     return _grouped(ops, linear, sources, o0, i0, no, ni, out)
+
+
+def _whole_mxfp4(linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int, out: Any) -> bool:
+    """Whether an MXFP4 box takes :func:`_mxfp4_banded`: numpy codes of whole rows of
+    whole blocks from column 0, into a C-contiguous ``out`` (or none)."""
+    b = linear.group_size
+    return (
+        isinstance(codes, np.ndarray)
+        and codes.ndim == 2
+        and codes.flags.c_contiguous
+        and b % 2 == 0
+        and i0 == 0
+        and ni == 2 * codes.shape[1] == int(scale.shape[1]) * b
+        and (out is None or out.flags.c_contiguous)
+    )
+
+
+def _mxfp4_banded(linear: QuarkLinear, codes: np.ndarray, scale: Any, out: Any) -> np.ndarray:
+    """:func:`_mxfp4` of whole rows of whole blocks, band by band on the worker threads:
+    each band looked up (two values per byte) and scaled while in cache, into ``out``
+    (a third of the CPU time of a whole-array lookup then multiply, on the quark bench)."""
+    rows, blocks, b = codes.shape[0], int(scale.shape[1]), linear.group_size
+    s = scale_to_float32(ops_for(codes), scale, linear.scale_dtype)
+    result = np.empty((rows, blocks * b), np.float32) if out is None else out
+    pairs = result.reshape(rows, blocks, b).view(np.uint64)
+    shaped = np.asarray(s, np.float32).reshape(rows, blocks, 1)
+    lookup_scaled(_E2M1_ITEMS, codes.reshape(rows, blocks, b // 2), pairs, shaped)
+    return result
 
 
 def _mxfp4(ops: ArrayOps, linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int) -> Any:
