@@ -14,9 +14,10 @@ files), every figure one fresh process (:mod:`bench.fresh`) or one ``dd`` per fi
   a node where the checkpoint is new), in rotating order: ``dd`` of the files
   (``bs=16M``, buffered, and ``iflag=direct``: O_DIRECT, no read-ahead), the default
   load, the default load with its kernel read-ahead (:mod:`flexq.load.readahead`)
-  switched off and the default load with its fetch-ahead thread
-  (:mod:`flexq.load.fetch_ahead`) switched off (the baselines each is measured
-  against, in the same run); each load also reports the seconds it waited in its
+  switched off, the default load with its fetch-ahead thread
+  (:mod:`flexq.load.fetch_ahead`) switched off, and with it forced on (the default runs
+  it only where a core is spare beside the worker threads) (the baselines each is
+  measured against, in the same run); each load also reports the seconds it waited in its
   reads (``read_wait_s``), the part of a cold load that did not overlap decoding;
 - cold-system: the default load after the whole page cache is dropped (``sync; echo 3 >
   /proc/sys/vm/drop_caches``: the modules a load imports late, pydantic's among them,
@@ -43,12 +44,14 @@ from typing import Any
 from bench import fresh, report, vs_dcp
 from bench.checkpoints import BASE_TENSORS, BIG_SIDE, SIDE, write_fp8_block
 from bench.cold_pages import drop_caches, evict_files
+from flexq.numerics.threads import spare_cores
 
 HEADING = "## The physical limit: cold and warm loads against the disk and memcpy (issue 30)"
 #: case name -> (linears, side).
 CASES = {"1gib": (16, BIG_SIDE), "x1": (BASE_TENSORS, SIDE)}
-#: The default load and its two baselines: kernel read-ahead off, fetch-ahead thread off.
-LOADS = ("flexq", "flexq-no-readahead", "flexq-no-fetch-ahead")
+#: The default load and its baselines: kernel read-ahead off, fetch-ahead thread off, and
+#: the fetch-ahead thread on though no core is spare (the default leaves it off then).
+LOADS = ("flexq", "flexq-no-readahead", "flexq-no-fetch-ahead", "flexq-fetch-ahead-forced")
 COLD = ("read-buffered", "read-direct", *LOADS)
 WARM = (*LOADS, "memcpy")
 MB = 1 << 20
@@ -74,8 +77,9 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
     with its kernel read-ahead window switched off (each piece's pages then read when its
     decode asks for them: what the default did before issue 30), or with its fetch-ahead
     thread switched off (each piece's boxes copied in on the load's thread, between two
-    decodes); and ``read_wait_s``: the seconds the load spent in its source's reads,
-    i.e. waiting for bytes instead of decoding them."""
+    decodes), or with it on though the worker threads take every core; and
+    ``read_wait_s``: the seconds the load spent in its source's reads, i.e. waiting for
+    bytes instead of decoding them."""
     from flexq.load import sources
     from flexq.load.readahead import ReadAhead
 
@@ -83,6 +87,8 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
         ReadAhead.before = lambda self, index: None  # type: ignore[method-assign]
     elif kind == "flexq-no-fetch-ahead":
         sources.DirectSource.fetch_ahead = lambda self, index: None  # type: ignore[method-assign]
+    elif kind == "flexq-fetch-ahead-forced":
+        sources.spare_cores = lambda: 1  # type: ignore[attr-defined]
     waited = [0.0]
     real = sources.DirectSource.boxes
 
@@ -144,6 +150,7 @@ def measure(tmp: Path, rounds: int, log: Any = print) -> dict[str, Any]:
     return {
         "rounds": rounds,
         "load_average": load_average,
+        "spare_cores": spare_cores(),
         "checkpoint_bytes": sum(f.stat().st_size for f in big.glob("*.safetensors")),
         "targets_bytes": n * side * side * 4,
         "x1_targets_bytes": sn * sside * sside * 4,
@@ -210,7 +217,10 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         f"`dd` read time, memcpy time) = {_ms(lim)}. Baselines measured in the same run: "
         "`flexq-no-readahead`, the default load with its kernel read-ahead "
         "(`flexq.load.readahead`) switched off, and `flexq-no-fetch-ahead`, with its "
-        "fetch-ahead thread (`flexq.load.fetch_ahead`) switched off. "
+        "fetch-ahead thread (`flexq.load.fetch_ahead`) switched off, and "
+        "`flexq-fetch-ahead-forced`, with it on though no core is spare beside the worker "
+        f"threads (the default runs it only beside a spare core; spare here: "
+        f"{f.get('spare_cores', 'not recorded')}). "
         f"Figures in `{json_name}` (`nox -s bench -- physical`). Load average when the "
         f"series started: {f.get('load_average', 'not recorded')} on 2 cores (a shared "
         "machine: expect +-20% and more).",

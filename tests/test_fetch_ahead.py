@@ -32,6 +32,12 @@ def fp8_path(tmp_path: Path) -> Path:
     return save_fp8_checkpoint(tmp_path / "fp8", weights(), layout="block", block_size=(32, 32))
 
 
+@pytest.fixture(autouse=True)
+def spare_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A core beside the workers, as a server has (the fetch-ahead waits for one)."""
+    monkeypatch.setattr(sources, "spare_cores", lambda: 1)
+
+
 def recorded(monkeypatch: pytest.MonkeyPatch, events: list[Event]) -> None:
     """Append ("read", key, thread) for every box read of a weight, ("ahead", key, thread)
     when the load asks for a weight to be read ahead, and ("decode", key, thread) when
@@ -104,6 +110,32 @@ def test_a_piece_above_the_bound_is_read_when_it_decodes(
     sd = load(fp8_path)
     assert all(t != "flexq-fetch-ahead" for _, _, t in events)
     assert_loaded_as_composed(sd, fp8_path)
+
+
+def test_nothing_is_read_ahead_when_the_workers_take_every_core(
+    fp8_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sources, "spare_cores", lambda: 0)
+    events: list[Event] = []
+    recorded(monkeypatch, events)
+    sd = load(fp8_path)
+    assert any(what == "ahead" for what, _, _ in events)  # asked for, and declined
+    assert all(t != "flexq-fetch-ahead" for _, _, t in events)
+    assert_loaded_as_composed(sd, fp8_path)
+
+
+def test_spare_cores_are_the_cores_beyond_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flexq.numerics import threads
+
+    monkeypatch.setattr(threads, "cores", lambda: 8)
+    monkeypatch.setenv("FLEXQ_THREADS", "3")
+    assert threads.spare_cores() == 5
+    monkeypatch.delenv("FLEXQ_THREADS")
+    assert (threads.thread_count(), threads.spare_cores()) == (4, 4)
+    monkeypatch.setattr(threads, "cores", lambda: 2)
+    assert (threads.thread_count(), threads.spare_cores()) == (2, 0)
+    monkeypatch.setenv("FLEXQ_THREADS", "1")
+    assert threads.spare_cores() == 1
 
 
 def test_a_failed_read_ahead_fails_the_load_on_its_thread(

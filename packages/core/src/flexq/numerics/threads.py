@@ -37,10 +37,21 @@ def thread_count() -> int:
     """
     value = os.environ.get("FLEXQ_THREADS", "").strip()
     if not value:
-        return min(4, len(os.sched_getaffinity(0)))
+        return min(4, cores())
     if not value.isdigit() or int(value) < 1:
         raise FlexqError(f"FLEXQ_THREADS={value!r}: expected a positive whole number of threads")
     return int(value)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def spare_cores() -> int:
+    """Cores this process may run on beyond its worker threads (0 when they take them all):
+    where other work can run beside a decode without taking a core from it."""
+    return max(0, cores() - thread_count())
 
 
 class _Batch(Generic[T]):
