@@ -36,6 +36,27 @@ def replace_section(doc: Path, lines: list[str]) -> None:
     doc.write_text("\n".join([*text[:start], *lines, *text[end:]]).rstrip("\n") + "\n")
 
 
+def sections(text: str) -> dict[str, list[str]]:
+    """The ``## `` sections of a page (Notes aside), heading -> lines, in page order."""
+    lines = text.splitlines()
+    starts = [i for i, t in enumerate(lines) if t.startswith("## ") and t != "## Notes"]
+    out = {}
+    for i in starts:
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
+        out[lines[i]] = [*lines[i:end]]
+    return out
+
+
+def keep_sections(doc: Path, before: str) -> None:
+    """Put back into ``doc`` the sections ``before`` (its earlier text) had and it lacks now:
+    those the series run alone write (verify, decoders, passthrough, ...), which a page
+    regenerated from one run's figures does not hold."""
+    have = set(doc.read_text().splitlines())
+    for heading, lines in sections(before).items():
+        if heading not in have:
+            replace_section(doc, lines)
+
+
 def write_chart(results: dict[str, Any], out: Path) -> Path:
     """Four panels: format throughput vs memcpy, default load vs DCP and memcpy, the
     scale series (time and memory), and the cold start of a fresh process."""
@@ -343,4 +364,7 @@ if __name__ == "__main__":
 
     source = Path(sys.argv[1]).resolve()
     figures = json.loads(source.read_text())
+    page = ROOT / "docs" / "performance.md"
+    before = page.read_text() if page.exists() else ""
     write_markdown(figures, source, write_chart(figures, ROOT / "docs" / "performance.png"))
+    keep_sections(page, before)  # the series' own sections stay as their runs wrote them

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import discovery, physical  # noqa: E402
+from bench import discovery, physical, report  # noqa: E402
 
 
 @pytest.mark.parametrize(("series", "key"), [(physical, "physical"), (discovery, "discovery")])
@@ -28,3 +28,13 @@ def test_the_section_is_generated_from_the_results_it_names(series: ModuleType, 
     f = results.get("figures", results.get(key))
     rendered = "\n".join(series.markdown(f, found.group(1))).rstrip("\n")
     assert rendered == "\n".join(page[start:end]).rstrip("\n")
+
+
+def test_a_page_regenerated_from_a_run_keeps_the_sections_series_wrote(tmp_path: Path) -> None:
+    doc = tmp_path / "performance.md"
+    before = "# P\n\n## Main\n\nold main\n\n## Verify\n\nv\n\n## Decoders\n\nd\n\n## Notes\n\n- n\n"
+    doc.write_text("# P\n\n## Main\n\nnew main\n\n## Notes\n\n- m\n")  # one run's page
+    report.keep_sections(doc, before)
+    assert doc.read_text() == (
+        "# P\n\n## Main\n\nnew main\n\n## Verify\n\nv\n\n## Decoders\n\nd\n\n## Notes\n\n- m\n"
+    )
