@@ -421,16 +421,22 @@ def _book(qs: np.ndarray, out: np.ndarray) -> None:
     np.take(_IQ4_PAIRS, index.reshape(-1), out=out.reshape(-1).view(_W), mode="clip")
 
 
-def _iq4_nl_band(blocks: np.ndarray, out: np.ndarray, d: np.ndarray) -> None:
-    _book(blocks[:, 2:], out)
-    o = out.reshape(-1)
-    o *= _spread(d, 32)
+def _book_band(qs_at: int) -> Band:
+    """The band of IQ4_NL / IQ4_XS: the code book looked up by the nibbles from byte
+    ``qs_at`` of each block (:func:`_book`), times one scale per 32 elements."""
+
+    def band(blocks: np.ndarray, out: np.ndarray, scale: np.ndarray) -> None:
+        _book(blocks[:, qs_at:], out)
+        o = out.reshape(-1)
+        o *= _spread(scale, 32)
+
+    return band
 
 
 iq4_nl = _banded(
     "IQ4_NL",
     _d,
-    _iq4_nl_band,
+    _book_band(2),
     "IQ4_NL: f16 d, 16 bytes of nibbles indexing the code book; x = d * book[q].",
 )
 
@@ -450,16 +456,10 @@ def _iq4_xs_sides(b: np.ndarray) -> tuple[np.ndarray, ...]:
     return (_scaled(dl, b["d"]),)
 
 
-def _iq4_xs_band(blocks: np.ndarray, out: np.ndarray, dl: np.ndarray) -> None:
-    _book(blocks[:, 8:], out)
-    o = out.reshape(-1)
-    o *= _spread(dl, 32)
-
-
 iq4_xs = _banded(
     "IQ4_XS",
     _iq4_xs_sides,
-    _iq4_xs_band,
+    _book_band(8),
     """IQ4_XS: f16 d, 2 bytes of scale high bits, 4 of scale low nibbles, 128 of nibbles;
     x = (d * (scale - 32)) * book[q] per 32 elements (low nibbles of bytes ``16 j ..``
     first).""",
