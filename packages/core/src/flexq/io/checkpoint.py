@@ -173,6 +173,17 @@ class Checkpoint:
             self.bytes_read_by_file[info.file] += out.nbytes
         return out
 
+    def empty(
+        self, key: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """A new, uninitialised array :meth:`read` of the same box fills (``out=``): the box
+        in storage items and storage dtype, for readers that fill it in parts.
+
+        :raises CheckpointError: when the box is out of bounds.
+        """
+        _, _, box, sd = self._locate(key, offset, shape)
+        return np.empty([s.stop - s.start for s in box], dtype=sd.numpy)
+
     def prefetch(
         self,
         key: str,
