@@ -404,7 +404,8 @@ def test_the_api_convert_raises_the_interrupt_after_the_rename_and_cleans_up(
 def test_the_reliability_page_lists_these_tests_by_name() -> None:
     """docs/reliability.md's block on interrupts, full disks and companion links names
     every test of this module and of test_convert_faults.py, and only tests that exist
-    (there, in the core's thread and interrupt tests, or in test_fetch_ahead.py)."""
+    (there, in the core's thread and interrupt tests, or in test_fetch_ahead.py and
+    test_read_in_parts.py)."""
     text = (HERE.parent / "docs" / "reliability.md").read_text()
     block = text.split("## Interrupts, full disks and companion links", 1)[1].split("\n## ")[0]
     named = set(re.findall(r"`(test_\w+)`", block))
@@ -417,6 +418,7 @@ def test_the_reliability_page_lists_these_tests_by_name() -> None:
             core / "test_core_threads.py",
             core / "test_core_interrupts.py",
             HERE / "test_fetch_ahead.py",
+            HERE / "test_read_in_parts.py",
         ]
     }
     mine = set().union(*(defined[p] for p in sources)) - {

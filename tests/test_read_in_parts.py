@@ -11,6 +11,8 @@ time it saves is the bench's (``nox -s bench -- physical``).
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +24,7 @@ import pytest
 
 import flexq
 from flexq import RawTensor, save_checkpoint
+from flexq.errors import CheckpointError
 from flexq.io.checkpoint import Checkpoint
 from flexq.load import sources
 from flexq_fp8 import save_fp8_checkpoint
@@ -112,3 +115,28 @@ def test_stored_rows_are_cut_only_where_they_are_the_box_s_rows(
     np.testing.assert_array_equal(out, plain[8:])
     assert firsts("c") == [8, 36]
     ckpt.close()
+
+
+def test_a_file_cut_while_its_bands_are_read_fails_the_load_naming_it(
+    tmp_path: Path, small_parts: list[Read], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = save_fp8_checkpoint(tmp_path / "fp8", weights(), layout="block", block_size=(32, 32))
+    (shard,) = path.glob("*.safetensors")
+    real = Checkpoint.read
+    cut: list[str] = []
+
+    def read(self: Checkpoint, key: str, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("flexq-numpy_") and not cut:
+            cut.append(key)  # the first band a worker reads: the file loses its end
+            os.truncate(shard, shard.stat().st_size // 2)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "read", read)
+    sd = {k: paddle.full(list(s), 7.0) for k, s in LINEARS.items()}
+    with pytest.raises(CheckpointError, match=re.escape(shard.name)) as err:
+        flexq.load_state_dict(sd, path)
+    assert cut
+    assert "reload" in str(err.value)
+    assert "changed since it was opened" in str(err.value)
+    # the bands of the checks' pieces fail before the first write
+    assert all(bool((t.numpy() == 7.0).all()) for t in sd.values())
