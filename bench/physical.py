@@ -15,14 +15,15 @@ files), every figure one fresh process (:mod:`bench.fresh`) or one ``dd`` per fi
   (``bs=16M``, buffered, and ``iflag=direct``: O_DIRECT, no read-ahead), the default
   load, the default load with its kernel read-ahead (:mod:`flexq.load.readahead`)
   switched off, the default load with its fetch-ahead thread
-  (:mod:`flexq.load.fetch_ahead`) switched off, and with it forced on (the default runs
-  it only where a core is spare beside the worker threads) (the baselines each is
+  (:mod:`flexq.load.fetch_ahead`) switched off, with it forced on (the default runs
+  it only where a core is spare beside the worker threads), and with each box read in one
+  call on the load's thread instead of in row bands on the workers (the baselines each is
   measured against, in the same run); each load also reports the seconds it waited in its
   reads (``read_wait_s``), the part of a cold load that did not overlap decoding;
 - cold-system: the default load after the whole page cache is dropped (``sync; echo 3 >
   /proc/sys/vm/drop_caches``: the modules a load imports late, pydantic's among them,
   come from disk too), for reference;
-- warm (the files read into the page cache first): the default load, the two baselines,
+- warm (the files read into the page cache first): the default load, its baselines,
   and memcpy of the finished values into the same float32 Paddle targets.
 
 On the 200 MB checkpoint (12 x 2048^2) the warm default load alternates with torch DCP's
@@ -49,9 +50,16 @@ from flexq.numerics.threads import spare_cores
 HEADING = "## The physical limit: cold and warm loads against the disk and memcpy (issue 30)"
 #: case name -> (linears, side).
 CASES = {"1gib": (16, BIG_SIDE), "x1": (BASE_TENSORS, SIDE)}
-#: The default load and its baselines: kernel read-ahead off, fetch-ahead thread off, and
-#: the fetch-ahead thread on though no core is spare (the default leaves it off then).
-LOADS = ("flexq", "flexq-no-readahead", "flexq-no-fetch-ahead", "flexq-fetch-ahead-forced")
+#: The default load and its baselines: kernel read-ahead off, fetch-ahead thread off,
+#: the fetch-ahead thread on though no core is spare (the default leaves it off then), and
+#: each box read in one call on the load's thread (not in row bands on the workers).
+LOADS = (
+    "flexq",
+    "flexq-no-readahead",
+    "flexq-no-fetch-ahead",
+    "flexq-fetch-ahead-forced",
+    "flexq-one-read",
+)
 COLD = ("read-buffered", "read-direct", *LOADS)
 WARM = (*LOADS, "memcpy")
 MB = 1 << 20
@@ -77,7 +85,8 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
     with its kernel read-ahead window switched off (each piece's pages then read when its
     decode asks for them: what the default did before issue 30), or with its fetch-ahead
     thread switched off (each piece's boxes copied in on the load's thread, between two
-    decodes), or with it on though the worker threads take every core; and
+    decodes), or with it on though the worker threads take every core, or with every
+    box read in one call on the load's thread (no row bands on the workers); and
     ``read_wait_s``: the seconds the load spent in its source's reads, i.e. waiting for
     bytes instead of decoding them."""
     from flexq.load import sources
@@ -89,6 +98,8 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
         sources.DirectSource.fetch_ahead = lambda self, index: None  # type: ignore[method-assign]
     elif kind == "flexq-fetch-ahead-forced":
         sources.spare_cores = lambda: 1  # type: ignore[attr-defined]
+    elif kind == "flexq-one-read":
+        sources.READ_PART_BYTES = 1 << 62  # no box is large enough to be cut
     waited = [0.0]
     real = sources.DirectSource.boxes
 
@@ -220,7 +231,9 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         "fetch-ahead thread (`flexq.load.fetch_ahead`) switched off, and "
         "`flexq-fetch-ahead-forced`, with it on though no core is spare beside the worker "
         f"threads (the default runs it only beside a spare core; spare here: "
-        f"{f.get('spare_cores', 'not recorded')}). "
+        f"{f.get('spare_cores', 'not recorded')}), and `flexq-one-read`, with each box read "
+        "in one call on the load's thread instead of in row bands on the worker threads "
+        "(`flexq.load.sources.READ_PART_BYTES`). "
         f"Figures in `{json_name}` (`nox -s bench -- physical`). Load average when the "
         f"series started: {f.get('load_average', 'not recorded')} on 2 cores (a shared "
         "machine: expect +-20% and more).",
