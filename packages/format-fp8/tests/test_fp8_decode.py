@@ -1,9 +1,10 @@
-"""The E4M3 decode-and-scale kernel against ml_dtypes, over every code and scale class.
+"""The E4M3 decode-and-scale kernels against ml_dtypes, over every code and scale class.
 
 ``decode_scaled`` picks, per band, integer arithmetic (codes moved into a
 float32's bit fields, scale pre-multiplied by 2^120) or the table lookup
 (NaN codes, scales of magnitude 2^8 or more, NaN scales). Both must give the
-bits of ``float32(e4m3(code)) * scale``.
+bits of ``float32(e4m3(code)) * scale``. ``rounded_one_scale`` (a box under one
+scale into a bfloat16 target) must give exactly the core's rounding of those bits.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq.formatkit.bands as core_ops
-from flexq.formatkit import NumpyOps
-from flexq.testing import same_bits
+from flexq.formatkit import NumpyOps, float32_to_bfloat16_bits
+from flexq.testing import same_bfloat16, same_bits
 from flexq.testing.strategies import codes_and_scale, examples
-from flexq_fp8.decode import decode_scaled
+from flexq_fp8.decode import decode_scaled, rounded_one_scale
 
 
 def expected(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -76,3 +77,32 @@ def test_non_contiguous_codes_and_paddle_free_fallbacks_agree() -> None:
     s = np.array(0.25, np.float32)
     view = codes[:, ::2]  # not contiguous: the table path
     same_bits(decode_scaled(NumpyOps(), view, s), expected(np.ascontiguousarray(view), s))
+
+
+@examples(300)
+@given(case=cases())
+def test_one_scale_into_bfloat16_is_the_core_s_rounding_of_the_float32_decode(
+    case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    codes, scales, band = case
+    monkeypatch.setattr(core_ops, "_BAND_CODES", band)  # odd bands: single-code lookups
+    scale = scales.reshape(-1)[:1]  # one float32 scale, as a (1,) array
+    into = np.full(codes.shape, 0x1234, np.uint16)
+    got = rounded_one_scale(codes, scale[0], into)
+    assert got is into
+    # bit for bit what the load path gave before: the float32 decode, rounded by the core
+    want = float32_to_bfloat16_bits(decode_scaled(NumpyOps(), codes, scale))
+    np.testing.assert_array_equal(got, want)
+    # and the independent oracle: ml_dtypes' product, rounded by ml_dtypes
+    oracle = expected(codes, scale).astype(ml_dtypes.bfloat16).view(np.uint16)
+    same_bfloat16(got, oracle)
+
+
+def test_every_code_pair_is_looked_up_in_memory_order() -> None:
+    # All 65536 (first, second) byte pairs, each pair's codes in both orders.
+    codes = np.arange(1 << 16, dtype=np.uint16).view(np.uint8).reshape(256, 512)
+    scale = np.float32(0.0123)
+    got = rounded_one_scale(codes, scale, np.empty(codes.shape, np.uint16))
+    np.testing.assert_array_equal(
+        got, float32_to_bfloat16_bits(decode_scaled(NumpyOps(), codes, scale))
+    )

@@ -3,11 +3,13 @@
 Each case writes a tiny checkpoint with odd shapes (300x260, partial edge
 blocks), weight and scale in different shard files, random codes covering all
 256 bytes (NaN codes too) and random scales, then compares ``compose().load``
-with the reference in bfloat16, float16 and float32.
+with the reference in bfloat16, float16 and float32, then loads it into a bfloat16
+Paddle target (a weight under one scale rounded by the format itself).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,8 @@ import pytest
 
 import flexq
 from flexq import RawTensor
+from flexq.numerics.arrays import host_view
+from flexq_fp8 import decode as fp8_decode
 
 FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
 FBGEMM = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}
@@ -132,6 +136,7 @@ def test_layout_decodes_bit_exact_like_ml_dtypes_reference(
     make_scale: Callable[..., RawTensor],
     reference: Callable[..., np.ndarray],
     rounder: Callable[[np.ndarray, str], np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     codes, scale = write_case(case, tmp_path, rng, make_codes, make_scale)
     ct = flexq.compose(tmp_path, formats=["fp8"])
@@ -147,6 +152,22 @@ def test_layout_decodes_bit_exact_like_ml_dtypes_reference(
         want = rounder(expected, out)
         bits = np.uint32 if out == "float32" else np.uint16
         np.testing.assert_array_equal(got.view(bits), want.view(bits), err_msg=out)
+    # A load into a bfloat16 Paddle target: a weight under one scale is rounded by the
+    # format itself, straight into the target's memory (BoxSources.rounded_out).
+    import paddle
+
+    calls: list[tuple[int, ...]] = []
+    real = fp8_decode.rounded_one_scale
+
+    def spy(codes: np.ndarray, scale: Any, out: np.ndarray) -> np.ndarray:
+        calls.append(codes.shape)
+        return real(codes, scale, out)
+
+    monkeypatch.setattr(fp8_decode, "rounded_one_scale", spy)
+    sd = {case.key: paddle.zeros(list(case.shape), "bfloat16")}
+    flexq.load_state_dict(sd, tmp_path, formats=["fp8"])
+    np.testing.assert_array_equal(host_view(sd[case.key]), rounder(expected, "bfloat16"))
+    assert calls == ([case.shape] if math.prod(case.grid) == 1 else [])
 
 
 def test_unquantized_tensors_pass_through_beside_fp8(

@@ -2,8 +2,9 @@
 
 Property (hypothesis): for random shapes, layouts, block sizes and boxes, the
 local-plan result equals the same box of the global result and of the
-reference, and the bytes read are the box's weight bytes plus the covering
-scale blocks, within the box's rows/columns plus one block on each side.
+reference (in float32, and in bfloat16 decoded into a target's memory), and the
+bytes read are the box's weight bytes plus the covering scale blocks, within the
+box's rows/columns plus one block on each side.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_bytes(
     make_codes: Callable[..., np.ndarray],
     make_scale: Callable[..., RawTensor],
     reference: Callable[..., np.ndarray],
+    rounder: Callable[[np.ndarray, str], np.ndarray],
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         codes, scale = write(ex, Path(tmp), make_codes, make_scale)
@@ -102,6 +104,13 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_bytes(
         np.testing.assert_array_equal(local.view(np.uint32), whole[box].view(np.uint32))
         want = reference(codes, scale, ex.block)[box]
         np.testing.assert_array_equal(local.view(np.uint32), want.view(np.uint32))
+        # Into a bfloat16 target's memory, as a load decodes (a box under one scale is
+        # rounded by the format itself: BoxSources.rounded_out).
+        plan16 = ct.plan("w", TargetSlice(ex.shape, ex.size, ex.offset, "bfloat16"))
+        into = np.zeros(ex.size, np.uint16)
+        work = np.empty(ex.size, np.float32)
+        ct.decode("w", ct.read_sources(plan16), plan16, "bfloat16", out=into, scratch=work)
+        np.testing.assert_array_equal(into, rounder(want, "bfloat16"))
 
         weight_file = ct.checkpoint.info("w").file
         scale_file = ct.checkpoint.info("w_scale_inv").file

@@ -169,7 +169,8 @@ class Composition:
         ``out`` itself or a view of it. For a float32 output it is offered to the
         format to fill; for another output the format may fill ``scratch`` (a
         C-contiguous float32 array of the box's shape) and the rounding writes
-        into ``out``.
+        into ``out``; for a bfloat16 output the format may also write its bits into
+        ``out`` itself (``rounded_out``), rounded as the core would, and skip the float32.
         """
         entry = self.entry(logical_key)
         result = self._registry.decode(
@@ -180,13 +181,14 @@ class Composition:
             plan,
             output_dtype,
             out if output_dtype == "float32" else scratch,
+            out if output_dtype == "bfloat16" else None,
         )
         try:
             if not host or is_paddle(result):
                 return to_paddle(result, output_dtype)
             result = np.asarray(result)
             if out is not None and np.may_share_memory(result, out):
-                return result  # the format wrote the float32 result into ``out``
+                return result  # the format wrote its (float32 or rounded) result into ``out``
             return round_numpy(result, output_dtype, out)
         except Overflow as exc:
             box = f"{plan.target.global_offset}+{plan.target.local_shape}"

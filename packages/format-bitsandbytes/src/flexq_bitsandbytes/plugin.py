@@ -28,7 +28,7 @@ plugin: Format[Any] = Format(
     plan="flexq_bitsandbytes.plan:local_plan",
     decode="flexq_bitsandbytes.decode:decode",
     encode="flexq_bitsandbytes.demo:encode",
-    api_version="1.1",
+    api_version="1.2",
 )
 
 __getattr__ = exports(__name__, {"MIN_LOGITS_COSINE": "flexq_bitsandbytes.demo"})

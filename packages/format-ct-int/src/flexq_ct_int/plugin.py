@@ -30,7 +30,7 @@ plugin: Format[Any] = Format(
     plan="flexq_ct_int.plan:local_plan",
     decode="flexq_ct_int.decode:decode",
     encode="flexq_ct_int.demo:encode",
-    api_version="1.1",
+    api_version="1.2",
 )
 
 __getattr__ = exports(

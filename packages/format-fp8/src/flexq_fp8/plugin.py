@@ -35,5 +35,5 @@ plugin: Format[Any] = Format(
     plan="flexq_fp8.plan:local_plan",
     decode="flexq_fp8.decode:decode",
     encode="flexq_fp8.encode:encode",
-    api_version="1.1",
+    api_version="1.2",
 )

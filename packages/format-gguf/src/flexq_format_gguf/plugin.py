@@ -47,5 +47,5 @@ plugin = _GGUFFormat(
     analyze="flexq_format_gguf.detect:analyze",
     plan="flexq_format_gguf.layout:local_plan",
     decode="flexq_format_gguf.layout:decode",
-    api_version="1.1",
+    api_version="1.2",
 )

@@ -27,7 +27,7 @@ plugin: Format[Any] = Format(
     plan="flexq_gptq.plan:local_plan",
     decode="flexq_gptq.decode:decode",
     encode="flexq_gptq.demo:encode",
-    api_version="1.1",
+    api_version="1.2",
 )
 
 __getattr__ = exports(

@@ -30,5 +30,5 @@ plugin: Format[Any] = Format(
     plan="flexq_int4_awq.plan:local_plan",
     decode="flexq_int4_awq.decode:decode",
     encode="flexq_int4_awq.encode:encode",
-    api_version="1.1",
+    api_version="1.2",
 )

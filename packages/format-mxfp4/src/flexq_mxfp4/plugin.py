@@ -28,5 +28,5 @@ plugin: Format[Any] = Format(
     plan="flexq_mxfp4.plan:local_plan",
     decode="flexq_mxfp4.decode:decode",
     encode="flexq_mxfp4.encode:encode",
-    api_version="1.1",
+    api_version="1.2",
 )

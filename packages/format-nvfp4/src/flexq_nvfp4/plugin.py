@@ -31,7 +31,7 @@ plugin: Format[Any] = Format(
     plan="flexq_nvfp4.plan:local_plan",
     decode="flexq_nvfp4.decode:decode",
     encode="flexq_nvfp4.demo:encode",
-    api_version="1.1",
+    api_version="1.2",
 )
 
 __getattr__ = exports(__name__, {"MIN_LOGITS_COSINE": "flexq_nvfp4.demo"})

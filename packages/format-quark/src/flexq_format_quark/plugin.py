@@ -28,5 +28,5 @@ plugin: Format[Any] = Format(
     analyze="flexq_format_quark.detect:analyze",
     plan="flexq_format_quark.plan:local_plan",
     decode="flexq_format_quark.decode:decode",
-    api_version="1.1",
+    api_version="1.2",
 )

@@ -7,8 +7,10 @@ from :mod:`flexq` and the rest from here:
   numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`,
   :func:`to_numpy`;
 - fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`,
-  :func:`lookup_into`, :func:`lookup_scaled`, :func:`pair_items`, :func:`run_on_threads`,
-  :data:`RUNS_PER_TASK` (cache-sized bands on worker threads);
+  :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`pair_items`,
+  :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads),
+  :func:`float32_to_bfloat16_bits` (the core's one rounding to bfloat16, for decoders that
+  fill ``BoxSources.rounded_out``);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
   :func:`check_scales` (the non-finite-scale warning every format raises the same way);
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
     )
     from flexq.numerics.bands import (
         RUNS_PER_TASK,
+        code_pairs,
         lookup_into,
         lookup_scaled,
         pair_items,
@@ -101,6 +104,7 @@ if TYPE_CHECKING:
         PaddleOps,
         ops_for,
     )
+    from flexq.numerics.rounding import float32_to_bfloat16_bits
     from flexq.numerics.scales import (
         FLOAT_SCALE_DTYPES,
         NONFINITE_SCALES_ENV,
@@ -200,6 +204,8 @@ _WHERE = {
     "grouped_affine": "flexq.formatkit.groups",
     "is_paddle": "flexq.numerics.arrays",
     "lookup_into": "flexq.numerics.bands",
+    "code_pairs": "flexq.numerics.bands",
+    "float32_to_bfloat16_bits": "flexq.numerics.rounding",
     "lookup_scaled": "flexq.numerics.bands",
     "natural_dtype": "flexq.quantconfig.base",
     "nibble_block_boxes": "flexq.formatkit.blocks",
@@ -274,7 +280,9 @@ __all__ = [
     "check_conformance",
     "check_scales",
     "check_stored",
+    "code_pairs",
     "code_table",
+    "float32_to_bfloat16_bits",
     "gather_codes",
     "grouped_affine",
     "is_paddle",

@@ -236,6 +236,7 @@ class Format(Generic[L]):
         sources: Mapping[str, Any],
         plan: ReadPlan,
         out: Any,
+        rounded_out: Any,
     ) -> Any:
         layout = self.layout(checkpoint, logical_key)
         missing = [k for k in layout.sources if k not in sources]
@@ -244,7 +245,7 @@ class Format(Generic[L]):
                 f"{checkpoint.path}: decoding {logical_key!r} needs {missing} "
                 f"(format {self.FORMAT_NAME!r})"
             )
-        return self._decode(layout, BoxSources(checkpoint, plan, sources), out)
+        return self._decode(layout, BoxSources(checkpoint, plan, sources, rounded_out), out)
 
 
 def _encoder(encode: Encode) -> Callable[..., float]:

@@ -45,18 +45,32 @@ def pairable(table: np.ndarray, codes: Any) -> bool:
     )
 
 
+#: A table entry's size in bytes -> the unsigned type holding two entries.
+_TWO_ITEMS = {2: np.uint32, 4: np.uint64}
+
+
+def code_pairs(table: np.ndarray) -> np.ndarray:
+    """``table`` (256 entries of 2 or 4 bytes) over every pair of byte codes: 65536 items of
+    two entries each (uint32 or uint64), indexed by the uint16 that two consecutive code
+    bytes read as, for :func:`lookup_into`'s two codes per gather. Built in one broadcast
+    (~0.1 ms); tables that change from tensor to tensor (a scale folded in) build their
+    own, constant ones are kept (:func:`_pair_table`)."""
+    two = np.empty((256, 256, 2), dtype=table.dtype)
+    # index = high byte * 256 + low byte, and the first code in memory is the low byte
+    # on a little-endian machine, the high one on a big-endian one.
+    first, second = (table[None, :], table[:, None]) if np.little_endian else (
+        table[:, None], table[None, :])  # fmt: skip
+    two[..., 0] = first
+    two[..., 1] = second
+    return two.view(_TWO_ITEMS[table.dtype.itemsize]).reshape(1 << 16)
+
+
 def _pair_table(table: np.ndarray) -> np.ndarray:
-    """``table`` over every pair of byte codes: 65536 entries of two values (as uint64)."""
+    """:func:`code_pairs` of a constant ``table`` (an element format's), built once."""
     key = table.dtype.str.encode() + table.tobytes()
     pairs = _pair_tables.get(key)
     if pairs is None:
-        both = np.arange(1 << 16, dtype=np.uint32)
-        first, second = (both & 0xFF, both >> 8) if np.little_endian else (both >> 8, both & 0xFF)
-        two = np.empty((1 << 16, 2), dtype=table.dtype)
-        two[:, 0] = table[first]
-        two[:, 1] = table[second]
-        pairs = two.view(np.uint64).reshape(1 << 16)
-        _pair_tables[key] = pairs
+        pairs = _pair_tables[key] = code_pairs(table)
     return pairs
 
 
@@ -132,15 +146,19 @@ def run_in_row_bands(work: Callable[[Sequence[range]], None], rows: int, row_ele
     run_on_threads(work, row_bands(rows, row_elements), RUNS_PER_TASK)
 
 
-def lookup_into(table: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
-    """``out[...] = table[codes]`` for uint8 ``codes`` and a 256-entry 4-byte table,
-    two codes per lookup through the pair table when ``codes`` allows it."""
+def lookup_into(
+    table: np.ndarray, codes: np.ndarray, out: np.ndarray, pairs: np.ndarray | None = None
+) -> None:
+    """``out[...] = table[codes]`` for uint8 ``codes`` and a 256-entry table of 2- or
+    4-byte items, two codes per lookup through the pair table when ``codes`` allows it:
+    ``pairs`` (:func:`code_pairs` of ``table``, for a table the caller built), else the
+    one kept for ``table``."""
     if codes.size % 2 or not codes.flags.c_contiguous or not out.flags.c_contiguous:
         out[...] = table[codes]
         return
-    pairs = _pair_table(table)
+    pairs = _pair_table(table) if pairs is None else pairs
     flat = codes.reshape(-1).view(np.uint16)
-    np.take(pairs, flat, out=out.reshape(-1).view(np.uint64), mode="clip")
+    np.take(pairs, flat, out=out.reshape(-1).view(pairs.dtype), mode="clip")
 
 
 def pair_items(pairs: np.ndarray) -> np.ndarray:

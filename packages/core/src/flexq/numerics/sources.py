@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from flexq.errors import FormatError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from flexq.io.checkpoint import Checkpoint
     from flexq.plan import ReadPlan, TargetSlice
 
@@ -26,10 +28,23 @@ class BoxSources(Mapping[str, Any]):
     into them. ``decode(layout, sources, out)`` returns the float32 box
     ``sources.target``; ``out`` is None or a writable C-contiguous numpy float32 array
     of that box, which a decoder may fill and return (ignoring it is always correct).
+
+    :ivar rounded_out: None, or for a bfloat16 target a writable C-contiguous uint16
+        array of the box (often the target's own memory): a decoder whose math gives
+        exactly the bits rounding its float32 result once would give may write them
+        there and return it instead of float32 (kit API 1.2; ignoring it is always
+        correct).
     """
 
-    def __init__(self, checkpoint: Checkpoint, plan: ReadPlan, arrays: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        plan: ReadPlan,
+        arrays: Mapping[str, Any],
+        rounded_out: np.ndarray | None = None,
+    ) -> None:
         self.checkpoint, self.plan, self._arrays = checkpoint, plan, arrays
+        self.rounded_out = rounded_out
 
     def __getitem__(self, key: str) -> Any:
         return self._arrays[key]

@@ -461,6 +461,7 @@ class FormatRegistry:
         plan: ReadPlan,
         output_dtype: str,
         out: Any,
+        rounded_out: Any = None,
     ) -> Any:
         """Format ``name``'s decoded box for ``plan`` (its ``flexq_apply`` hook), checked:
         an array of the plan's box, floating point (float32 or ``output_dtype``)."""
@@ -475,6 +476,7 @@ class FormatRegistry:
             plan=plan,
             output_dtype=output_dtype,
             out=out,
+            rounded_out=rounded_out,
         )
         who = self.describe(name)
         shape = plan.target.local_shape

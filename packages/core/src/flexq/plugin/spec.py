@@ -37,12 +37,13 @@ __all__ = ["API_ATTRIBUTE", "API_VERSION", "NAME", "hookimpl", "hookspec"]
 #: their arguments and results, and :mod:`flexq.formatkit`), as ``"major.minor"``. The
 #: major number changes when a plugin written for the old contract can break (a hook's
 #: or the kit's decode signature changes); the minor when something is only added. A
-#: plugin declares the version it was built for (``Format(..., api_version="1.1")``,
-#: or a module-level ``FLEXQ_API_VERSION = "1.1"``); one built for another major
+#: plugin declares the version it was built for (``Format(..., api_version="1.2")``,
+#: or a module-level ``FLEXQ_API_VERSION = "1.2"``); one built for another major
 #: version is disabled with one warning. A plugin that declares none predates the
 #: number and is taken as built for major 1. 1.1 renamed eight kit names and kept the
-#: old ones as aliases (:data:`flexq.formatkit.RENAMED`).
-API_VERSION = "1.1"
+#: old ones as aliases (:data:`flexq.formatkit.RENAMED`); 1.2 added :func:`flexq_apply`'s
+#: ``rounded_out`` (``BoxSources.rounded_out`` in the kit).
+API_VERSION = "1.2"
 
 #: The attribute of a plugin object that holds the version it was built for.
 API_ATTRIBUTE = "FLEXQ_API_VERSION"
@@ -142,6 +143,7 @@ def flexq_apply(
     plan: ReadPlan,
     output_dtype: str,
     out: Any,
+    rounded_out: Any,
 ) -> Any:
     """Decode: build the ``plan.target`` box of ``logical_key`` from ``sources``.
 
@@ -161,6 +163,14 @@ def flexq_apply(
         ``plan.target.local_shape`` (often the target's own memory): a format may
         write its float32 result into it and return it, which saves a copy.
         Ignoring it is always correct.
+    :param rounded_out: None, or (when ``output_dtype`` is bfloat16) a writable
+        C-contiguous numpy uint16 array of ``plan.target.local_shape`` for its bfloat16
+        bits, often the target's own memory: a format
+        whose math gives exactly what rounding its float32 result once would (the
+        float32 value of each element rounded to nearest, ties to even; NaN as
+        :data:`flexq.numerics.rounding.BF16_QUIET_NAN` with its sign) may write that
+        into it and return it, which saves the float32 pass and the rounding's. Ignoring
+        it is always correct (kit API 1.2).
     :return: an array of shape ``plan.target.local_shape`` on the sources'
         device, computed in float32. Return float32 and let the core round once
         to ``output_dtype``, or return ``output_dtype`` directly.

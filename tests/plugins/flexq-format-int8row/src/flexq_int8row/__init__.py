@@ -108,5 +108,5 @@ plugin = Format(
     plan=local_plan,
     decode=decode,
     encode=encode,
-    api_version="1.1",  # the flexq.formatkit.API_VERSION this module was written for
+    api_version="1.2",  # the flexq.formatkit.API_VERSION this module was written for
 )
