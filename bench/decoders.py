@@ -81,8 +81,10 @@ def markdown(rows: list[dict[str, Any]], json_name: str, note: str) -> list[str]
         "",
         f"Each format package's bench (`packages/format-*/bench`), sources in memory, into "
         f"outputs written before; each case alternates with a memcpy of the same float32 "
-        f"bytes, medians. bfloat16: GB/s of float32-sized output, rounded once from a "
-        f"float32 work array as a load does. {note} Figures in `{json_name}` "
+        f"bytes, medians. bfloat16: GB/s of float32-sized output into a bfloat16 target as "
+        f"a load does it: rounded once from a float32 work array, or by the format itself "
+        f"where its math allows (kit API 1.2's `rounded_out`: fp8 under one scale). "
+        f"{note} Figures in `{json_name}` "
         f"(`nox -s bench -- decoders`).",
         "",
         "| package | case | float32 GB/s | % of memcpy | bfloat16 GB/s | % of memcpy "

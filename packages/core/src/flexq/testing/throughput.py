@@ -4,9 +4,10 @@ For bench scripts, not tests (tests assert no wall clock): each run decodes a wh
 logical tensor into an output written before (as a model's parameters are), beside
 ``np.copyto`` of as many float32 bytes, the baseline measured in the same rounds;
 every run is warmed up once, then the runs alternate round by round so drift on a
-shared machine hits all alike, and each figure is a median. A bfloat16 run goes through
-one float32 work array, as ``flexq.load_state_dict`` does for bfloat16 host targets,
-its figure GB/s of float32-sized output (so both divide by the same memcpy).
+shared machine hits all alike, and each figure is a median. A bfloat16 run decodes as
+``flexq.load_state_dict`` does for bfloat16 host targets (through one float32 work
+array, or rounded by the format into the target where it can: ``rounded_out``), its
+figure GB/s of float32-sized output (so both divide by the same memcpy).
 """
 
 from __future__ import annotations
