@@ -3,8 +3,8 @@
 ``decode_scaled`` picks, per band, integer arithmetic (codes moved into a
 float32's bit fields, scale pre-multiplied by 2^120) or the table lookup
 (NaN codes, scales of magnitude 2^8 or more, NaN scales). Both must give the
-bits of ``float32(e4m3(code)) * scale``. ``rounded_one_scale`` (a box under one
-scale into a bfloat16 target) must give exactly the core's rounding of those bits.
+bits of ``float32(e4m3(code)) * scale``. ``lookup_rounded`` of the E4M3 table (a box
+under one scale into a bfloat16 target) must give exactly the core's rounding of those bits.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq.formatkit.bands as core_ops
-from flexq.formatkit import NumpyOps, float32_to_bfloat16_bits
+from flexq.formatkit import E4M3_TO_FLOAT32, NumpyOps, float32_to_bfloat16_bits, lookup_rounded
 from flexq.testing import same_bfloat16, same_bits
 from flexq.testing.strategies import codes_and_scale, examples
-from flexq_fp8.decode import decode_scaled, rounded_one_scale
+from flexq_fp8.decode import decode_scaled
 
 
 def expected(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -88,7 +88,7 @@ def test_one_scale_into_bfloat16_is_the_core_s_rounding_of_the_float32_decode(
     monkeypatch.setattr(core_ops, "_BAND_CODES", band)  # odd bands: single-code lookups
     scale = scales.reshape(-1)[:1]  # one float32 scale, as a (1,) array
     into = np.full(codes.shape, 0x1234, np.uint16)
-    got = rounded_one_scale(codes, scale[0], into)
+    got = lookup_rounded(E4M3_TO_FLOAT32, codes, scale[0], into)
     assert got is into
     # bit for bit what the load path gave before: the float32 decode, rounded by the core
     want = float32_to_bfloat16_bits(decode_scaled(NumpyOps(), codes, scale))
@@ -102,7 +102,7 @@ def test_every_code_pair_is_looked_up_in_memory_order() -> None:
     # All 65536 (first, second) byte pairs, each pair's codes in both orders.
     codes = np.arange(1 << 16, dtype=np.uint16).view(np.uint8).reshape(256, 512)
     scale = np.float32(0.0123)
-    got = rounded_one_scale(codes, scale, np.empty(codes.shape, np.uint16))
+    got = lookup_rounded(E4M3_TO_FLOAT32, codes, scale, np.empty(codes.shape, np.uint16))
     np.testing.assert_array_equal(
         got, float32_to_bfloat16_bits(decode_scaled(NumpyOps(), codes, scale))
     )

@@ -20,6 +20,7 @@ import pytest
 
 import flexq
 from flexq import RawTensor
+from flexq.formatkit import lookup_rounded
 from flexq.numerics.arrays import host_view
 from flexq_fp8 import decode as fp8_decode
 
@@ -157,13 +158,13 @@ def test_layout_decodes_bit_exact_like_ml_dtypes_reference(
     import paddle
 
     calls: list[tuple[int, ...]] = []
-    real = fp8_decode.rounded_one_scale
+    real = lookup_rounded  # what the decode module imported from the kit
 
-    def spy(codes: np.ndarray, scale: Any, out: np.ndarray) -> np.ndarray:
+    def spy(table: np.ndarray, codes: np.ndarray, scale: Any, out: np.ndarray) -> np.ndarray:
         calls.append(codes.shape)
-        return real(codes, scale, out)
+        return real(table, codes, scale, out)
 
-    monkeypatch.setattr(fp8_decode, "rounded_one_scale", spy)
+    monkeypatch.setattr(fp8_decode, "lookup_rounded", spy)
     sd = {case.key: paddle.zeros(list(case.shape), "bfloat16")}
     flexq.load_state_dict(sd, tmp_path, formats=["fp8"])
     np.testing.assert_array_equal(host_view(sd[case.key]), rounder(expected, "bfloat16"))

@@ -10,9 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
-from flexq import RawTensor, compose
+from flexq import RawTensor, TargetSlice, compose
+from flexq.formatkit import lookup_rounded
 from flexq.testing import decode_box
 from flexq.testing.strategies import examples
+from flexq_format_quark import decode as quark_decode
 
 KINDS = ["fp8-tensor", "fp8-channel", "int4-group", "uint4-group", "mxfp4"]
 
@@ -20,7 +22,12 @@ KINDS = ["fp8-tensor", "fp8-channel", "int4-group", "uint4-group", "mxfp4"]
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_each_scheme_loads_as_the_reference_rounded_once(
-    oracle: Any, write_checkpoint: Any, rng: np.random.Generator, kind: str, dtype: str
+    oracle: Any,
+    write_checkpoint: Any,
+    rng: np.random.Generator,
+    kind: str,
+    dtype: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     lin = oracle.Linear(rng, kind, 16, 64)
     ct = compose(write_checkpoint(lin.raw(), oracle.quark_config(oracle.SPECS[kind])), ["quark"])
@@ -28,6 +35,23 @@ def test_each_scheme_loads_as_the_reference_rounded_once(
     assert ct.entries["fc.weight"].shape == (16, 64)
     assert ct.entries["fc.weight"].dtype == "bfloat16"
     oracle.same_bits(ct.load("fc.weight", dtype), oracle.round_to(lin.reference(), dtype))
+    # Into a target's memory, as a load decodes (per-tensor FP8 into bfloat16: rounded by
+    # the format itself, straight into it).
+    calls: list[int] = []
+    real = lookup_rounded  # what the decode module imported from the kit
+
+    def spy(table: np.ndarray, codes: np.ndarray, scale: Any, out: np.ndarray) -> np.ndarray:
+        calls.append(codes.size)
+        return real(table, codes, scale, out)
+
+    monkeypatch.setattr(quark_decode, "lookup_rounded", spy)
+    plan = ct.plan("fc.weight", TargetSlice.whole((16, 64), dtype))
+    into = np.zeros((16, 64), np.uint16 if dtype == "bfloat16" else np.float32)
+    work = np.empty((16, 64), np.float32)
+    got = ct.decode("fc.weight", ct.read_sources(plan), plan, dtype, out=into, scratch=work)
+    assert np.may_share_memory(got, into)
+    oracle.same_bits(into, oracle.round_to(lin.reference(), dtype))
+    assert calls == ([16 * 64] if (kind, dtype) == ("fp8-tensor", "bfloat16") else [])
 
 
 @pytest.mark.parametrize("kind", ["int4-group", "uint4-group"])

@@ -19,9 +19,8 @@ from flexq.formatkit import (
     E4M3_TO_FLOAT32,
     ArrayOps,
     BoxSources,
-    code_pairs,
-    float32_to_bfloat16_bits,
     lookup_into,
+    lookup_rounded,
     ops_for,
     run_in_bands,
     scale_to_float32,
@@ -51,7 +50,7 @@ def decode(layout: Fp8Layout, sources: BoxSources, out: Any) -> Any:
 
 def _one_scale_codes(weight: Any, scale: Any) -> bool:
     """Whether the box is numpy codes under one scale (a per-tensor scale, or a box
-    inside one block): :func:`rounded_one_scale` can then fill a bfloat16 target."""
+    inside one block): :func:`flexq.formatkit.lookup_rounded` can then fill a bfloat16 target."""
     return (
         isinstance(weight, np.ndarray)
         and isinstance(scale, np.ndarray)
@@ -59,23 +58,6 @@ def _one_scale_codes(weight: Any, scale: Any) -> bool:
         and weight.flags.c_contiguous
         and scale.size == 1
     )
-
-
-def rounded_one_scale(codes: np.ndarray, scale: np.float32, out: np.ndarray) -> np.ndarray:
-    """The bfloat16 bits of ``E4M3(codes) * scale`` into ``out`` (uint16, ``codes``' shape),
-    band by band on the worker threads; returns ``out``.
-
-    With one scale for the box, each of the 256 codes has one float32 product, the one
-    :func:`dequantize` computes, and one rounding of it, the core's own: a table of their
-    bits, looked up two codes at a time, is the rounded result, NaN and all, with no
-    float32 pass over the box and no rounding pass (a per-tensor FP8 weight into bfloat16:
-    ~2.5x less time than the two, measured on 32 Mi codes).
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        products = E4M3_TO_FLOAT32 * np.float32(scale)
-    table = float32_to_bfloat16_bits(products)
-    pairs = code_pairs(table)
-    return run_in_bands(lambda c, o: lookup_into(table, c, o, pairs), codes, out)
 
 
 def dequantize(
@@ -89,7 +71,8 @@ def dequantize(
 ) -> Any:
     """The box ``offset`` + ``shape`` of the logical weight as float32, or, when
     ``rounded_out`` is given and one scale covers the box, as its bfloat16 bits in
-    ``rounded_out`` (:func:`rounded_one_scale`: what rounding the float32 gives).
+    ``rounded_out`` (:func:`flexq.formatkit.lookup_rounded`: what rounding the float32
+    gives).
 
     :param weight: exactly that box of the F8 weight (uint8 codes).
     :param scale: the stored-scale box :meth:`Fp8Layout.scale_box` names for
@@ -100,7 +83,7 @@ def dequantize(
     """
     if rounded_out is not None and _one_scale_codes(weight, scale):
         s = scale_to_float32(ops_for(scale), scale, layout.scale_dtype).reshape(-1)[0]
-        return rounded_one_scale(weight, s, rounded_out)
+        return lookup_rounded(E4M3_TO_FLOAT32, weight, s, rounded_out)
     ops = ops_for(weight)
     if 0 in tuple(shape):
         return ops.lut(E4M3_TO_FLOAT32, weight)  # an empty box has no scale blocks

@@ -5,7 +5,8 @@ definition computed in float32 with the kit's exact element tables and ops
 (the core then rounds once to the output dtype):
 
 - FP8: ``E4M3(q) * s`` (``dequantize_fp8_per_tensor_with_scale`` /
-  ``..._per_channel_...``);
+  ``..._per_channel_...``; per tensor into a bfloat16 target, the 256 products rounded
+  once and looked up straight into it: ``lookup_rounded``);
 - int4/uint4 per group: ``(q - z) * s`` (``dequantize_int_per_group_affine``).
   int4 codes and zeros are two's complement nibbles: flipping each nibble's top
   bit maps a signed code c to c + 8, and the offsets cancel in ``q - z``, so
@@ -27,6 +28,7 @@ from flexq.formatkit import (
     block_cover,
     grouped_affine,
     is_paddle,
+    lookup_rounded,
     lookup_scaled,
     ops_for,
     pair_items,
@@ -61,12 +63,20 @@ def decode(linear: QuarkLinear, sources: BoxSources, out: Any = None) -> Any:
         )
         rows = 1 if linear.kind == "fp8-tensor" else no
         s = ops.reshape(scale_to_float32(ops, scale, linear.scale_dtype), (rows, 1))
+        if rows == 1 and _byte_codes(weight) and sources.rounded_out is not None:
+            # one scale: its 256 products rounded once, straight into the bfloat16 target
+            return lookup_rounded(E4M3_TO_FLOAT32, weight, s[0, 0], sources.rounded_out)
         return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
     if linear.kind == "mxfp4":
         if _whole_mxfp4(linear, weight, scale, i0, ni, out):
             return _mxfp4_banded(linear, weight, scale, out)
         return _mxfp4(ops, linear, weight, scale, i0, ni)
     return _grouped(ops, linear, sources, o0, i0, no, ni, out)
+
+
+def _byte_codes(codes: Any) -> bool:
+    """Whether ``codes`` are C-contiguous numpy bytes (the CPU path's fast lookups)."""
+    return isinstance(codes, np.ndarray) and codes.dtype == np.uint8 and codes.flags.c_contiguous
 
 
 def _whole_mxfp4(linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int, out: Any) -> bool:

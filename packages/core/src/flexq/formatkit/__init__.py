@@ -9,8 +9,8 @@ from :mod:`flexq` and the rest from here:
 - fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`,
   :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`pair_items`,
   :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads),
-  :func:`float32_to_bfloat16_bits` (the core's one rounding to bfloat16, for decoders that
-  fill ``BoxSources.rounded_out``);
+  :func:`lookup_rounded`, :func:`float32_to_bfloat16_bits` (byte codes under one scale
+  rounded straight into ``BoxSources.rounded_out``; the core's one rounding to bfloat16);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
   :func:`check_scales` (the non-finite-scale warning every format raises the same way);
@@ -85,6 +85,7 @@ if TYPE_CHECKING:
         RUNS_PER_TASK,
         code_pairs,
         lookup_into,
+        lookup_rounded,
         lookup_scaled,
         pair_items,
         row_bands,
@@ -204,6 +205,7 @@ _WHERE = {
     "grouped_affine": "flexq.formatkit.groups",
     "is_paddle": "flexq.numerics.arrays",
     "lookup_into": "flexq.numerics.bands",
+    "lookup_rounded": "flexq.numerics.bands",
     "code_pairs": "flexq.numerics.bands",
     "float32_to_bfloat16_bits": "flexq.numerics.rounding",
     "lookup_scaled": "flexq.numerics.bands",
@@ -287,6 +289,7 @@ __all__ = [
     "grouped_affine",
     "is_paddle",
     "lookup_into",
+    "lookup_rounded",
     "lookup_scaled",
     "natural_dtype",
     "nibble_block_boxes",

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from flexq.numerics.rounding import float32_to_bfloat16_bits
 from flexq.numerics.threads import run_on_threads
 
 #: Byte-code arrays smaller than this are looked up directly (the pair table
@@ -159,6 +160,28 @@ def lookup_into(
     pairs = _pair_table(table) if pairs is None else pairs
     flat = codes.reshape(-1).view(np.uint16)
     np.take(pairs, flat, out=out.reshape(-1).view(pairs.dtype), mode="clip")
+
+
+def lookup_rounded(
+    table: np.ndarray, codes: np.ndarray, scale: float | np.floating[Any], out: np.ndarray
+) -> np.ndarray:
+    """The bfloat16 bits of ``table[codes] * scale`` into ``out``, for uint8 ``codes`` (C-
+    contiguous) under one scale and a uint16 ``out`` of their shape (a bfloat16 target's
+    memory, ``BoxSources.rounded_out``), band by band on the worker threads; returns ``out``.
+
+    Each of the 256 codes has one float32 product with the scale, the one a float32
+    decode computes, and one rounding of it, the core's own
+    (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits`): a table of their bits,
+    looked up two codes at a time, is the rounded result, NaN and all, without the float32
+    pass over the box and the rounding's passes (one FP8 scale: ~2.5x less time).
+
+    :param table: the 256 code values, float32 (``E4M3_TO_FLOAT32``...).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        products = np.asarray(table, np.float32) * np.float32(scale)
+    bits = float32_to_bfloat16_bits(products)
+    pairs = code_pairs(bits)
+    return run_in_bands(lambda c, o: lookup_into(bits, c, o, pairs), codes, out)
 
 
 def pair_items(pairs: np.ndarray) -> np.ndarray:
