@@ -12,7 +12,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import flexq.formatkit.bands as core_ops
@@ -81,6 +81,8 @@ def test_non_contiguous_codes_and_paddle_free_fallbacks_agree() -> None:
 
 @examples(300)
 @given(case=cases())
+# the case CI's hypothesis found: a NaN code (negative) times a NaN scale
+@example(case=(np.array([[[255]]], np.uint8), np.array([[[np.nan]]], np.float32), 1))
 def test_one_scale_into_bfloat16_is_the_core_s_rounding_of_the_float32_decode(
     case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -90,9 +92,13 @@ def test_one_scale_into_bfloat16_is_the_core_s_rounding_of_the_float32_decode(
     into = np.full(codes.shape, 0x1234, np.uint16)
     got = lookup_rounded(E4M3_TO_FLOAT32, codes, scale[0], into)
     assert got is into
-    # bit for bit what the load path gave before: the float32 decode, rounded by the core
+    # bit for bit what the load path gave before: the float32 decode, rounded by the core,
+    # except that a NaN code times a NaN scale is a NaN of either sign (numpy's float32
+    # multiply returns one operand's NaN or the other's, by loop): there, NaN is asserted.
     want = float32_to_bfloat16_bits(decode_scaled(NumpyOps(), codes, scale))
-    np.testing.assert_array_equal(got, want)
+    both = np.isnan(scale[0]) & ((codes & 0x7F) == 0x7F)
+    np.testing.assert_array_equal(got[~both], want[~both])
+    assert ((got[both] & 0x7FFF) > 0x7F80).all()
     # and the independent oracle: ml_dtypes' product, rounded by ml_dtypes
     oracle = expected(codes, scale).astype(ml_dtypes.bfloat16).view(np.uint16)
     same_bfloat16(got, oracle)

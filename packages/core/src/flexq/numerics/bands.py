@@ -173,7 +173,9 @@ def lookup_rounded(
     decode computes, and one rounding of it, the core's own
     (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits`): a table of their bits,
     looked up two codes at a time, is the rounded result, NaN and all, without the float32
-    pass over the box and the rounding's passes (one FP8 scale: ~2.5x less time).
+    pass over the box and the rounding's passes (one FP8 scale: ~2.5x less time). A NaN
+    code times a NaN scale is a NaN of either sign, as in a float32 decode (numpy's
+    multiply returns one operand's NaN or the other's, depending on its loop).
 
     :param table: the 256 code values, float32 (``E4M3_TO_FLOAT32``...).
     """
