@@ -112,3 +112,14 @@ def test_every_code_pair_is_looked_up_in_memory_order() -> None:
     np.testing.assert_array_equal(
         got, float32_to_bfloat16_bits(decode_scaled(NumpyOps(), codes, scale))
     )
+
+
+def test_strided_and_wide_codes_round_to_the_same_bits_in_one_gather() -> None:
+    codes = np.random.default_rng(4).integers(0, 256, (40, 60), dtype=np.uint8)
+    scale = np.float32(0.0123)
+    want = float32_to_bfloat16_bits(decode_scaled(NumpyOps(), codes, scale))
+    strided = np.empty((40, 120), np.uint8)
+    strided[:, ::2] = codes
+    for view in (strided[:, ::2], codes.astype(np.int32)):  # not C-contiguous uint8
+        got = lookup_rounded(E4M3_TO_FLOAT32, view, scale, np.empty(codes.shape, np.uint16))
+        np.testing.assert_array_equal(got, want)

@@ -48,18 +48,6 @@ def decode(layout: Fp8Layout, sources: BoxSources, out: Any) -> Any:
     )
 
 
-def _one_scale_codes(weight: Any, scale: Any) -> bool:
-    """Whether the box is numpy codes under one scale (a per-tensor scale, or a box
-    inside one block): :func:`flexq.formatkit.lookup_rounded` can then fill a bfloat16 target."""
-    return (
-        isinstance(weight, np.ndarray)
-        and isinstance(scale, np.ndarray)
-        and weight.dtype == np.uint8
-        and weight.flags.c_contiguous
-        and scale.size == 1
-    )
-
-
 def dequantize(
     layout: Fp8Layout,
     weight: Any,
@@ -81,7 +69,10 @@ def dequantize(
     :param rounded_out: optional C-contiguous uint16 array of ``shape`` (a bfloat16
         target's memory, ``BoxSources.rounded_out``).
     """
-    if rounded_out is not None and _one_scale_codes(weight, scale):
+    # One scale over the box (a per-tensor scale, or a box inside one block): the
+    # bfloat16 target is filled straight from its 256 codes' rounded products.
+    one = isinstance(weight, np.ndarray) and isinstance(scale, np.ndarray) and scale.size == 1
+    if rounded_out is not None and one:
         s = scale_to_float32(ops_for(scale), scale, layout.scale_dtype).reshape(-1)[0]
         return lookup_rounded(E4M3_TO_FLOAT32, weight, s, rounded_out)
     ops = ops_for(weight)

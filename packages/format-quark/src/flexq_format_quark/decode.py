@@ -63,7 +63,7 @@ def decode(linear: QuarkLinear, sources: BoxSources, out: Any = None) -> Any:
         )
         rows = 1 if linear.kind == "fp8-tensor" else no
         s = ops.reshape(scale_to_float32(ops, scale, linear.scale_dtype), (rows, 1))
-        if rows == 1 and _byte_codes(weight) and sources.rounded_out is not None:
+        if rows == 1 and isinstance(weight, np.ndarray) and sources.rounded_out is not None:
             # one scale: its 256 products rounded once, straight into the bfloat16 target
             return lookup_rounded(E4M3_TO_FLOAT32, weight, s[0, 0], sources.rounded_out)
         return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
@@ -72,11 +72,6 @@ def decode(linear: QuarkLinear, sources: BoxSources, out: Any = None) -> Any:
             return _mxfp4_banded(linear, weight, scale, out)
         return _mxfp4(ops, linear, weight, scale, i0, ni)
     return _grouped(ops, linear, sources, o0, i0, no, ni, out)
-
-
-def _byte_codes(codes: Any) -> bool:
-    """Whether ``codes`` are C-contiguous numpy bytes (the CPU path's fast lookups)."""
-    return isinstance(codes, np.ndarray) and codes.dtype == np.uint8 and codes.flags.c_contiguous
 
 
 def _whole_mxfp4(linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int, out: Any) -> bool:

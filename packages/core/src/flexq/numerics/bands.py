@@ -165,9 +165,11 @@ def lookup_into(
 def lookup_rounded(
     table: np.ndarray, codes: np.ndarray, scale: float | np.floating[Any], out: np.ndarray
 ) -> np.ndarray:
-    """The bfloat16 bits of ``table[codes] * scale`` into ``out``, for uint8 ``codes`` (C-
-    contiguous) under one scale and a uint16 ``out`` of their shape (a bfloat16 target's
-    memory, ``BoxSources.rounded_out``), band by band on the worker threads; returns ``out``.
+    """The bfloat16 bits of ``table[codes] * scale`` into ``out``, for numpy integer
+    ``codes`` under one scale and a C-contiguous uint16 ``out`` of their shape (a bfloat16
+    target's memory, ``BoxSources.rounded_out``); returns ``out``. C-contiguous uint8
+    codes go band by band on the worker threads, two codes per gather; other codes (a
+    strided box, wider integers) in one gather of the same bits.
 
     Each of the 256 codes has one float32 product with the scale, the one a float32
     decode computes, and one rounding of it, the core's own
@@ -182,6 +184,9 @@ def lookup_rounded(
     with np.errstate(over="ignore", invalid="ignore"):
         products = np.asarray(table, np.float32) * np.float32(scale)
     bits = float32_to_bfloat16_bits(products)
+    if codes.dtype != np.uint8 or not codes.flags.c_contiguous:
+        out[...] = bits[codes]
+        return out
     pairs = code_pairs(bits)
     return run_in_bands(lambda c, o: lookup_into(bits, c, o, pairs), codes, out)
 
