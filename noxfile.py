@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -236,6 +237,13 @@ def interop(session: nox.Session) -> None:
     sdist = next(sdists.glob("llama_cpp_python-*.tar.gz"))
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     offline["FLEXQ_LLAMA_CPP_SDIST"] = str(sdist)
+    # Quark builds a C++ extension on first use (torch's JIT, seconds). torch leaves its build
+    # lock behind when a run is killed mid-build, and every later run sharing the directory
+    # (by default one per user, ~/.cache/torch_extensions) then waits on it for ever: so each
+    # run builds in a fresh directory of its own.
+    extensions = Path(session.create_tmp()) / "torch_extensions"
+    shutil.rmtree(extensions, ignore_errors=True)
+    offline["TORCH_EXTENSIONS_DIR"] = str(extensions)
     session.run(
         "python",
         "-m",
