@@ -232,6 +232,66 @@ def test_banded_lookup_equals_plain_lookup_for_any_shape_and_band_size(
     np.testing.assert_array_equal(into.view(np.uint32), want.view(np.uint32))
 
 
+def _specials_table() -> np.ndarray:
+    """256 float32 values with every rounding case: ties to even both ways, NaNs of both
+    signs (one with a payload that would carry), infinities, signed zeros, the largest."""
+    table = np.random.default_rng(5).standard_normal(256).astype(np.float32)
+    bits = np.array(
+        [0x3F808000, 0x3F818000, 0x7FC00001, 0xFFFFFFFF, 0x7F800000, 0xFF800000, 0x80000000,
+         0x00000000, 0x7F7FFFFF, 0x00000001],
+        np.uint32,
+    )  # fmt: skip
+    table[: bits.size] = bits.view(np.float32)
+    return table
+
+
+@examples(200)
+@given(case=banded_cases())
+def test_bands_rounded_in_cache_are_the_core_s_rounding_of_the_banded_float32(
+    case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any shape, tiny bands: rounding each band into bfloat16 as it is decoded gives the
+    bits :func:`float32_to_bfloat16_bits` gives of the same float32 decoded whole, and
+    writes nothing but ``rounded``."""
+    import flexq.numerics.bands as bands
+
+    codes, scale, band = case
+    table = _specials_table()
+    monkeypatch.setattr(bands, "_BAND_CODES", band)
+
+    def work(c: np.ndarray, out: np.ndarray, s: np.ndarray) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.multiply(table[c], s, out=out)
+
+    whole = bands.run_in_bands(work, codes, np.empty(codes.shape, np.float32), scale)
+    rounded = np.full(codes.shape, 0xABCD, np.uint16)
+    got = bands.run_in_bands_rounded(work, codes, rounded, scale)
+    assert got is rounded
+    np.testing.assert_array_equal(rounded, float32_to_bfloat16_bits(whole))
+
+
+def test_bands_write_into_a_0d_output() -> None:
+    """A 0-d box is one band, its output a view (not the scalar ``out[()]`` would be)."""
+    from flexq.numerics.bands import run_in_bands, run_in_bands_rounded
+
+    def work(c: np.ndarray, out: np.ndarray) -> None:
+        out[...] = np.float32(1.00390625)  # a tie: rounds to even, 1.0
+
+    assert run_in_bands(work, np.array(3, np.uint8), np.zeros((), np.float32)) == 1.00390625
+    rounded = run_in_bands_rounded(work, np.array(3, np.uint8), np.zeros((), np.uint16))
+    assert int(rounded) == 0x3F80
+
+
+def test_bands_rounded_refuse_a_rounded_array_unlike_the_codes() -> None:
+    from flexq.formatkit import run_in_bands_rounded
+
+    codes = np.zeros((4, 6), np.uint8)
+    for bad in (np.zeros((4, 6), np.float32), np.zeros((6, 4), np.uint16),
+                np.zeros((4, 12), np.uint16)[:, ::2]):  # fmt: skip
+        with pytest.raises(ValueError, match="C-contiguous uint16"):
+            run_in_bands_rounded(lambda c, o: None, codes, bad)
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int32", "float16", "float32", "bfloat16"])
 def test_host_tensors_reach_numpy_without_a_copy(dtype: str) -> None:
     from flexq.formatkit.arrays import to_numpy

@@ -20,7 +20,7 @@ import pytest
 
 import flexq
 from flexq import RawTensor
-from flexq.formatkit import lookup_rounded
+from flexq.formatkit import lookup_rounded, run_in_bands_rounded
 from flexq.numerics.arrays import host_view
 from flexq_fp8 import decode as fp8_decode
 
@@ -153,22 +153,31 @@ def test_layout_decodes_bit_exact_like_ml_dtypes_reference(
         want = rounder(expected, out)
         bits = np.uint32 if out == "float32" else np.uint16
         np.testing.assert_array_equal(got.view(bits), want.view(bits), err_msg=out)
-    # A load into a bfloat16 Paddle target: a weight under one scale is rounded by the
-    # format itself, straight into the target's memory (BoxSources.rounded_out).
+    # A load into a bfloat16 Paddle target: the format rounds the weight itself, straight
+    # into the target's memory (BoxSources.rounded_out): under one scale by its 256
+    # codes' rounded products, else band by band while each band is in cache.
     import paddle
 
-    calls: list[tuple[int, ...]] = []
-    real = lookup_rounded  # what the decode module imported from the kit
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    table, bands = lookup_rounded, run_in_bands_rounded  # what the decode module imported
 
-    def spy(table: np.ndarray, codes: np.ndarray, scale: Any, out: np.ndarray) -> np.ndarray:
-        calls.append(codes.shape)
-        return real(table, codes, scale, out)
+    def table_spy(table_: np.ndarray, codes: np.ndarray, scale: Any, out: np.ndarray) -> Any:
+        calls.append(("table", codes.shape))
+        return table(table_, codes, scale, out)
 
-    monkeypatch.setattr(fp8_decode, "lookup_rounded", spy)
+    def bands_spy(work: Any, codes: np.ndarray, rounded: np.ndarray, *side: Any) -> Any:
+        calls.append(("bands", codes.shape))
+        return bands(work, codes, rounded, *side)
+
+    monkeypatch.setattr(fp8_decode, "lookup_rounded", table_spy)
+    monkeypatch.setattr(fp8_decode, "run_in_bands_rounded", bands_spy)
     sd = {case.key: paddle.zeros(list(case.shape), "bfloat16")}
     flexq.load_state_dict(sd, tmp_path, formats=["fp8"])
     np.testing.assert_array_equal(host_view(sd[case.key]), rounder(expected, "bfloat16"))
-    assert calls == ([case.shape] if math.prod(case.grid) == 1 else [])
+    ways = {way for way, _ in calls}
+    assert ways == ({"table"} if math.prod(case.grid) == 1 else {"bands"})
+    # every value of the weight went through exactly one rounded call
+    assert sum(math.prod(shape) for _, shape in calls) == math.prod(case.shape)
 
 
 def test_unquantized_tensors_pass_through_beside_fp8(

@@ -104,13 +104,15 @@ def test_local_plan_equals_slice_of_global_and_reads_only_covering_bytes(
         np.testing.assert_array_equal(local.view(np.uint32), whole[box].view(np.uint32))
         want = reference(codes, scale, ex.block)[box]
         np.testing.assert_array_equal(local.view(np.uint32), want.view(np.uint32))
-        # Into a bfloat16 target's memory, as a load decodes (a box under one scale is
-        # rounded by the format itself: BoxSources.rounded_out).
+        # Into a bfloat16 target's memory, as a load decodes: the format rounds into it
+        # itself (BoxSources.rounded_out; one scale by its table, else band by band), so
+        # the core's float32 scratch is never written.
         plan16 = ct.plan("w", TargetSlice(ex.shape, ex.size, ex.offset, "bfloat16"))
         into = np.zeros(ex.size, np.uint16)
-        work = np.empty(ex.size, np.float32)
+        work = np.full(ex.size, np.nan, np.float32)
         ct.decode("w", ct.read_sources(plan16), plan16, "bfloat16", out=into, scratch=work)
         np.testing.assert_array_equal(into, rounder(want, "bfloat16"))
+        assert np.isnan(work).all()
 
         weight_file = ct.checkpoint.info("w").file
         scale_file = ct.checkpoint.info("w_scale_inv").file

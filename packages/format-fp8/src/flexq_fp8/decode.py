@@ -23,6 +23,7 @@ from flexq.formatkit import (
     lookup_rounded,
     ops_for,
     run_in_bands,
+    run_in_bands_rounded,
     scale_to_float32,
 )
 from flexq_fp8.config import FORMAT_NAME
@@ -58,9 +59,10 @@ def dequantize(
     rounded_out: np.ndarray | None = None,
 ) -> Any:
     """The box ``offset`` + ``shape`` of the logical weight as float32, or, when
-    ``rounded_out`` is given and one scale covers the box, as its bfloat16 bits in
-    ``rounded_out`` (:func:`flexq.formatkit.lookup_rounded`: what rounding the float32
-    gives).
+    ``rounded_out`` is given and the codes are a C-contiguous numpy box, as its bfloat16
+    bits in ``rounded_out``: what rounding the float32 gives (one scale over the box:
+    :func:`flexq.formatkit.lookup_rounded`; else each band rounded while in cache,
+    :func:`flexq.formatkit.run_in_bands_rounded`).
 
     :param weight: exactly that box of the F8 weight (uint8 codes).
     :param scale: the stored-scale box :meth:`Fp8Layout.scale_box` names for
@@ -78,6 +80,10 @@ def dequantize(
     ops = ops_for(weight)
     if 0 in tuple(shape):
         return ops.lut(E4M3_TO_FLOAT32, weight)  # an empty box has no scale blocks
+    # Only codes every part of the box can band may round in bands: a box half rounded
+    # and half float32 would be no result at all.
+    banded = isinstance(weight, np.ndarray) and weight.dtype == np.uint8
+    rounded = rounded_out if banded and weight.flags.c_contiguous else None
     grid_offset, grid_shape = layout.grid_cover(offset, shape)
     s = ops.reshape(scale_to_float32(ops, scale, layout.scale_dtype), grid_shape)
     last = len(shape) - 1
@@ -91,7 +97,7 @@ def dequantize(
             start = offset[1] - grid_offset[1] * b1
             s = ops.repeat(s, b1, axis=1)[:, start : start + shape[1]]
         return _by_block_rows(
-            weight, s, offset[0] - grid_offset[0] * layout.block[0], layout.block[0], out
+            weight, s, offset[0] - grid_offset[0] * layout.block[0], layout.block[0], out, rounded
         )
     for d, (o, n, b, g) in enumerate(zip(offset, shape, layout.block, grid_shape, strict=True)):
         start = o - grid_offset[d] * b
@@ -109,18 +115,25 @@ def dequantize(
                 ops.reshape(weight, split),
                 ops.reshape(s, (*tuple(s.shape), 1)),
                 out=None if out is None else out.reshape(split),
+                rounded=None if rounded is None else rounded.reshape(split),
             )
             return ops.reshape(values, tuple(shape))
         # Spread each scale over its block and cut out the box, which may start
         # and end inside a block.
         s = ops.repeat(s, b, axis=d)[(slice(None),) * d + (slice(start, start + n),)]
-    return decode_scaled(ops, weight, s, out=out)
+    return decode_scaled(ops, weight, s, out=out, rounded=rounded)
 
 
 def _by_block_rows(
-    weight: np.ndarray, s: np.ndarray, start: int, block: int, out: np.ndarray | None
+    weight: np.ndarray,
+    s: np.ndarray,
+    start: int,
+    block: int,
+    out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``decode(weight) * s`` with row ``r`` of the box scaled by ``s[(r + start) // block]``.
+    """``decode(weight) * s`` with row ``r`` of the box scaled by ``s[(r + start) // block]``
+    (into ``rounded`` as bfloat16 bits when given, see :func:`decode_scaled`).
 
     ``s`` holds one row of scales per block row (spread over the columns, or one
     column). The box may start and end inside a block row: those partial block
@@ -128,44 +141,54 @@ def _by_block_rows(
     ``[blocks, block, cols]``.
     """
     rows, cols = weight.shape
-    if out is None:
-        out = np.empty(weight.shape, dtype=np.float32)
+    result = rounded
+    if result is None:
+        result = out = np.empty(weight.shape, dtype=np.float32) if out is None else out
     head = min(rows, block - start) if start else 0
     whole = (rows - head) // block
     mid = head + whole * block
     ops = ops_for(weight)
     first = 1 if head else 0
+
+    def part(rows_of: slice, scale: np.ndarray, split: tuple[int, ...] | None = None) -> None:
+        def cut(x: np.ndarray | None) -> np.ndarray | None:
+            return None if x is None else x[rows_of] if split is None else x[rows_of].reshape(split)
+
+        decode_scaled(ops, cut(weight), scale, out=cut(out), rounded=cut(rounded))
+
     if head:
-        decode_scaled(ops, weight[:head], s[:1], out=out[:head])
+        part(slice(None, head), s[:1])
     if whole:
         split = (whole, block, cols)
-        decode_scaled(
-            ops,
-            weight[head:mid].reshape(split),
-            s[first : first + whole].reshape(whole, 1, s.shape[1]),
-            out=out[head:mid].reshape(split),
-        )
+        part(slice(head, mid), s[first : first + whole].reshape(whole, 1, s.shape[1]), split)
     if mid < rows:
         tail = first + whole
-        decode_scaled(ops, weight[mid:], s[tail : tail + 1], out=out[mid:])
-    return out
+        part(slice(mid, None), s[tail : tail + 1])
+    return result
 
 
-def decode_scaled(ops: ArrayOps, codes: Any, scale: Any, out: Any = None) -> Any:
+def decode_scaled(
+    ops: ArrayOps, codes: Any, scale: Any, out: Any = None, rounded: np.ndarray | None = None
+) -> Any:
     """``E4M3(codes) * scale`` in float32, ``scale`` broadcast (each dim 1 or equal).
 
     numpy codes are decoded band by band with integer arithmetic where it is
     exact (see :func:`_scaled_band`), else with the core's table lookup; Paddle
-    tensors use the table lookup on their device.
+    tensors use the table lookup on their device. ``rounded`` (C-contiguous uint16 of
+    the codes' shape, for C-contiguous numpy uint8 codes only) receives the bfloat16
+    bits of that float32 instead, each band rounded while in cache, and is returned.
     """
-    if not (
+    bandable = (
         isinstance(codes, np.ndarray)
         and codes.dtype == np.uint8
         and codes.ndim > 0
         and codes.flags.c_contiguous
         and np.ndim(scale) <= codes.ndim
-        and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous))
-    ):
+    )
+    if bandable and rounded is not None:
+        scales = np.asarray(scale, dtype=np.float32)
+        return run_in_bands_rounded(_scaled_band, codes, rounded, scales)
+    if not bandable or not (out is None or (out.dtype == np.float32 and out.flags.c_contiguous)):
         return ops.lut_mul(E4M3_TO_FLOAT32, codes, scale, out=out)
     if out is None:
         out = np.empty(codes.shape, np.float32)

@@ -9,8 +9,9 @@ from :mod:`flexq` and the rest from here:
 - fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`,
   :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`pair_items`,
   :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads),
-  :func:`lookup_rounded`, :func:`float32_to_bfloat16_bits` (byte codes under one scale
-  rounded straight into ``BoxSources.rounded_out``; the core's one rounding to bfloat16);
+  :func:`lookup_rounded`, :func:`run_in_bands_rounded`, :func:`float32_to_bfloat16_bits`
+  (byte codes under one scale, or any banded decode, rounded straight into
+  ``BoxSources.rounded_out``; the core's one rounding to bfloat16);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
   :data:`E4M3_TO_FLOAT32`, :data:`E8M0_TO_FLOAT32`, :func:`scale_to_float32`,
   :func:`check_scales` (the non-finite-scale warning every format raises the same way);
@@ -90,6 +91,7 @@ if TYPE_CHECKING:
         pair_items,
         row_bands,
         run_in_bands,
+        run_in_bands_rounded,
         run_in_row_bands,
     )
     from flexq.numerics.elements import (
@@ -200,6 +202,7 @@ _WHERE = {
     "check_stored": "flexq.formatkit.qlinear",
     "code_table": "flexq.numerics.words",
     "run_in_bands": "flexq.numerics.bands",
+    "run_in_bands_rounded": "flexq.numerics.bands",
     "run_in_row_bands": "flexq.numerics.bands",
     "gather_codes": "flexq.numerics.words",
     "grouped_affine": "flexq.formatkit.groups",
@@ -305,6 +308,7 @@ __all__ = [
     "require_companions",
     "row_bands",
     "run_in_bands",
+    "run_in_bands_rounded",
     "run_in_row_bands",
     "run_on_threads",
     "scale_like",

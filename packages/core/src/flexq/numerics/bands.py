@@ -9,12 +9,14 @@ a core's L2 cache and hand runs of bands to the worker threads
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
 
-from flexq.numerics.rounding import float32_to_bfloat16_bits
+from flexq.numerics.rounding import float32_to_bfloat16_bits, round_band
 from flexq.numerics.threads import run_on_threads
 
 #: Byte-code arrays smaller than this are looked up directly (the pair table
@@ -28,9 +30,12 @@ _BAND_CODES = 1 << 18
 #: Bands per task handed to a worker thread (8 MiB of float32 results).
 RUNS_PER_TASK = 8
 _pair_tables: dict[bytes, np.ndarray] = {}
+#: Each worker thread's band buffer (:func:`_band_buffer`).
+_local = threading.local()
 
-#: One band: integer indices on leading dims, then a slice of the next dim.
-Band = tuple[int | slice, ...]
+#: One band: integer indices on leading dims, then a slice of the next dim (``...``: the
+#: whole of a 0-d array, which indexing by ``()`` would give as a scalar, not a view).
+Band = tuple[int | slice | EllipsisType, ...]
 
 
 def pairable(table: np.ndarray, codes: Any) -> bool:
@@ -118,16 +123,63 @@ def run_in_bands(
     GIL at every band; see :func:`flexq.numerics.threads.run_on_threads`). Work on bands must
     be elementwise: bands are done in no particular order.
     """
-    bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [()]
+    _each_band(lambda band, parts: work(codes[band], out[band], *parts), codes, side)
+    return out
+
+
+def run_in_bands_rounded(
+    work: BandWork, codes: np.ndarray, rounded: np.ndarray, *side: np.ndarray
+) -> np.ndarray:
+    """:func:`run_in_bands` into bfloat16: ``work`` writes each band's float32 values into
+    a band-sized buffer of its thread, and each band is rounded into ``rounded`` (a
+    C-contiguous uint16 array of ``codes``' shape: a bfloat16 target's memory,
+    ``BoxSources.rounded_out``) while it is still in cache; returns ``rounded``.
+
+    The bits are the core's (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits` of
+    the float32 a :func:`run_in_bands` decode gives), without a box-sized float32 array:
+    its write and its read back for the rounding were two trips to memory per value.
+    """
+    if rounded.dtype != np.uint16 or rounded.shape != codes.shape or not rounded.flags.c_contiguous:
+        raise ValueError(
+            f"run_in_bands_rounded: rounded must be C-contiguous uint16 {codes.shape}, "
+            f"not {rounded.dtype} {rounded.shape}"
+        )
+
+    def each(band: Band, parts: tuple[np.ndarray, ...]) -> None:
+        c = codes[band]
+        values = _band_buffer(c.size).reshape(c.shape)
+        work(c, values, *parts)
+        round_band(values.reshape(-1), rounded[band].reshape(-1))
+
+    _each_band(each, codes, side)
+    return rounded
+
+
+def _each_band(
+    each: Callable[[Band, tuple[np.ndarray, ...]], None],
+    codes: np.ndarray,
+    side: Sequence[np.ndarray],
+) -> None:
+    """``each(band, side_parts)`` over the cache-sized bands of ``codes`` on the worker
+    threads, runs of up to :data:`RUNS_PER_TASK` bands per task."""
+    bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [(...,)]
     # Leading 1s give each side array the codes' rank, so bands index it alike.
-    side = tuple(x.reshape((1,) * (codes.ndim - x.ndim) + x.shape) for x in side)
+    ranked = tuple(x.reshape((1,) * (codes.ndim - x.ndim) + x.shape) for x in side)
 
     def run(part: Sequence[Band]) -> None:
         for band in part:
-            work(codes[band], out[band], *(_scale_band(x, band) for x in side))
+            each(band, tuple(_scale_band(x, band) for x in ranked))
 
     run_on_threads(run, bands, RUNS_PER_TASK)
-    return out
+
+
+def _band_buffer(size: int) -> np.ndarray:
+    """This thread's reused float32 buffer, its first ``size`` values (a fresh array per
+    band would be mapped afresh, its page faults costing more than the band's work)."""
+    buf: np.ndarray | None = getattr(_local, "band", None)
+    if buf is None or buf.size < size:
+        buf = _local.band = np.empty(size, np.float32)
+    return buf[:size]
 
 
 def row_bands(rows: int, row_elements: int) -> list[range]:

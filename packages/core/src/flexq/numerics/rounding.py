@@ -79,14 +79,16 @@ def float32_to_bfloat16_bits(values: np.ndarray, out: np.ndarray | None = None) 
 
     def work(starts: Sequence[int]) -> None:
         for start in starts:
-            _round_chunk(flat[start : start + _ROUND_CHUNK], bits[start : start + _ROUND_CHUNK])
+            round_band(flat[start : start + _ROUND_CHUNK], bits[start : start + _ROUND_CHUNK])
 
     run_on_threads(work, range(0, flat.size, _ROUND_CHUNK), 8)
     return out
 
 
-def _round_chunk(values: np.ndarray, out: np.ndarray) -> None:
-    """Round one 1-D chunk of float32 ``values`` into ``out`` (uint16 bits)."""
+def round_band(values: np.ndarray, out: np.ndarray) -> None:
+    """Round one 1-D band of float32 ``values`` into ``out`` (uint16 bits) on this thread:
+    :func:`float32_to_bfloat16_bits`'s work on one chunk, for decoders that round each
+    band while it is still in cache (:func:`flexq.numerics.bands.run_in_bands_rounded`)."""
     u = values.view(np.uint32)
     # One uint32 temporary, every later pass in place: bits = (u + 0x7FFF + lsb) >> 16
     # with lsb bit 16 of u, narrowed by a plain cast (a shift straight into uint16
