@@ -22,7 +22,7 @@ positions inside them come from the plan's box offsets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +31,8 @@ import numpy as np
 from flexq import Checkpoint, FormatError, ReadPlan, block_cover
 from flexq.formatkit import (
     ArrayOps,
+    decode_in_row_bands,
     ops_for,
-    run_in_row_bands,
     to_numpy,
     unpack_into,
 )
@@ -75,7 +75,7 @@ def decode(linear: CtLinear, sources: BoxSources, out: Any = None) -> Any:
     boxes = {key: shape for key, (_, shape) in plan.source_slices.items()}
     sources.expect(boxes, logical_key=linear.key, format_name=FORMAT_NAME)
     try:
-        return _dequantize(linear, sources, plan, out)
+        return _dequantize(linear, sources, plan, out, sources.rounded_out)
     except FormatError as exc:
         raise FormatError(f"{ckpt.info(linear.weight_key).file}: {exc}") from None
 
@@ -105,7 +105,13 @@ def _check_shape(ckpt: Checkpoint, key: str, value: Any, shape: tuple[int, int])
         )
 
 
-def _dequantize(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, out: Any) -> Any:
+def _dequantize(
+    linear: CtLinear,
+    sources: Mapping[str, Any],
+    plan: ReadPlan,
+    out: Any,
+    rounded: np.ndarray | None = None,
+) -> Any:
     weight = sources[linear.weight_key]
     ops, ct = ops_for(weight), ct_ops_for(weight)
     (o0, i0), (no, ni) = plan.target.global_offset, plan.target.local_shape
@@ -119,7 +125,8 @@ def _dequantize(linear: CtLinear, sources: Mapping[str, Any], plan: ReadPlan, ou
     if isinstance(weight, np.ndarray):
         if out is None or not (out.flags.c_contiguous and out.dtype == np.float32):
             out = np.empty((no, ni), np.float32)
-        return _banded(linear, np.ascontiguousarray(weight), ri, ci, first_bit, affine, out)
+        box = np.ascontiguousarray(weight)
+        return _banded(linear, box, ri, ci, first_bit, affine, out, rounded)
     if linear.packed:
         codes = ops.unpack_codes(weight, linear.bits, ni, first_bit, _per_word(linear))
         codes = codes[ri : ri + no]
@@ -243,10 +250,13 @@ def _banded(
     first_bit: int,
     affine: _Affine,
     out: np.ndarray,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
     """The numpy path: bands of output rows decoded and scaled while in cache, on the
     worker threads; packed codes are unpacked straight into ``out`` by the kit's one
-    unpacker (:func:`unpack_into`, from ``first_bit`` of each row's first word)."""
+    unpacker (:func:`unpack_into`, from ``first_bit`` of each row's first word). With
+    ``rounded`` (``BoxSources.rounded_out``) each band is rounded into it while in cache
+    instead (:func:`flexq.formatkit.decode_in_row_bands`), which is returned."""
     no, ni = out.shape
     per_row = int(weight.shape[1]) * linear.per_word
     aligned = linear.packed or (ci == 0 and ni == per_row)
@@ -279,29 +289,26 @@ def _banded(
     dense = linear.packed and per_word is None and first_bit == 0
     less_zeros = dense and zero is not None and affine.mode == "groups"
 
-    def work(runs: Sequence[range]) -> None:
-        for run in runs:
-            rows = slice(run.start, run.stop)
-            dst = out[rows]
-            if less_zeros:
-                assert zero is not None
-                src = weight[ri + rows.start : ri + rows.stop]
-                unpack_less_zeros(src, linear.bits, dst, part(zero, rows))
-                with np.errstate(invalid="ignore", over="ignore"):
-                    _apply(dst, part(scale, rows), None, affine, index)
-                continue
-            if aligned:
-                decode(rows, dst)
-            else:
-                full = np.empty((len(run), per_row), np.float32)
-                decode(rows, full)
-                dst[...] = full[:, ci : ci + ni]
-            s, z = part(scale, rows), part(zero, rows)
+    def work(run: range, dst: np.ndarray) -> None:
+        rows = slice(run.start, run.stop)
+        if less_zeros:
+            assert zero is not None
+            src = weight[ri + rows.start : ri + rows.stop]
+            unpack_less_zeros(src, linear.bits, dst, part(zero, rows))
             with np.errstate(invalid="ignore", over="ignore"):
-                _apply(dst, s, z, affine, index)
+                _apply(dst, part(scale, rows), None, affine, index)
+            return
+        if aligned:
+            decode(rows, dst)
+        else:
+            full = np.empty((len(run), per_row), np.float32)
+            decode(rows, full)
+            dst[...] = full[:, ci : ci + ni]
+        s, z = part(scale, rows), part(zero, rows)
+        with np.errstate(invalid="ignore", over="ignore"):
+            _apply(dst, s, z, affine, index)
 
-    run_in_row_bands(work, no, ni)
-    return out
+    return decode_in_row_bands(work, (no, ni), out, rounded)
 
 
 def _apply(dst: np.ndarray, s: Any, z: Any, affine: _Affine, index: np.ndarray | None) -> None:

@@ -24,7 +24,6 @@ boxes' offsets, so one routine serves local and global plans.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,9 +31,9 @@ import numpy as np
 from flexq import Checkpoint, FormatError
 from flexq.formatkit import (
     BoxSources,
+    decode_in_row_bands,
     ops_for,
     row_bands,
-    run_in_row_bands,
     to_numpy,
     transposed_words,
     unpack_into,
@@ -130,7 +129,8 @@ def decode(linear: GptqLinear, sources: BoxSources, out: Any = None) -> Any:
             and np.little_endian
             and (out is None or out.flags.c_contiguous)
         ):
-            return _banded(qw, np.asarray(z), np.asarray(scales), rows, linear.bits, out)
+            z, scales = np.asarray(z), np.asarray(scales)
+            return _banded(qw, z, scales, rows, linear.bits, out, sources.rounded_out)
         q = gops.unpack(qw, linear.bits, 0, (0,) * p.unit_words, 0)[first : first + ni]
         if ni == 0 or no == 0:
             return ops.transpose(q[:, :no])
@@ -146,6 +146,7 @@ def _banded(
     rows: np.ndarray,
     bits: int,
     out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
     """``s[g] * (q - z[g])`` for a box that is exactly whole units of words, with
     every step of a band of output rows done while it is still in cache, bands on
@@ -158,10 +159,11 @@ def _banded(
     group (the zeros come off the unpacked bytes, a zero shared by every group off
     every code); others
     (act-order, partial groups) look each int32 code up in its row's per-group table.
+    With ``rounded`` (``BoxSources.rounded_out``) each band is rounded into it while in
+    cache (:func:`flexq.formatkit.decode_in_row_bands`), which is returned.
     """
     ni = rows.size
     no = z.shape[1]
-    result = np.empty((no, ni), np.float32) if out is None else out
     src = words.view(np.uint32)
     zt, st = np.ascontiguousarray(z.T), np.ascontiguousarray(s.T)
     ng = zt.shape[1]
@@ -176,32 +178,29 @@ def _banded(
         most = max((len(r) for r in row_bands(no, ni)), default=0)
         base = (np.arange(most, dtype=np.int32)[:, None] * ng + rows.astype(np.int32)) << bits
 
-    def work(runs: Sequence[range]) -> None:
-        for run in runs:
-            band = slice(run.start, run.stop)
-            values = result[band]
-            # Each band transposes its own words: small, in cache, on its thread.
-            words_t = transposed_words(src, band)
-            if grouped:
-                # One zero for every group (symmetric GPTQ: 2^(bits-1)) is taken off
-                # by the code table itself: one pass less.
-                if zero:
-                    unpack_into(words_t, bits, values, zero)
-                else:
-                    unpack_less_zeros(words_t, bits, values, zt[band])
-                v3 = values.reshape(len(run), ng, g)
-                v3 *= st[band, :, None]
+    def work(run: range, values: np.ndarray) -> None:
+        band = slice(run.start, run.stop)
+        # Each band transposes its own words: small, in cache, on its thread.
+        words_t = transposed_words(src, band)
+        if grouped:
+            # One zero for every group (symmetric GPTQ: 2^(bits-1)) is taken off
+            # by the code table itself: one pass less.
+            if zero:
+                unpack_into(words_t, bits, values, zero)
             else:
-                codes = np.empty(values.shape, np.int32)
-                unpack_into(words_t, bits, codes)
-                codes += base[: len(run)]
-                table = (levels - zt[band, :, None]) * st[band, :, None]
-                np.take(table.reshape(-1), codes, out=values, mode="clip")
+                unpack_less_zeros(words_t, bits, values, zt[band])
+            v3 = values.reshape(len(run), ng, g)
+            v3 *= st[band, :, None]
+        else:
+            codes = np.empty(values.shape, np.int32)
+            unpack_into(words_t, bits, codes)
+            codes += base[: len(run)]
+            table = (levels - zt[band, :, None]) * st[band, :, None]
+            np.take(table.reshape(-1), codes, out=values, mode="clip")
 
-    def guarded(runs: Sequence[range]) -> None:
+    def guarded(run: range, values: np.ndarray) -> None:
         # numpy's error state is per thread: each worker sets its own.
         with np.errstate(invalid="ignore", over="ignore"):
-            work(runs)
+            work(run, values)
 
-    run_in_row_bands(guarded, no, ni)
-    return result
+    return decode_in_row_bands(guarded, (no, ni), out, rounded)

@@ -14,16 +14,15 @@ are found from the boxes' offsets, so one routine serves both plan modes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flexq.formatkit import (
     block_cover,
+    decode_in_row_bands,
     grouped_affine,
     ops_for,
-    run_in_row_bands,
 )
 from flexq.formatkit.words import decode_slot_groups, unpack_less_zeros
 from flexq_int4_awq.layout import PACK, SEQUENTIAL, AwqLinear, slots_for
@@ -80,7 +79,8 @@ def decode(linear: AwqLinear, sources: BoxSources, out: Any = None) -> Any:
             # little-endian words.
             and (gemm or (np.little_endian and slots == SEQUENTIAL))
         ):
-            return _banded(qw, np.asarray(z), np.asarray(s), g, gemm, slots, out)
+            z, s = np.asarray(z), np.asarray(s)
+            return _banded(qw, z, s, g, gemm, slots, out, sources.rounded_out)
         q = ops.unpack(qw, BITS, slots, transposed=gemm)[o : o + no, i : i + ni]
         return grouped_affine(ops, q, z, s, g, start)
 
@@ -93,10 +93,12 @@ def _banded(
     gemm: bool,
     slots: tuple[int, ...],
     out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
     """``(q - z) * s`` for a box that is exactly the words and whole groups, with
     every step of a band of output rows done while it is still in cache, bands on
-    the worker threads.
+    the worker threads (with ``rounded``, ``BoxSources.rounded_out``, each band rounded
+    into it while in cache, and it is returned).
 
     GEMM words are AutoAWQ's packing across output rows: the kit's
     :func:`~flexq.formatkit.words.decode_slot_groups` (which AMD Quark's int4 shares).
@@ -106,18 +108,14 @@ def _banded(
     """
     no, ng = z.shape
     ni = ng * g
-    result = np.empty((no, ni), np.float32) if out is None else out
     if gemm:
-        return decode_slot_groups(words, BITS, slots, z, s, result)
+        return decode_slot_groups(words, BITS, slots, z, s, out, rounded)
     src = np.ascontiguousarray(words).view(np.uint32)
 
-    def work(runs: Sequence[range]) -> None:
-        for run in runs:
-            values = result[run.start : run.stop]
-            unpack_less_zeros(src[run.start : run.stop], BITS, values, z[run.start : run.stop])
-            with np.errstate(invalid="ignore", over="ignore"):
-                v3 = values.reshape(-1, ng, g)
-                v3 *= s[run.start : run.stop, :, None]
+    def work(run: range, values: np.ndarray) -> None:
+        unpack_less_zeros(src[run.start : run.stop], BITS, values, z[run.start : run.stop])
+        with np.errstate(invalid="ignore", over="ignore"):
+            v3 = values.reshape(-1, ng, g)
+            v3 *= s[run.start : run.stop, :, None]
 
-    run_in_row_bands(work, src.shape[0], ni)
-    return result
+    return decode_in_row_bands(work, (no, ni), out, rounded)

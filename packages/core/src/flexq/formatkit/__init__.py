@@ -9,7 +9,8 @@ from :mod:`flexq` and the rest from here:
 - fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`,
   :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`pair_items`,
   :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads),
-  :func:`lookup_rounded`, :func:`run_in_bands_rounded`, :func:`float32_to_bfloat16_bits`
+  :func:`lookup_rounded`, :func:`run_in_bands_rounded`, :func:`decode_in_row_bands`,
+  :func:`float32_to_bfloat16_bits`
   (byte codes under one scale, or any banded decode, rounded straight into
   ``BoxSources.rounded_out``; the core's one rounding to bfloat16);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from flexq.numerics.bands import (
         RUNS_PER_TASK,
         code_pairs,
+        decode_in_row_bands,
         lookup_into,
         lookup_rounded,
         lookup_scaled,
@@ -203,6 +205,7 @@ _WHERE = {
     "code_table": "flexq.numerics.words",
     "run_in_bands": "flexq.numerics.bands",
     "run_in_bands_rounded": "flexq.numerics.bands",
+    "decode_in_row_bands": "flexq.numerics.bands",
     "run_in_row_bands": "flexq.numerics.bands",
     "gather_codes": "flexq.numerics.words",
     "grouped_affine": "flexq.formatkit.groups",
@@ -287,6 +290,7 @@ __all__ = [
     "check_stored",
     "code_pairs",
     "code_table",
+    "decode_in_row_bands",
     "float32_to_bfloat16_bits",
     "gather_codes",
     "grouped_affine",

@@ -147,7 +147,7 @@ def run_in_bands_rounded(
 
     def each(band: Band, parts: tuple[np.ndarray, ...]) -> None:
         c = codes[band]
-        values = _band_buffer(c.size).reshape(c.shape)
+        values = band_buffer(c.size).reshape(c.shape)
         work(c, values, *parts)
         round_band(values.reshape(-1), rounded[band].reshape(-1))
 
@@ -173,8 +173,9 @@ def _each_band(
     run_on_threads(run, bands, RUNS_PER_TASK)
 
 
-def _band_buffer(size: int) -> np.ndarray:
-    """This thread's reused float32 buffer, its first ``size`` values (a fresh array per
+def band_buffer(size: int) -> np.ndarray:
+    """This thread's reused float32 buffer, its first ``size`` values, for a band decoded
+    then rounded while in cache (a fresh array per
     band would be mapped afresh, its page faults costing more than the band's work)."""
     buf: np.ndarray | None = getattr(_local, "band", None)
     if buf is None or buf.size < size:
@@ -197,6 +198,50 @@ def run_in_row_bands(work: Callable[[Sequence[range]], None], rows: int, row_ele
     elements, on the worker threads, at most :data:`RUNS_PER_TASK` runs per call
     (for decoders whose bands are whole rows; runs are done in no particular order)."""
     run_on_threads(work, row_bands(rows, row_elements), RUNS_PER_TASK)
+
+
+def decode_in_row_bands(
+    work: Callable[[range, np.ndarray], None],
+    shape: Sequence[int],
+    out: np.ndarray | None = None,
+    rounded: np.ndarray | None = None,
+) -> np.ndarray:
+    """``work(run, values)`` for each :func:`row_bands` run of an output of ``shape``
+    (``[rows, ...]``), on the worker threads: ``work`` writes the float32 values of rows
+    ``run`` into ``values`` (``[len(run), ...]``). Returns the output.
+
+    ``values`` is ``out[run]`` (``out``: C-contiguous float32 of ``shape``, made when
+    None), or, with ``rounded`` (C-contiguous uint16 of ``shape``: a bfloat16 target's
+    memory, ``BoxSources.rounded_out``), a buffer of its thread whose values are rounded
+    into ``rounded[run]`` right after, while in cache: the core's bits
+    (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits`) without a box-sized float32
+    array. For decoders whose bands are whole rows (GPTQ, AWQ, compressed-tensors).
+    """
+    shape = tuple(shape)
+    if rounded is not None and (
+        rounded.dtype != np.uint16 or rounded.shape != shape or not rounded.flags.c_contiguous
+    ):
+        raise ValueError(
+            f"decode_in_row_bands: rounded must be C-contiguous uint16 {shape}, "
+            f"not {rounded.dtype} {rounded.shape}"
+        )
+    result = rounded
+    if result is None:
+        result = out = np.empty(shape, np.float32) if out is None else out
+    row_elements = math.prod(shape[1:])
+
+    def run(runs: Sequence[range]) -> None:
+        for rows in runs:
+            if rounded is None:
+                assert out is not None
+                work(rows, out[rows.start : rows.stop])
+                continue
+            values = band_buffer(len(rows) * row_elements).reshape(len(rows), *shape[1:])
+            work(rows, values)
+            round_band(values.reshape(-1), rounded[rows.start : rows.stop].reshape(-1))
+
+    run_in_row_bands(run, shape[0] if shape else 1, row_elements)
+    return result
 
 
 def lookup_into(

@@ -26,7 +26,8 @@ from typing import Any, TypeAlias, Union
 
 import numpy as np
 
-from flexq.numerics.bands import run_in_row_bands
+from flexq.numerics.bands import band_buffer, run_in_row_bands
+from flexq.numerics.rounding import round_band
 
 #: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
@@ -465,9 +466,11 @@ def decode_slot_groups(
     slots: Sequence[int],
     zero: np.ndarray,
     scale: np.ndarray,
-    out: np.ndarray,
+    out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``(q - zero) * scale`` per group into float32 ``out`` ``[k * C, I]`` from codes
+    """``(q - zero) * scale`` per group into float32 ``out`` ``[k * C, I]`` (made when
+    None) from codes
     stored ``[I, C]`` packed across output rows (``k = len(slots)`` per word, as
     :func:`unpack_slots_into` reads them): AutoAWQ's GEMM packing (AWQ GEMM, AMD
     Quark's int4/uint4), its decoders' one banded path.
@@ -476,7 +479,10 @@ def decode_slot_groups(
     group of ``I / G`` columns. Bands of word columns run on the worker threads, each
     transposed, unpacked and scaled while in cache; zero points that are codes come
     off the integer codes, others off the float32 ones. The same values as a
-    whole-array ``(q - z) * s``, so the same bits.
+    whole-array ``(q - z) * s``, so the same bits. With ``rounded`` (C-contiguous uint16
+    of ``out``'s shape: ``BoxSources.rounded_out``) each band goes through a buffer of
+    its thread and is rounded into ``rounded`` while in cache (``out`` is not written),
+    and ``rounded`` is returned.
     """
     k = len(slots)
     src = np.ascontiguousarray(words).view(np.uint32)
@@ -484,6 +490,8 @@ def decode_slot_groups(
     width = cols // groups if groups else 0
     codes = (zero >= 0) & (zero < (1 << bits)) & (zero == np.floor(zero))
     small = np.ascontiguousarray(zero.astype(np.uint32)) if bool(np.all(codes)) else None
+    if out is None and rounded is None:
+        out = np.empty((k * src.shape[1], cols), np.float32)
 
     def work(runs: Sequence[range]) -> None:
         for chunk in _word_chunks(runs, _CHUNK_WORDS):
@@ -494,14 +502,23 @@ def decode_slot_groups(
             words_t = transposed_words(src, slice(first, chunk[-1].stop))
             for run in chunk:
                 rows = slice(run.start * k, run.stop * k)
-                values = out[rows]
+                if rounded is None:
+                    assert out is not None
+                    values = out[rows]
+                else:
+                    values = band_buffer(len(run) * k * cols)
+                values = values.reshape(len(run) * k, cols)
                 band = words_t[run.start - first : run.stop - first]
                 zeros = None if small is None else small[rows]
                 unpack_slots_into(band, bits, slots, values, zeros)
                 _scale_groups(values, rows, zero if small is None else None, scale, groups, width)
+                if rounded is not None:
+                    round_band(values.reshape(-1), rounded[rows].reshape(-1))
 
     run_in_row_bands(work, src.shape[1], k * cols)
-    return out
+    result = out if rounded is None else rounded
+    assert result is not None
+    return result
 
 
 #: Word columns :func:`decode_slot_groups` transposes at once (at most, unless one band is wider).

@@ -16,7 +16,7 @@ import numpy as np
 from flexq.plan import TargetSlice
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from flexq.composition import Composition
     from flexq.plan import ReadPlan
@@ -59,6 +59,27 @@ def decode_box(
     return ct.decode(logical_key, sources, plan, output_dtype)
 
 
+def decode_into_target(
+    ct: Composition | ComposedTransform,
+    logical_key: str,
+    sources: Mapping[str, Any],
+    plan: ReadPlan,
+) -> np.ndarray:
+    """Decode ``plan``'s box as a load into a host target does: into an array standing for
+    the target's own memory (its storage dtype: bfloat16 as uint16 bits), with a float32
+    scratch array for a target of another dtype. A format may fill the memory itself (a
+    float32 target's, or a bfloat16 target's as ``BoxSources.rounded_out``) or leave the
+    rounding to the core; either way the result must land in that memory, which is
+    returned."""
+    dtype = plan.target.dtype
+    shape = tuple(plan.target.local_shape)
+    into = np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.dtype(dtype))
+    scratch = None if dtype == "float32" else np.empty(shape, np.float32)
+    got = ct.decode(logical_key, sources, plan, dtype, out=into, scratch=scratch)
+    assert np.shares_memory(got, into) or into.size == 0, "the result is not in the target"
+    return into
+
+
 def check_local_box(
     ct: Composition | ComposedTransform,
     logical_key: str,
@@ -83,7 +104,9 @@ def check_local_box(
     box = tuple(
         slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
     )
-    same_bits(got, round_to(whole[box], target.dtype))
+    want = round_to(whole[box], target.dtype)
+    same_bits(got, want)
+    same_bits(decode_into_target(ct, logical_key, sources, plan), want)
 
 
 def planned_box(
@@ -98,11 +121,14 @@ def planned_box(
     from flexq.testing.oracles import round_to, same_bits
 
     plan = ct.plan(logical_key, target)
-    got = ct.decode(logical_key, ct.read_sources(plan), plan, target.dtype)
+    sources = ct.read_sources(plan)
+    got = ct.decode(logical_key, sources, plan, target.dtype)
     box = tuple(
         slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
     )
-    same_bits(got, round_to(whole[box], target.dtype))
+    want = round_to(whole[box], target.dtype)
+    same_bits(got, want)
+    same_bits(decode_into_target(ct, logical_key, sources, plan), want)
     return {k: (tuple(o), tuple(sh)) for k, (o, sh) in plan.source_slices.items()}
 
 

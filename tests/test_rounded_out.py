@@ -1,0 +1,69 @@
+"""Decoding into a bfloat16 target's memory gives the bits of rounding the float32 once.
+
+A format may write a bfloat16 box straight into the target (``BoxSources.rounded_out``,
+kit API 1.2) instead of filling the core's float32 scratch for the core to round. Every
+installed format, over a checkpoint its own encoder wrote and for every box of a 2 x 2
+split of each of its tensors: the bits in the target are
+``float32_to_bfloat16_bits`` of the float32 decode of that box, whichever way they got
+there. The formats named in :data:`ROUNDS_ITSELF` must take the direct way for those
+boxes (their float32 scratch is never written): a change that quietly sent them back
+through the scratch would fail here, not only in a benchmark.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+import flexq
+from flexq import TargetSlice
+from flexq.formatkit import float32_to_bfloat16_bits
+
+from .conftest import installed_formats
+
+#: Formats whose encoder's layout rounds into a bfloat16 target itself, by the kit's
+#: banded rounding (``run_in_bands_rounded``, ``decode_in_row_bands``, the AWQ/Quark
+#: slot decoder) or, under one scale, ``lookup_rounded``.
+ROUNDS_ITSELF = {"fp8", "gptq", "int4-awq", "ct-int"}
+
+
+def _boxes(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The whole tensor and each box of a split of its first two dims into halves."""
+    boxes = [((0,) * len(shape), shape)]
+    if len(shape) >= 2:
+        halves = [[(0, n // 2), (n // 2, n - n // 2)] for n in shape[:2]]
+        for (r0, nr), (c0, nc) in itertools.product(*halves):
+            boxes.append(((r0, c0, *(0,) * (len(shape) - 2)), (nr, nc, *shape[2:])))
+    return [b for b in boxes if 0 not in b[1]]
+
+
+def test_a_bfloat16_box_is_the_float32_box_rounded_once(format_ckpt: tuple[str, Path]) -> None:
+    name, path = format_ckpt
+    ct = flexq.compose(path)
+    owned = [k for k, e in ct.entries.items() if e.owner == name]
+    assert owned
+    direct = []
+    for key in owned:
+        shape = ct.entries[key].shape
+        for offset, size in _boxes(shape):
+            plan32 = ct.plan(key, TargetSlice(shape, size, offset, "float32"))
+            want = float32_to_bfloat16_bits(
+                np.asarray(ct.decode(key, ct.read_sources(plan32), plan32, "float32"))
+            )
+            plan16 = ct.plan(key, TargetSlice(shape, size, offset, "bfloat16"))
+            into = np.zeros(size, np.uint16)
+            scratch = np.full(size, np.nan, np.float32)
+            got = ct.decode(
+                key, ct.read_sources(plan16), plan16, "bfloat16", out=into, scratch=scratch
+            )
+            assert np.shares_memory(got, into), (key, offset, size)
+            np.testing.assert_array_equal(into, want, err_msg=f"{name} {key} {offset}+{size}")
+            direct.append(bool(np.isnan(scratch).all()))
+    if name in ROUNDS_ITSELF:
+        assert all(direct), (name, direct)
+
+
+def test_the_formats_that_round_themselves_are_among_those_tested() -> None:
+    assert set(installed_formats()) >= ROUNDS_ITSELF
