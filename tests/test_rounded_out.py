@@ -26,7 +26,7 @@ from .conftest import installed_formats
 #: Formats whose encoder's layout rounds into a bfloat16 target itself, by the kit's
 #: banded rounding (``run_in_bands_rounded``, ``decode_in_row_bands``, the AWQ/Quark
 #: slot decoder) or, under one scale, ``lookup_rounded``.
-ROUNDS_ITSELF = {"fp8", "gptq", "int4-awq", "ct-int"}
+ROUNDS_ITSELF = {"fp8", "gptq", "int4-awq", "ct-int", "mxfp4"}
 
 
 def _boxes(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:

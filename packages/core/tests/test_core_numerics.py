@@ -270,6 +270,33 @@ def test_bands_rounded_in_cache_are_the_core_s_rounding_of_the_banded_float32(
     np.testing.assert_array_equal(rounded, float32_to_bfloat16_bits(whole))
 
 
+@examples(100)
+@given(case=banded_cases())
+def test_bands_rounded_two_values_per_code_are_the_core_s_rounding(
+    case: tuple[np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte of two 4-bit codes: ``work`` fills a float32 pair per code (one uint64 item),
+    ``rounded`` holds a bfloat16 pair per code (one uint32 item), low value first."""
+    import flexq.numerics.bands as bands
+
+    codes, scale, band = case
+    pairs = _specials_table()[np.arange(512) % 256].reshape(256, 2)[::-1].copy()
+    items = pairs.view(np.uint64).reshape(256)
+    monkeypatch.setattr(bands, "_BAND_CODES", band)
+
+    def work(c: np.ndarray, out: np.ndarray, s: np.ndarray) -> None:
+        out[...] = items[c]
+        values = out.view(np.float32).reshape(*out.shape, 2)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values *= s[..., None]
+
+    whole = bands.run_in_bands(work, codes, np.empty(codes.shape, np.uint64), scale)
+    rounded = np.full(codes.shape, 0xABCDABCD, np.uint32)
+    assert bands.run_in_bands_rounded(work, codes, rounded, scale) is rounded
+    want = float32_to_bfloat16_bits(whole.view(np.float32))
+    np.testing.assert_array_equal(rounded.view(np.uint16), want)
+
+
 def test_bands_write_into_a_0d_output() -> None:
     """A 0-d box is one band, its output a view (not the scalar ``out[()]`` would be)."""
     from flexq.numerics.bands import run_in_bands, run_in_bands_rounded

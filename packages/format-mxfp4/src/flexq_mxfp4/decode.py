@@ -26,6 +26,7 @@ from flexq.formatkit import (
     ops_for,
     row_bands,
     run_in_bands,
+    run_in_bands_rounded,
     run_on_threads,
 )
 from flexq_mxfp4.config import FORMAT_NAME
@@ -52,7 +53,7 @@ def decode(tensor: MxTensor, sources: BoxSources, out: Any) -> Any:
         packed = packed.reshape([*lead[:-2], lead[-2] * lead[-1]])
     trim = offset[-1] % BLOCK
     if not tensor.transposed:
-        return dequantize(packed, scales, trim, shape[-1], out)
+        return dequantize(packed, scales, trim, shape[-1], out, sources.rounded_out)
     if _whole_numpy_run(packed, scales, trim, shape[-1]) and (
         out is None or out.flags.c_contiguous
     ):
@@ -67,7 +68,14 @@ def decode(tensor: MxTensor, sources: BoxSources, out: Any) -> Any:
     return out
 
 
-def dequantize(packed: Any, scales: Any, trim: int, size: int, out: Any = None) -> Any:
+def dequantize(
+    packed: Any,
+    scales: Any,
+    trim: int,
+    size: int,
+    out: Any = None,
+    rounded: np.ndarray | None = None,
+) -> Any:
     """Decode a run of whole blocks along the last axis and cut out ``size`` elements.
 
     :param packed: codes as bytes, ``[..., nbytes]``; the run starts on a block
@@ -77,14 +85,17 @@ def dequantize(packed: Any, scales: Any, trim: int, size: int, out: Any = None) 
     :param size: elements to keep.
     :param out: None, or a C-contiguous numpy float32 array ``[..., size]`` to
         fill (used when the run is exactly whole blocks).
-    :return: float32 ``[..., size]``, numpy or Paddle like the inputs.
+    :param rounded: None, or a C-contiguous uint16 array ``[..., size]`` (a bfloat16
+        target's memory, ``BoxSources.rounded_out``): when the run is exactly whole
+        blocks, the bfloat16 bits go there, each band rounded while in cache.
+    :return: float32 ``[..., size]``, numpy or Paddle like the inputs, or ``rounded``.
     """
     ops = ops_for(packed)
     lead = tuple(packed.shape[:-1])
     n = 2 * int(packed.shape[-1])
     nblk = int(scales.shape[-1])
     if _whole_numpy_run(packed, scales, trim, size):
-        return _whole_blocks(packed, scales, out)
+        return _whole_blocks(packed, scales, out, rounded)
     values = ops.lut_pairs(E2M1_PAIRS, packed)
     scale = ops.lut(E8M0_TO_FLOAT32, scales)
     if n == nblk * BLOCK:
@@ -127,15 +138,25 @@ def _decode_band(codes: np.ndarray, pairs: np.ndarray, scale: np.ndarray) -> Non
         values *= scale
 
 
-def _whole_blocks(packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+def _whole_blocks(
+    packed: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
+) -> np.ndarray:
     """The numpy path for runs of whole blocks: band by band on the worker threads.
 
     Codes are viewed as ``[..., blocks, 16]`` and the result as 8-byte pairs of
-    the same shape, so each block's scale lines up with its 16 bytes.
+    the same shape, so each block's scale lines up with its 16 bytes (with ``rounded``,
+    its bfloat16 bits as 4-byte pairs, each band rounded while in cache).
     """
     lead, nblk = tuple(packed.shape[:-1]), int(scales.shape[-1])
     codes = packed.reshape((*lead, nblk, BLOCK // 2))
     scale = E8M0_TO_FLOAT32[np.asarray(scales)].reshape((*lead, nblk, 1))
+    if rounded is not None and rounded.flags.c_contiguous:
+        pairs16 = rounded.reshape((*lead, nblk, BLOCK)).view(np.uint32)
+        run_in_bands_rounded(_decode_band, codes, pairs16, scale)
+        return rounded
     result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
     pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
     run_in_bands(_decode_band, codes, pairs, scale)

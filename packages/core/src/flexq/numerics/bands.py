@@ -32,6 +32,9 @@ RUNS_PER_TASK = 8
 _pair_tables: dict[bytes, np.ndarray] = {}
 #: Each worker thread's band buffer (:func:`_band_buffer`).
 _local = threading.local()
+#: :func:`run_in_bands_rounded`: the item type of ``rounded`` -> that of the float32 band
+#: ``work`` fills (one float32 per bfloat16 value).
+_BUFFER_ITEMS = {np.dtype(np.uint16): np.float32, np.dtype(np.uint32): np.uint64}
 
 #: One band: integer indices on leading dims, then a slice of the next dim (``...``: the
 #: whole of a 0-d array, which indexing by ``()`` would give as a scalar, not a view).
@@ -131,27 +134,35 @@ def run_in_bands_rounded(
     work: BandWork, codes: np.ndarray, rounded: np.ndarray, *side: np.ndarray
 ) -> np.ndarray:
     """:func:`run_in_bands` into bfloat16: ``work`` writes each band's float32 values into
-    a band-sized buffer of its thread, and each band is rounded into ``rounded`` (a
-    C-contiguous uint16 array of ``codes``' shape: a bfloat16 target's memory,
-    ``BoxSources.rounded_out``) while it is still in cache; returns ``rounded``.
+    a band-sized buffer of its thread, and each band is rounded into ``rounded`` while it
+    is still in cache; returns ``rounded``.
 
-    The bits are the core's (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits` of
-    the float32 a :func:`run_in_bands` decode gives), without a box-sized float32 array:
-    its write and its read back for the rounding were two trips to memory per value.
+    ``rounded`` is C-contiguous, of ``codes``' shape, and holds the bits of one bfloat16
+    value per code (uint16: a bfloat16 target's memory, ``BoxSources.rounded_out``) or of
+    two (uint32: that memory viewed so, for a byte of two 4-bit codes); ``work``'s band
+    then holds one float32 per code, or two as one uint64 item (as :func:`run_in_bands`
+    would give it for a float32 ``out`` viewed as uint64). The bits are the core's
+    (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits` of the float32 a
+    :func:`run_in_bands` decode gives), without a box-sized float32 array: its write and
+    its read back for the rounding were two trips to memory per value.
     """
-    if rounded.dtype != np.uint16 or rounded.shape != codes.shape or not rounded.flags.c_contiguous:
+    items = _BUFFER_ITEMS.get(rounded.dtype)
+    if items is None or rounded.shape != codes.shape or not rounded.flags.c_contiguous:
         raise ValueError(
-            f"run_in_bands_rounded: rounded must be C-contiguous uint16 {codes.shape}, "
-            f"not {rounded.dtype} {rounded.shape}"
+            f"run_in_bands_rounded: rounded must be C-contiguous uint16 or uint32 "
+            f"{codes.shape}, not {rounded.dtype} {rounded.shape}"
         )
+    per = rounded.dtype.itemsize // 2  # bfloat16 values per code
 
     def each(band: Band, parts: tuple[np.ndarray, ...]) -> None:
         c = codes[band]
-        values = band_buffer(c.size).reshape(c.shape)
-        work(c, values, *parts)
-        round_band(values.reshape(-1), rounded[band].reshape(-1))
+        values = band_buffer(c.size * per)
+        work(c, values.view(items).reshape(c.shape), *parts)
+        round_band(values, rounded[band].reshape(-1).view(np.uint16))
 
-    _each_band(each, codes, side)
+    # Bands of as many values (not codes) as run_in_bands' float32 ones: a band and its
+    # rounding then fit the core's L2 cache together.
+    _each_band(each, codes, side, _BAND_CODES // per)
     return rounded
 
 
@@ -159,10 +170,13 @@ def _each_band(
     each: Callable[[Band, tuple[np.ndarray, ...]], None],
     codes: np.ndarray,
     side: Sequence[np.ndarray],
+    limit: int | None = None,
 ) -> None:
-    """``each(band, side_parts)`` over the cache-sized bands of ``codes`` on the worker
-    threads, runs of up to :data:`RUNS_PER_TASK` bands per task."""
-    bands = _bands(codes.shape, _BAND_CODES) if codes.ndim else [(...,)]
+    """``each(band, side_parts)`` over bands of about ``limit`` codes (default
+    :data:`_BAND_CODES`) of ``codes`` on the worker threads, runs of up to
+    :data:`RUNS_PER_TASK` bands per task."""
+    size = _BAND_CODES if limit is None else max(1, limit)
+    bands = _bands(codes.shape, size) if codes.ndim else [(...,)]
     # Leading 1s give each side array the codes' rank, so bands index it alike.
     ranked = tuple(x.reshape((1,) * (codes.ndim - x.ndim) + x.shape) for x in side)
 
