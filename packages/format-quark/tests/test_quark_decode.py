@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
-from flexq import RawTensor, TargetSlice, compose
+from flexq import RawTensor, TargetSlice, compose, composition
 from flexq.formatkit import lookup_rounded
+from flexq.numerics import rounding
 from flexq.testing import decode_box
 from flexq.testing.strategies import examples
 from flexq_format_quark import decode as quark_decode
@@ -45,6 +46,14 @@ def test_each_scheme_loads_as_the_reference_rounded_once(
         return real(table, codes, scale, out)
 
     monkeypatch.setattr(quark_decode, "lookup_rounded", spy)
+    by_core: list[str] = []  # outputs the core rounded (the format did not round itself)
+    round_numpy = rounding.round_numpy  # what flexq.composition imported
+
+    def core_spy(x: np.ndarray, out_dtype: str, out: np.ndarray | None = None) -> np.ndarray:
+        by_core.append(out_dtype)
+        return round_numpy(x, out_dtype, out)
+
+    monkeypatch.setattr(composition, "round_numpy", core_spy)
     plan = ct.plan("fc.weight", TargetSlice.whole((16, 64), dtype))
     into = np.zeros((16, 64), np.uint16 if dtype == "bfloat16" else np.float32)
     work = np.empty((16, 64), np.float32)
@@ -52,6 +61,8 @@ def test_each_scheme_loads_as_the_reference_rounded_once(
     assert np.may_share_memory(got, into)
     oracle.same_bits(into, oracle.round_to(lin.reference(), dtype))
     assert calls == ([16 * 64] if (kind, dtype) == ("fp8-tensor", "bfloat16") else [])
+    if dtype == "bfloat16":  # every kind but per-channel FP8 rounds into the target itself
+        assert by_core == ([] if kind != "fp8-channel" else ["bfloat16"])
 
 
 @pytest.mark.parametrize("kind", ["int4-group", "uint4-group"])

@@ -87,7 +87,7 @@ def _four_bit(t: FourBit, sources: BoxSources, out: Any) -> Any:
         sources[nested.quant_map_key] if nested is not None else None,
         first,
     )
-    return dequantize_four_bit(t, sources[t.key], scale, target, out)
+    return dequantize_four_bit(t, sources[t.key], scale, target, out, sources.rounded_out)
 
 
 def _int8(t: Int8, sources: BoxSources, out: Any) -> Any:
@@ -117,7 +117,12 @@ def absmax_values(t: FourBit, absmax: Any, nested_absmax: Any, nested_map: Any, 
 
 
 def dequantize_four_bit(
-    t: FourBit, packed: Any, scale: Any, target: TargetSlice, out: Any = None
+    t: FourBit,
+    packed: Any,
+    scale: Any,
+    target: TargetSlice,
+    out: Any = None,
+    rounded: np.ndarray | None = None,
 ) -> Any:
     """Decode the ``target`` box of ``t``.
 
@@ -125,7 +130,11 @@ def dequantize_four_bit(
         names for ``target`` (the covering blocks' bytes, ``[k, 1]``).
     :param scale: float32 absmax of those blocks (:func:`absmax_values`).
     :param out: None, or a C-contiguous numpy float32 array of the target's shape.
-    :return: float32 of ``target.local_shape``, numpy or Paddle like ``packed``.
+    :param rounded: None, or a C-contiguous uint16 array of the target's shape (a
+        bfloat16 target's memory, ``BoxSources.rounded_out``) that takes the bfloat16
+        bits instead where ``out`` would be filled directly.
+    :return: float32 of ``target.local_shape``, numpy or Paddle like ``packed``, or
+        ``rounded``'s bits.
     """
     ops = ops_for(packed)
     if 0 in target.local_shape:
@@ -137,8 +146,9 @@ def dequantize_four_bit(
     rows_shape = (target.local_shape[0], *t.shape[1:])
     whole_rows = tuple(target.local_shape[1:]) == tuple(t.shape[1:])
     if isinstance(packed, np.ndarray) and bs % 2 == 0 and count == blocks * bs and count:
-        direct = out is not None and whole_rows and lo == e0 and hi == e1
-        flat = _banded(t.quant_type, packed, scale, blocks, bs, out if direct else None)
+        direct = whole_rows and lo == e0 and hi == e1
+        into = out if direct and rounded is None else None
+        flat = _banded(t.quant_type, packed, scale, blocks, bs, into, rounded if direct else None)
     else:
         flat = _general(ops, t.quant_type, packed, scale, e0, count, blocks, bs)
     values = ops.reshape(flat[lo - e0 : hi - e0], rows_shape)
@@ -177,17 +187,23 @@ def _banded(
     blocks: int,
     bs: int,
     out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
     """Whole blocks of an even blocksize on the numpy worker threads, band by band.
 
     Codes are viewed as ``[blocks, bs/2]`` bytes and the result as 8-byte pairs of
     the same shape, so each block's absmax lines up with its bytes; a band is
-    looked up and scaled while it is still in cache.
+    looked up and scaled while it is still in cache (with ``rounded``, C-contiguous
+    uint16, rounded into it as 4-byte pairs of bfloat16 bits, which are returned flat).
     """
     codes = np.ascontiguousarray(packed).reshape(blocks, bs // 2)
+    side = np.ascontiguousarray(scale, dtype=np.float32).reshape(blocks, 1)
+    if rounded is not None and rounded.flags.c_contiguous:
+        pairs16 = rounded.reshape(blocks, bs).view(np.uint32)
+        lookup_scaled(_PAIR_ITEMS[quant_type], codes, None, side, pairs16)
+        return rounded.reshape(-1)
     result = np.empty(blocks * bs, np.float32) if out is None else out.reshape(-1)
     items = result.reshape(blocks, bs).view(np.uint64)
-    side = np.ascontiguousarray(scale, dtype=np.float32).reshape(blocks, 1)
     lookup_scaled(_PAIR_ITEMS[quant_type], codes, items, side)
     return result
 

@@ -207,11 +207,18 @@ def decode(t: Nvfp4Tensor, sources: BoxSources, out: Any) -> Any:
     packed, scales, glob = (sources[k] for k in t.sources)
     pairs = element_pairs(t.producer, glob)
     scale = effective_scales(t.producer, scales, glob)
-    return dequantize(pairs, packed, scale, trim, target.local_shape[-1], out)
+    size = target.local_shape[-1]
+    return dequantize(pairs, packed, scale, trim, size, out, sources.rounded_out)
 
 
 def dequantize(
-    pairs: np.ndarray, packed: Any, scale: Any, trim: int, size: int, out: Any = None
+    pairs: np.ndarray,
+    packed: Any,
+    scale: Any,
+    trim: int,
+    size: int,
+    out: Any = None,
+    rounded: np.ndarray | None = None,
 ) -> Any:
     """Decode a run of whole blocks along the last axis and cut out ``size`` elements.
 
@@ -224,7 +231,10 @@ def dequantize(
     :param size: elements to keep.
     :param out: None, or a C-contiguous numpy float32 array ``[..., size]`` to fill
         (used when the run is exactly the wanted whole blocks).
-    :return: float32 ``[..., size]``, numpy or Paddle like the inputs.
+    :param rounded: None, or a C-contiguous uint16 array ``[..., size]`` (a bfloat16
+        target's memory, ``BoxSources.rounded_out``) that takes the bfloat16 bits instead
+        when the run is exactly the wanted whole blocks.
+    :return: float32 ``[..., size]``, numpy or Paddle like the inputs, or ``rounded``.
     """
     lead = tuple(packed.shape[:-1])
     n = 2 * int(packed.shape[-1])
@@ -234,7 +244,7 @@ def dequantize(
         return empty if isinstance(packed, np.ndarray) else _paddle_zeros(packed, empty)
     if isinstance(packed, np.ndarray):
         if packed.flags.c_contiguous and n == nblk * BLOCK and trim == 0 and size == n:
-            return _whole_blocks(pairs, packed, scale, out)
+            return _whole_blocks(pairs, packed, scale, out, rounded)
         values = pair_items(pairs)[packed].view(np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             if n == nblk * BLOCK:
@@ -268,7 +278,11 @@ def _paddle(
 
 
 def _whole_blocks(
-    pairs: np.ndarray, packed: np.ndarray, scale: np.ndarray, out: np.ndarray | None
+    pairs: np.ndarray,
+    packed: np.ndarray,
+    scale: np.ndarray,
+    out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
     """The numpy path for runs of whole blocks: band by band on the worker threads.
 
@@ -276,14 +290,22 @@ def _whole_blocks(
     of 16 bytes, so a lookup writes four elements (or, without a quad table, as 8
     bytes and 8 items of 8 bytes), and each block's scale lines up with its items;
     a band is looked up (``take`` with ``clip`` skips bounds checks: a code cannot
-    exceed the table) and scaled while it is still in cache.
+    exceed the table) and scaled while it is still in cache (with ``rounded``, rounded
+    into it there, its bfloat16 bits viewed as items of as many values).
     """
     lead, nblk = tuple(packed.shape[:-1]), int(scale.shape[-1])
     codes = packed.reshape((*lead, nblk, BLOCK // 2))
     side = np.ascontiguousarray(scale, dtype=np.float32).reshape((*lead, nblk, 1))
+    quad = _quads(pairs, packed.size)
+    if rounded is not None and rounded.flags.c_contiguous:
+        bits = rounded.reshape((*lead, nblk, BLOCK))
+        if quad is None:
+            lookup_scaled(pair_items(pairs), codes, None, side, bits.view(np.uint32))
+        else:
+            lookup_scaled(quad, codes.view(np.uint16), None, side, bits.view(np.uint64))
+        return rounded
     result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
     blocks = result.reshape((*lead, nblk, BLOCK))
-    quad = _quads(pairs, packed.size)
     if quad is None:
         lookup_scaled(pair_items(pairs), codes, blocks.view(np.uint64), side)
     else:

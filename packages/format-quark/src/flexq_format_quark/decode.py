@@ -69,7 +69,7 @@ def decode(linear: QuarkLinear, sources: BoxSources, out: Any = None) -> Any:
         return ops.lut_mul(E4M3_TO_FLOAT32, weight, s, out=out)
     if linear.kind == "mxfp4":
         if _whole_mxfp4(linear, weight, scale, i0, ni, out):
-            return _mxfp4_banded(linear, weight, scale, out)
+            return _mxfp4_banded(linear, weight, scale, out, sources.rounded_out)
         return _mxfp4(ops, linear, weight, scale, i0, ni)
     return _grouped(ops, linear, sources, o0, i0, no, ni, out)
 
@@ -89,16 +89,28 @@ def _whole_mxfp4(linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int, 
     )
 
 
-def _mxfp4_banded(linear: QuarkLinear, codes: np.ndarray, scale: Any, out: Any) -> np.ndarray:
+def _mxfp4_banded(
+    linear: QuarkLinear,
+    codes: np.ndarray,
+    scale: Any,
+    out: Any,
+    rounded: np.ndarray | None = None,
+) -> np.ndarray:
     """:func:`_mxfp4` of whole rows of whole blocks, band by band on the worker threads:
     each band looked up (two values per byte) and scaled while in cache, into ``out``
-    (a third of the CPU time of a whole-array lookup then multiply, on the quark bench)."""
+    (a third of the CPU time of a whole-array lookup then multiply, on the quark bench),
+    or rounded there into ``rounded`` (``BoxSources.rounded_out``), which is returned."""
     rows, blocks, b = codes.shape[0], int(scale.shape[1]), linear.group_size
     s = scale_to_float32(ops_for(codes), scale, linear.scale_dtype)
+    shaped = np.asarray(s, np.float32).reshape(rows, blocks, 1)
+    bytes3 = codes.reshape(rows, blocks, b // 2)
+    if rounded is not None and rounded.flags.c_contiguous:
+        bits = rounded.reshape(rows, blocks, b).view(np.uint32)
+        lookup_scaled(_E2M1_ITEMS, bytes3, None, shaped, bits)
+        return rounded
     result = np.empty((rows, blocks * b), np.float32) if out is None else out
     pairs = result.reshape(rows, blocks, b).view(np.uint64)
-    shaped = np.asarray(s, np.float32).reshape(rows, blocks, 1)
-    lookup_scaled(_E2M1_ITEMS, codes.reshape(rows, blocks, b // 2), pairs, shaped)
+    lookup_scaled(_E2M1_ITEMS, bytes3, pairs, shaped)
     return result
 
 
@@ -151,9 +163,10 @@ def _grouped(
         and ni == ng * g
         and (out is None or out.flags.c_contiguous)
     ):
-        # AutoAWQ's GEMM packing: the kit's banded decoder of it (AWQ GEMM's too).
-        result = np.empty((no, ni), np.float32) if out is None else out
-        return decode_slot_groups(words, 4, linear.slots, z, s[:no, :ng], result)
+        # AutoAWQ's GEMM packing: the kit's banded decoder of it (AWQ GEMM's too), into
+        # the bfloat16 target itself where there is one.
+        zs, ss = z, s[:no, :ng]
+        return decode_slot_groups(words, 4, linear.slots, zs, ss, out, sources.rounded_out)
     q = ops.unpack(words, 4, linear.slots, transposed=True)[col : col + no, :ni]
     # inf * 0 is NaN by definition; a non-finite scale is reported by the core's check.
     with np.errstate(invalid="ignore", over="ignore"):

@@ -34,7 +34,11 @@ _pair_tables: dict[bytes, np.ndarray] = {}
 _local = threading.local()
 #: :func:`run_in_bands_rounded`: the item type of ``rounded`` -> that of the float32 band
 #: ``work`` fills (one float32 per bfloat16 value).
-_BUFFER_ITEMS = {np.dtype(np.uint16): np.float32, np.dtype(np.uint32): np.uint64}
+_BUFFER_ITEMS = {
+    np.dtype(np.uint16): np.float32,
+    np.dtype(np.uint32): np.uint64,
+    np.dtype(np.uint64): np.complex128,
+}
 
 #: One band: integer indices on leading dims, then a slice of the next dim (``...``: the
 #: whole of a 0-d array, which indexing by ``()`` would give as a scalar, not a view).
@@ -138,10 +142,11 @@ def run_in_bands_rounded(
     is still in cache; returns ``rounded``.
 
     ``rounded`` is C-contiguous, of ``codes``' shape, and holds the bits of one bfloat16
-    value per code (uint16: a bfloat16 target's memory, ``BoxSources.rounded_out``) or of
-    two (uint32: that memory viewed so, for a byte of two 4-bit codes); ``work``'s band
-    then holds one float32 per code, or two as one uint64 item (as :func:`run_in_bands`
-    would give it for a float32 ``out`` viewed as uint64). The bits are the core's
+    value per code (uint16: a bfloat16 target's memory, ``BoxSources.rounded_out``), of
+    two (uint32: that memory viewed so, for a byte of two 4-bit codes) or of four
+    (uint64); ``work``'s band then holds one float32 per code, or two as one uint64 item,
+    or four as one complex128 item (as :func:`run_in_bands` would give it for a float32
+    ``out`` viewed so). The bits are the core's
     (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits` of the float32 a
     :func:`run_in_bands` decode gives), without a box-sized float32 array: its write and
     its read back for the rounding were two trips to memory per value.
@@ -310,9 +315,14 @@ def pair_items(pairs: np.ndarray) -> np.ndarray:
 
 
 def lookup_scaled(
-    items: np.ndarray, codes: np.ndarray, out: np.ndarray, scale: np.ndarray
+    items: np.ndarray,
+    codes: np.ndarray,
+    out: np.ndarray | None,
+    scale: np.ndarray,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Blocks of codes looked up and scaled, band by band on the worker threads; returns ``out``.
+    """Blocks of codes looked up and scaled, band by band on the worker threads; returns ``out``
+    (or ``rounded``).
 
     For block-scaled formats whose code bytes decode through a table of wide items
     (:func:`pair_items`: two float32 per byte; or four per uint16 code pair):
@@ -325,14 +335,21 @@ def lookup_scaled(
         result), written in place.
     :param scale: float32 ``[..., blocks, 1]``, one scale per block. Products beyond
         float32's range are inf, by definition, without a warning.
+    :param rounded: None, or the bfloat16 bits' array (``BoxSources.rounded_out`` viewed
+        with one item per code: uint32 for two values, uint64 for four) that takes the
+        result instead of ``out``, each band rounded while in cache
+        (:func:`run_in_bands_rounded`).
     """
 
     def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
-        np.take(items, c, out=o, mode="clip")
+        np.take(items, c, out=o.view(items.dtype), mode="clip")
         values = o.view(np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             values *= s
 
+    if rounded is not None:
+        return run_in_bands_rounded(work, codes, rounded, scale)
+    assert out is not None
     return run_in_bands(work, codes, out, scale)
 
 
