@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flexq.formatkit import float32_to_bfloat16_bits
 from flexq.plan import TargetSlice
+from flexq.testing import same_bfloat16
 from flexq_format_gguf.decode import DECODERS, decode_rows
 from flexq_format_gguf.ggml import BY_NAME, TYPES
 
@@ -109,9 +111,15 @@ def _box_equals_gguf_py(
         arrays = {key: ckpt.read(key, offset, shape)}
         with np.errstate(all="ignore"):
             got = decode(layout, BoxSources(ckpt, plan, arrays), None)
+            # Into a bfloat16 target's memory (BoxSources.rounded_out): the same values,
+            # rounded once by the format itself (whole rows band by band, others as cut).
+            into = np.zeros(tuple(target.local_shape), np.uint16)
+            rounded = decode(layout, BoxSources(ckpt, plan, arrays, into), None)
         blocks = -(-c1 // t.type.block) - c0 // t.type.block
         assert ckpt.bytes_read == (r1 - r0) * blocks * t.type.nbytes  # only the covering blocks
     same_bits(got, ref[key][r0:r1, c0:c1])
+    assert rounded is into
+    same_bfloat16(into, float32_to_bfloat16_bits(ref[key][r0:r1, c0:c1]))
 
 
 @pytest.mark.parametrize("type_name", BLOCK_TYPES)
@@ -131,11 +139,16 @@ def test_many_bands_on_two_threads_into_out_equal_gguf_py(
     rng = np.random.default_rng(3)
     raw = rng.integers(0, 256, (rows, per_row * t.nbytes), dtype=np.uint8)
     out = np.full((rows, per_row * t.block), np.nan, np.float32)
+    into = np.zeros(out.shape, np.uint16)
     with np.errstate(all="ignore"):
         got = decode_rows(type_name, raw, out=out)
+        rounded = decode_rows(type_name, raw, rounded=into)
         ref = dequantize_ref(raw, type_name)
     assert got is out
     same_bits(out, ref)
+    # into a bfloat16 target: each band rounded while in cache, as the core rounds
+    assert rounded is into
+    same_bfloat16(into, float32_to_bfloat16_bits(ref))
 
 
 def test_out_of_another_shape_or_layout_is_refused() -> None:

@@ -30,16 +30,25 @@ included.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
-from flexq.formatkit import RUNS_PER_TASK, nibble_pairs, pair_items, run_on_threads
+from flexq.formatkit import (
+    RUNS_PER_TASK,
+    nibble_pairs,
+    pair_items,
+    round_in_cache,
+    run_on_threads,
+)
 from flexq_format_gguf.ggml import BY_NAME
 from flexq_format_gguf.lanes import CRUMBS, NIBBLES, Field, field_planes, or_into, rows, scratch
 
 #: Decode of one run of blocks: (blocks ``[n, nbytes]`` uint8, C-contiguous; out
-#: ``[n, block]`` float32, C-contiguous), filled in place.
-Decoder = Callable[[np.ndarray, np.ndarray], None]
+#: ``[n, block]`` float32, C-contiguous, filled in place; or, as a third argument, a
+#: C-contiguous uint16 ``[n, block]`` that takes the bfloat16 bits instead, each band
+#: rounded while in cache, ``out`` then unused and may be None).
+Decoder = Callable[..., None]
 #: Per-block arrays of a run (scales, mins; leading dim the blocks), from its struct view.
 Sides = Callable[[np.ndarray], tuple[np.ndarray, ...]]
 #: One band's element passes: (blocks, out, that band's rows of each side array).
@@ -127,15 +136,28 @@ def _banded(name: str, sides: Sides, band: Band, doc: str) -> Decoder:
     ``band`` on each band of :data:`BAND_ELEMENTS` values with its rows of them."""
     block = BY_NAME[name].block
 
-    def decode(blocks: np.ndarray, out: np.ndarray) -> None:
+    def decode(
+        blocks: np.ndarray, out: np.ndarray | None, rounded: np.ndarray | None = None
+    ) -> None:
         side = sides(_struct(name, blocks))
         step = max(1, BAND_ELEMENTS // block)
         for a in range(0, blocks.shape[0], step):
-            band(blocks[a : a + step], out[a : a + step], *(x[a : a + step] for x in side))
+            run = slice(a, a + step)
+            here, parts = blocks[run], [x[run] for x in side]
+            if rounded is None:
+                assert out is not None
+                band(here, out[run], *parts)
+            else:
+                round_in_cache(partial(_into, band, here, parts), rounded[run])
 
     decode.__name__ = decode.__qualname__ = name.lower()
     decode.__doc__ = doc
     return decode
+
+
+def _into(band: Band, blocks: np.ndarray, parts: list[np.ndarray], values: np.ndarray) -> None:
+    """``band`` of ``blocks`` into ``values`` (a buffer :func:`round_in_cache` hands out)."""
+    band(blocks, values, *parts)
 
 
 def _field_bits(blocks: np.ndarray, at: int, size: int, fields: Sequence[Field]) -> np.ndarray:
@@ -473,22 +495,35 @@ DECODERS: dict[str, Decoder] = {
 }  # fmt: skip
 
 
-def decode_rows(type_name: str, raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def decode_rows(
+    type_name: str,
+    raw: np.ndarray,
+    out: np.ndarray | None = None,
+    rounded: np.ndarray | None = None,
+) -> np.ndarray:
     """Dequantize ``raw`` (``[..., blocks * nbytes]`` uint8, whole blocks per row) of
     block type ``type_name`` to float32 ``[..., blocks * block]``, into ``out`` when given
     (C-contiguous float32 of that shape; a new array otherwise), in L2-sized bands on the
-    worker threads. Products beyond float32's range are inf, without a warning, as
-    ggml's are."""
+    worker threads. With ``rounded`` (C-contiguous uint16 of that shape: a bfloat16
+    target's memory, ``BoxSources.rounded_out``) the bfloat16 bits go there instead, each
+    band rounded while in cache, and ``rounded`` is returned. Products beyond float32's
+    range are inf, without a warning, as ggml's are."""
     t = BY_NAME[type_name]
     blocks = np.ascontiguousarray(raw).reshape(-1, t.nbytes)
     shape = (*raw.shape[:-1], raw.shape[-1] // t.nbytes * t.block)
-    if out is not None and (out.shape != shape or out.dtype != _F32 or not out.flags.c_contiguous):
-        raise ValueError(
-            f"decode_rows({type_name!r}): out= must be C-contiguous float32 {shape}, "
-            f"not {out.dtype} {out.shape}"
-        )
-    result = np.empty(shape, _F32) if out is None else out
-    values = result.reshape(-1, t.block)  # a view: ``out`` is C-contiguous
+    for given, dtype in ((out, _F32), (rounded, np.uint16)):
+        if given is not None and (
+            given.shape != shape or given.dtype != dtype or not given.flags.c_contiguous
+        ):
+            raise ValueError(
+                f"decode_rows({type_name!r}): out= / rounded= must be C-contiguous "
+                f"{np.dtype(dtype)} {shape}, not {given.dtype} {given.shape}"
+            )
+    if rounded is not None:
+        result, values, bits = rounded, None, rounded.reshape(-1, t.block)
+    else:
+        result = np.empty(shape, _F32) if out is None else out
+        values, bits = result.reshape(-1, t.block), None  # views: C-contiguous
     decoder = DECODERS[type_name]
     step = max(1, BAND_ELEMENTS // t.block)
 
@@ -496,7 +531,11 @@ def decode_rows(type_name: str, raw: np.ndarray, out: np.ndarray | None = None) 
         # One call per run: the decoder derives the run's scales once, then bands it.
         a, z = starts[0], starts[-1] + step
         with np.errstate(over="ignore", invalid="ignore"):
-            decoder(blocks[a:z], values[a:z])
+            if bits is None:
+                assert values is not None
+                decoder(blocks[a:z], values[a:z])
+            else:
+                decoder(blocks[a:z], None, bits[a:z])
 
     run_on_threads(work, range(0, blocks.shape[0], step), RUNS_PER_TASK)
     return result

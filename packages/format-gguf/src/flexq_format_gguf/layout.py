@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexq.formatkit import check_scales
+from flexq.formatkit import check_scales, float32_to_bfloat16_bits
 from flexq.plan import ReadPlan, TargetSlice, block_cover
 from flexq_format_gguf.decode import decode_rows
 
@@ -158,14 +158,20 @@ def check_block_scales(layout: GGUFLayout, sources: BoxSources) -> None:
 
 
 def decode(layout: GGUFLayout, sources: BoxSources, out: Any) -> np.ndarray:
-    """The float32 box ``sources.target`` of ``layout``, from its planned bytes.
+    """The float32 box ``sources.target`` of ``layout``, from its planned bytes, or its
+    bfloat16 bits in ``sources.rounded_out`` (a bfloat16 target's memory) when there is one.
 
     Each part's share is decoded in bands of rows (whole heads when permuted) of about
-    :data:`BAND_BYTES` of float32 each, written straight into ``out`` (or a new array):
-    the decode's temporaries stay a band's, not a multiple of the tensor.
+    :data:`BAND_BYTES` of float32 each, written straight into ``out`` (or a new array),
+    or rounded straight into the bfloat16 target: the decode's temporaries stay a band's,
+    not a multiple of the tensor.
     """
     target = sources.target
-    result = np.empty(target.local_shape, np.float32) if out is None else out
+    rounded = sources.rounded_out
+    if rounded is not None:
+        result = rounded
+    else:
+        result = np.empty(target.local_shape, np.float32) if out is None else out
     view = result[(0,) * layout.unsqueeze]
     for part, offset, shape, at in _pieces(layout, target.global_offset, target.local_shape):
         if 0 in shape:
@@ -188,7 +194,8 @@ def _decode_part(
     part: Part, heads: int | None, raw: np.ndarray, box: list[slice], out: np.ndarray
 ) -> None:
     """Fill ``out`` with ``box`` of the float32 values of ``raw`` (one part's planned
-    bytes): a 2-D box in bands of rows, a higher one slab by slab of its first dimension."""
+    bytes): a 2-D box in bands of rows, a higher one slab by slab of its first dimension.
+    A uint16 ``out`` (a bfloat16 target's bits) gets them rounded once (:func:`_put`)."""
     t = part.type
     if raw.ndim > 2:
         for i, lead in enumerate(range(box[0].start, box[0].stop)):
@@ -198,7 +205,7 @@ def _decode_part(
         values = _float32(t, raw)
         if heads is not None:
             values = unpermute(values, heads)
-        out[...] = values[tuple(box)]
+        _put(out, values[tuple(box)])
         return
     head = part.shape[0] // heads if heads is not None else 1
     width = raw.shape[1] // (1 if t.plain else t.nbytes) * t.block
@@ -216,7 +223,10 @@ def _decode_part(
         # Q/K permutation moves whole rows within a head, so it is undone on the stored
         # rows first (bytes: a fraction of the float32 a permuted copy would move).
         stored = raw[rows] if heads is None else unpermute(raw[rows], len(out) // head)
-        decode_rows(t.name, stored, out=out)
+        if out.dtype == np.uint16:
+            decode_rows(t.name, stored, rounded=out)
+        else:
+            decode_rows(t.name, stored, out=out)
         return
     band = max(1, BAND_BYTES // (4 * width * head)) * head
     for lo in range(rows.start // band * band, rows.stop, band):
@@ -224,7 +234,16 @@ def _decode_part(
         if heads is not None:
             chunk = unpermute(chunk, chunk.shape[0] // head)
         a, b = max(lo, rows.start), min(lo + band, rows.stop)
-        out[a - rows.start : b - rows.start] = chunk[a - lo : b - lo, cols]
+        _put(out[a - rows.start : b - rows.start], chunk[a - lo : b - lo, cols])
+
+
+def _put(out: np.ndarray, values: np.ndarray) -> None:
+    """Float32 ``values`` into ``out``: as they are, or, into uint16 (a bfloat16 target's
+    bits), rounded once as the core rounds."""
+    if out.dtype == np.uint16:
+        out[...] = float32_to_bfloat16_bits(values)
+    else:
+        out[...] = values
 
 
 def _float32(t: GGMLType, raw: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ from :mod:`flexq` and the rest from here:
   :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`pair_items`,
   :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads),
   :func:`lookup_rounded`, :func:`run_in_bands_rounded`, :func:`decode_in_row_bands`,
-  :func:`float32_to_bfloat16_bits`
+  :func:`round_in_cache`, :func:`float32_to_bfloat16_bits`
   (byte codes under one scale, or any banded decode, rounded straight into
   ``BoxSources.rounded_out``; the core's one rounding to bfloat16);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         lookup_rounded,
         lookup_scaled,
         pair_items,
+        round_in_cache,
         row_bands,
         run_in_bands,
         run_in_bands_rounded,
@@ -206,6 +207,7 @@ _WHERE = {
     "run_in_bands": "flexq.numerics.bands",
     "run_in_bands_rounded": "flexq.numerics.bands",
     "decode_in_row_bands": "flexq.numerics.bands",
+    "round_in_cache": "flexq.numerics.bands",
     "run_in_row_bands": "flexq.numerics.bands",
     "gather_codes": "flexq.numerics.words",
     "grouped_affine": "flexq.formatkit.groups",
@@ -310,6 +312,7 @@ __all__ = [
     "read_compressed_tensors",
     "read_config_file",
     "require_companions",
+    "round_in_cache",
     "row_bands",
     "run_in_bands",
     "run_in_bands_rounded",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from types import EllipsisType
 from typing import Any
 
@@ -151,19 +152,17 @@ def run_in_bands_rounded(
     :func:`run_in_bands` decode gives), without a box-sized float32 array: its write and
     its read back for the rounding were two trips to memory per value.
     """
-    items = _BUFFER_ITEMS.get(rounded.dtype)
-    if items is None or rounded.shape != codes.shape or not rounded.flags.c_contiguous:
+    known = rounded.dtype in _BUFFER_ITEMS
+    if not known or rounded.shape != codes.shape or not rounded.flags.c_contiguous:
         raise ValueError(
-            f"run_in_bands_rounded: rounded must be C-contiguous uint16 or uint32 "
+            f"run_in_bands_rounded: rounded must be C-contiguous uint16, uint32 or uint64 "
             f"{codes.shape}, not {rounded.dtype} {rounded.shape}"
         )
     per = rounded.dtype.itemsize // 2  # bfloat16 values per code
 
     def each(band: Band, parts: tuple[np.ndarray, ...]) -> None:
         c = codes[band]
-        values = band_buffer(c.size * per)
-        work(c, values.view(items).reshape(c.shape), *parts)
-        round_band(values, rounded[band].reshape(-1).view(np.uint16))
+        round_in_cache(lambda values: work(c, values, *parts), rounded[band])
 
     # Bands of as many values (not codes) as run_in_bands' float32 ones: a band and its
     # rounding then fit the core's L2 cache together.
@@ -192,7 +191,24 @@ def _each_band(
     run_on_threads(run, bands, RUNS_PER_TASK)
 
 
-def band_buffer(size: int) -> np.ndarray:
+def round_in_cache(fill: Callable[[np.ndarray], None], rounded: np.ndarray) -> None:
+    """``fill`` a float32 band in a buffer of this thread, then round it into ``rounded``
+    (bfloat16 bits) while it is still in cache: the core's bits
+    (:func:`flexq.numerics.rounding.float32_to_bfloat16_bits`), no band-sized allocation.
+
+    ``rounded`` is a C-contiguous band of a bfloat16 target's memory: uint16 (``fill``
+    gets float32 of its shape), or uint32 / uint64 items of two / four values each
+    (``fill`` gets uint64 / complex128 items of its shape, each as many float32 values,
+    as for a float32 array viewed so). For a decoder's own loop over bands; the kit's
+    banded helpers call it for each band when given ``rounded``.
+    """
+    items = _BUFFER_ITEMS[rounded.dtype]
+    values = _band_buffer(rounded.size * (rounded.dtype.itemsize // 2))
+    fill(values.view(items).reshape(rounded.shape))
+    round_band(values, rounded.reshape(-1).view(np.uint16))
+
+
+def _band_buffer(size: int) -> np.ndarray:
     """This thread's reused float32 buffer, its first ``size`` values, for a band decoded
     then rounded while in cache (a fresh array per
     band would be mapped afresh, its page faults costing more than the band's work)."""
@@ -255,9 +271,7 @@ def decode_in_row_bands(
                 assert out is not None
                 work(rows, out[rows.start : rows.stop])
                 continue
-            values = band_buffer(len(rows) * row_elements).reshape(len(rows), *shape[1:])
-            work(rows, values)
-            round_band(values.reshape(-1), rounded[rows.start : rows.stop].reshape(-1))
+            round_in_cache(partial(work, rows), rounded[rows.start : rows.stop])
 
     run_in_row_bands(run, shape[0] if shape else 1, row_elements)
     return result

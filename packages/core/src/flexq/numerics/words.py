@@ -26,8 +26,7 @@ from typing import Any, TypeAlias, Union
 
 import numpy as np
 
-from flexq.numerics.bands import band_buffer, run_in_row_bands
-from flexq.numerics.rounding import round_band
+from flexq.numerics.bands import round_in_cache, run_in_row_bands
 
 #: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
@@ -502,18 +501,19 @@ def decode_slot_groups(
             words_t = transposed_words(src, slice(first, chunk[-1].stop))
             for run in chunk:
                 rows = slice(run.start * k, run.stop * k)
+                band = words_t[run.start - first : run.stop - first]
+
+                def fill(values: np.ndarray, rows: slice = rows, band: np.ndarray = band) -> None:
+                    zeros = None if small is None else small[rows]
+                    unpack_slots_into(band, bits, slots, values, zeros)
+                    at = zero if small is None else None
+                    _scale_groups(values, rows, at, scale, groups, width)
+
                 if rounded is None:
                     assert out is not None
-                    values = out[rows]
+                    fill(out[rows])
                 else:
-                    values = band_buffer(len(run) * k * cols)
-                values = values.reshape(len(run) * k, cols)
-                band = words_t[run.start - first : run.stop - first]
-                zeros = None if small is None else small[rows]
-                unpack_slots_into(band, bits, slots, values, zeros)
-                _scale_groups(values, rows, zero if small is None else None, scale, groups, width)
-                if rounded is not None:
-                    round_band(values.reshape(-1), rounded[rows].reshape(-1))
+                    round_in_cache(fill, rounded[rows])
 
     run_in_row_bands(work, src.shape[1], k * cols)
     result = out if rounded is None else rounded
