@@ -82,8 +82,10 @@ def markdown(rows: list[dict[str, Any]], json_name: str, note: str) -> list[str]
         f"Each format package's bench (`packages/format-*/bench`), sources in memory, into "
         f"outputs written before; each case alternates with a memcpy of the same float32 "
         f"bytes, medians. bfloat16: GB/s of float32-sized output into a bfloat16 target as "
-        f"a load does it: rounded once from a float32 work array, or by the format itself "
-        f"where its math allows (kit API 1.2's `rounded_out`: fp8 under one scale). "
+        f"a load does it: rounded once by the format itself, straight into the target "
+        f"(kit API 1.2's `rounded_out`: fp8 under one scale by its codes' 256 rounded "
+        f"products; every other case here but Quark's per-channel FP8 band by band, each "
+        f"band rounded while in cache), or by the core from a float32 work array. "
         f"{note} Figures in `{json_name}` "
         f"(`nox -s bench -- decoders`).",
         "",
