@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flexq
-from flexq.formatkit import E2M1_PAIRS, E8M0_TO_FLOAT32
+from flexq.formatkit import E2M1_PAIRS, E8M0_TO_FLOAT32, float32_to_bfloat16_bits
+from flexq.testing import same_bfloat16
 from flexq.testing.strategies import examples
 from flexq_mxfp4.decode import dequantize
 
@@ -210,3 +211,17 @@ def test_whole_block_runs_decode_band_by_band_like_the_reference(
         nan = np.isnan(want)
         np.testing.assert_array_equal(np.isnan(result), nan)
         np.testing.assert_array_equal(result[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    # Into a bfloat16 target's memory (BoxSources.rounded_out): rounded band by band while
+    # in cache, as the core would round the float32; transposed runs of an odd number of
+    # rows stay float32 for the core to round.
+    bits = np.full(want.shape, 0xABCD, np.uint16)
+    if transposed and lead:
+        rounded = _whole_blocks_transposed(packed, scales, None, bits)
+    else:
+        rounded = np.asarray(dequantize(packed, scales, 0, n, None, bits))
+    if transposed and lead and lead[-1] % 2:
+        assert rounded.dtype == np.float32
+        rounded = float32_to_bfloat16_bits(rounded)
+    else:
+        assert rounded is bits
+    same_bfloat16(rounded, float32_to_bfloat16_bits(want))

@@ -24,6 +24,7 @@ from flexq.formatkit import (
     RUNS_PER_TASK,
     is_paddle,
     ops_for,
+    round_in_cache,
     row_bands,
     run_in_bands,
     run_in_bands_rounded,
@@ -57,7 +58,7 @@ def decode(tensor: MxTensor, sources: BoxSources, out: Any) -> Any:
     if _whole_numpy_run(packed, scales, trim, shape[-1]) and (
         out is None or out.flags.c_contiguous
     ):
-        return _whole_blocks_transposed(packed, scales, out)
+        return _whole_blocks_transposed(packed, scales, out, sources.rounded_out)
     values = dequantize(packed, scales, trim, shape[-1])
     swapped = values.transpose([*range(values.ndim - 2), values.ndim - 1, values.ndim - 2])
     if is_paddle(swapped):
@@ -164,22 +165,32 @@ def _whole_blocks(
 
 
 def _whole_blocks_transposed(
-    packed: np.ndarray, scales: np.ndarray, out: np.ndarray | None
+    packed: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
 ) -> np.ndarray:
     """:func:`_whole_blocks` for gpt-oss experts: codes [..., rows, n/2] decode to
     [..., n, rows] (logical [E, in, out]), bands on the worker threads.
 
     An even number of rows takes :func:`_row_pair_band` (the codes are transposed, as
-    bytes, not the float32 results); otherwise each band of rows is decoded into a
-    small scratch array while in cache and written transposed into its columns.
+    bytes, not the float32 results), rounded band by band into ``rounded`` when given (a
+    bfloat16 target's memory, ``BoxSources.rounded_out``), which is then returned;
+    otherwise each band of rows is decoded into a small scratch array while in cache and
+    written transposed into its columns, in float32.
     """
     *lead, rows, nbytes = (int(d) for d in packed.shape)
     nblk, n, mats = int(scales.shape[-1]), 2 * nbytes, math.prod(lead)
     codes = packed.reshape((mats, rows, nbytes))
     scale = np.asarray(scales).reshape((mats, rows, nblk))
-    result = np.empty((*lead, n, rows), np.float32) if out is None else out
+    paired = rows % 2 == 0 and rows * nblk > 0
+    if paired and rounded is not None and rounded.flags.c_contiguous:
+        result, bits = rounded, rounded.reshape((mats, n, rows))
+    else:
+        result = np.empty((*lead, n, rows), np.float32) if out is None else out
+        bits = None
     flat = result.reshape((mats, n, rows))
-    if rows % 2 == 0 and rows * nblk > 0:
+    if paired:
         # Bands of whole blocks (16 code bytes: 32 result rows) of about a band's size,
         # their nibbles paired a chunk of bands at a time (longer runs per row).
         per = max(1, row_bands(nblk, 32 * rows)[0].stop) * (BLOCK // 2)
@@ -189,7 +200,9 @@ def _whole_blocks_transposed(
             for m in range(mats)
             for j in range(0, nbytes, wide)
         ]
-        run_on_threads(lambda part: _row_pair_chunks(codes, scale, flat, part, per), chunks, 1)
+        run_on_threads(
+            lambda part: _row_pair_chunks(codes, scale, flat, part, per, bits), chunks, 1
+        )
         return result
 
     blocks = codes.reshape((mats, rows, nblk, BLOCK // 2))
@@ -213,14 +226,17 @@ def _row_pair_chunks(
     flat: np.ndarray,
     part: Sequence[tuple[int, range]],
     per: int,
+    bits: np.ndarray | None = None,
 ) -> None:
     """For each (matrix, run of code bytes) of ``part``: its nibbles paired at once
-    (:func:`_paired_nibbles`), then :func:`_row_pair_band` of every ``per`` bytes."""
+    (:func:`_paired_nibbles`), then :func:`_row_pair_band` of every ``per`` bytes (into
+    ``bits``, bfloat16 ``[mats, n, rows]``, when given; else into ``flat``)."""
     for m, run in part:
         pairs = _paired_nibbles(codes[m, :, run.start : run.stop])
         for at in range(0, len(run), per):
             band = range(run.start + at, min(run.start + at + per, run.stop))
-            _row_pair_band(pairs[:, :, at : at + per], scale[m], flat[m], band)
+            into = None if bits is None else bits[m]
+            _row_pair_band(pairs[:, :, at : at + per], scale[m], flat[m], band, into)
 
 
 def _paired_nibbles(codes: np.ndarray) -> np.ndarray:
@@ -249,7 +265,13 @@ _LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
 _HIGH_NIBBLES = np.uint64(0xF0F0F0F0F0F0F0F0)
 
 
-def _row_pair_band(pairs: np.ndarray, scale: np.ndarray, flat: np.ndarray, run: range) -> None:
+def _row_pair_band(
+    pairs: np.ndarray,
+    scale: np.ndarray,
+    flat: np.ndarray,
+    run: range,
+    bits: np.ndarray | None = None,
+) -> None:
     """Result rows ``2j, 2j + 1`` for the code bytes ``j`` of ``run`` (whole blocks) of one
     matrix, from their :func:`_paired_nibbles` ``pairs`` [2, rows / 2, len(run)], E8M0
     ``scale`` [rows, n/32], into ``flat`` [n, rows]: a quarter less CPU time than
@@ -258,15 +280,24 @@ def _row_pair_band(pairs: np.ndarray, scale: np.ndarray, flat: np.ndarray, run: 
     Byte [0, k, j] of ``pairs`` looks up result row 2j, columns 2k and 2k+1 ([1, k, j]:
     row 2j + 1): the pairs, transposed as bytes, look up into contiguous result rows,
     and each block's 32 rows are multiplied by their scales, a row of them over the
-    stored rows.
+    stored rows. With ``bits`` (bfloat16 ``[n, rows]``) the band goes there instead,
+    rounded while in cache.
     """
     rows = 2 * pairs.shape[1]
     by_row = np.ascontiguousarray(pairs.transpose(2, 0, 1))  # [bytes, 2, rows / 2]
-    values = flat[2 * run.start : 2 * run.stop]
-    np.take(_PAIR_ITEMS, by_row, out=values.view(np.uint64).reshape(by_row.shape), mode="clip")
     first = run.start // (BLOCK // 2)
-    blocks = values.reshape(-1, BLOCK, rows)
-    side = E8M0_TO_FLOAT32[scale[:, first : first + blocks.shape[0]].T]
-    # Products above float32's range are infinity by definition: no warning.
-    with np.errstate(over="ignore", invalid="ignore"):
-        blocks *= side[:, None, :]
+
+    def fill(values: np.ndarray) -> None:
+        items = values.view(np.uint64).reshape(by_row.shape)
+        np.take(_PAIR_ITEMS, by_row, out=items, mode="clip")
+        blocks = values.reshape(-1, BLOCK, rows)
+        side = E8M0_TO_FLOAT32[scale[:, first : first + blocks.shape[0]].T]
+        # Products above float32's range are infinity by definition: no warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            blocks *= side[:, None, :]
+
+    band = slice(2 * run.start, 2 * run.stop)
+    if bits is None:
+        fill(flat[band])
+    else:
+        round_in_cache(fill, bits[band])
