@@ -74,10 +74,26 @@ def ranges(events: list[Event], kind: str) -> list[tuple[str, int, int]]:
     return [r for k, r in events if k == kind]
 
 
+class Inline:
+    """An :class:`~flexq.load.readahead.AdviceThread` that gives each advice at once, on
+    the load's thread: the window's order against the reads, without the adviser's timing
+    (its own tests are below)."""
+
+    def __init__(self, source: Any) -> None:
+        self.prefetch = source.prefetch
+
+    def close(self) -> None:
+        return None
+
+
 def load_recorded(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Event], list[str]]:
-    """A default load's events, and the keys its pieces were written in (last applies)."""
+    """A default load's events, and the keys its pieces were written in (last applies),
+    the window's advice given inline (:class:`Inline`)."""
+    from flexq.load import write
+
     events: list[Event] = []
     record_advice(monkeypatch, events)
+    monkeypatch.setattr(write, "AdviceThread", Inline)
     real = flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
     impl = next(i for i in real if i.plugin_name == "fp8")
     function = impl.function
@@ -187,7 +203,7 @@ class Queued:
 
 def test_the_window_slides_by_bytes_and_always_holds_the_next_piece() -> None:
     src = Queued()
-    ahead = readahead.ReadAhead(src, [10, 10, 30, 10, 10, 10], budget=25)  # type: ignore[arg-type]
+    ahead = readahead.ReadAhead(src, [10, 10, 30, 10, 10, 10], budget=25)
     ahead.before(0)
     assert src.asked == [0, 1]  # 0 and 1 fit (20); 2 would make 50
     ahead.before(1)
@@ -200,3 +216,94 @@ def test_the_window_slides_by_bytes_and_always_holds_the_next_piece() -> None:
     assert src.asked == [0, 1, 2, 3, 4, 5]  # 4 and 5: 20
     ahead.before(5)
     assert src.asked == [0, 1, 2, 3, 4, 5]  # nothing is asked for twice
+
+
+def test_a_load_gives_its_window_advice_on_the_adviser_thread_while_it_decodes(
+    fp8_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each WILLNEED of the window takes 50 ms here (a cold disk's queueing): the load's
+    decodes run meanwhile, on its own thread, and the load ends with no advice running."""
+    import threading
+    import time
+
+    real_advise = os.posix_fadvise
+    calls: list[tuple[str, float, float]] = []  # (thread, start, end)
+    applies: list[float] = []
+
+    def slow(fd: int, offset: int, length: int, advice: int) -> None:
+        start = time.perf_counter()
+        if threading.current_thread().name == "flexq-read-ahead":
+            time.sleep(0.05)
+        real_advise(fd, offset, length, advice)
+        calls.append((threading.current_thread().name, start, time.perf_counter()))
+
+    monkeypatch.setattr(os, "posix_fadvise", slow)
+    impl = next(
+        i
+        for i in flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
+        if i.plugin_name == "fp8"
+    )
+    function = impl.function
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        applies.append(time.perf_counter())
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(impl, "function", marked)
+    sd = {k: paddle.full(list(s), 7.0) for k, s in LINEARS.items()}
+    flexq.load_state_dict(sd, fp8_path)
+    ended = time.perf_counter()
+    assert_loaded_as_composed(sd, fp8_path)
+    advised = [(a, b) for name, a, b in calls if name == "flexq-read-ahead"]
+    assert advised, calls  # the window's advice came from the adviser thread
+    # a decode ran while the adviser was in a call: the load did not wait for the advice
+    assert any(a < t < b for t in applies for a, b in advised)
+    assert max(b for _, b in advised) <= ended  # none was left running after the load
+    assert not any(t.name == "flexq-read-ahead" for t in threading.enumerate())
+
+
+class Asked:
+    """A source whose prefetch records the pieces asked for, slowly, failing on ``bad``."""
+
+    def __init__(self, delay: float = 0.0, bad: int | None = None) -> None:
+        self.asked: list[int] = []
+        self.delay, self.bad = delay, bad
+
+    def prefetch(self, index: int, keys: Any = None) -> None:
+        import time
+
+        time.sleep(self.delay)
+        if index == self.bad:
+            raise CheckpointError(f"piece {index}: the file was cut")
+        self.asked.append(index)
+
+
+def test_the_adviser_gives_advice_in_order_and_outlives_a_failed_hint() -> None:
+    src = Asked(bad=1)
+    adviser = readahead.AdviceThread(src)
+    for i in range(4):
+        adviser.prefetch(i)
+    import time
+
+    deadline = time.monotonic() + 10
+    while len(src.asked) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    adviser.close()
+    # piece 1's failure is only a hint lost: its read reports it, on the load's thread
+    assert src.asked == [0, 2, 3]
+
+
+def test_closing_the_adviser_drops_what_it_has_not_given() -> None:
+    import time
+
+    src = Asked(delay=0.2)
+    adviser = readahead.AdviceThread(src)
+    for i in range(5):
+        adviser.prefetch(i)
+    time.sleep(0.05)  # piece 0's advice is being given
+    adviser.close()  # waits for that one call, drops the rest
+    given = list(src.asked)
+    assert given == [0]
+    adviser.prefetch(5)  # a closed adviser takes nothing more
+    time.sleep(0.3)
+    assert src.asked == given
