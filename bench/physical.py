@@ -16,9 +16,10 @@ files), every figure one fresh process (:mod:`bench.fresh`) or one ``dd`` per fi
   load, the default load with its kernel read-ahead (:mod:`flexq.load.readahead`)
   switched off, the default load with its fetch-ahead thread
   (:mod:`flexq.load.fetch_ahead`) switched off, with it forced on (the default runs
-  it only where a core is spare beside the worker threads), and with each box read in one
-  call on the load's thread instead of in row bands on the workers (the baselines each is
-  measured against, in the same run); each load also reports the seconds it waited in its
+  it only where a core is spare beside the worker threads), with each box read in one
+  call on the load's thread instead of in row bands on the workers, and with the read-ahead
+  window's advice given on the load's thread (the baselines each is measured against, in
+  the same run); each load also reports the seconds it waited in its
   reads (``read_wait_s``), the part of a cold load that did not overlap decoding;
 - cold-system: the default load after the whole page cache is dropped (``sync; echo 3 >
   /proc/sys/vm/drop_caches``: the modules a load imports late, pydantic's among them,
@@ -51,14 +52,16 @@ HEADING = "## The physical limit: cold and warm loads against the disk and memcp
 #: case name -> (linears, side).
 CASES = {"1gib": (16, BIG_SIDE), "x1": (BASE_TENSORS, SIDE)}
 #: The default load and its baselines: kernel read-ahead off, fetch-ahead thread off,
-#: the fetch-ahead thread on though no core is spare (the default leaves it off then), and
-#: each box read in one call on the load's thread (not in row bands on the workers).
+#: the fetch-ahead thread on though no core is spare (the default leaves it off then),
+#: each box read in one call on the load's thread (not in row bands on the workers), and
+#: the read-ahead window's advice given on the load's thread (not the adviser thread).
 LOADS = (
     "flexq",
     "flexq-no-readahead",
     "flexq-no-fetch-ahead",
     "flexq-fetch-ahead-forced",
     "flexq-one-read",
+    "flexq-advice-inline",
 )
 COLD = ("read-buffered", "read-direct", *LOADS)
 WARM = (*LOADS, "memcpy")
@@ -100,6 +103,10 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
         sources.spare_cores = lambda: 1  # type: ignore[attr-defined]
     elif kind == "flexq-one-read":
         sources.READ_PART_BYTES = 1 << 62  # no box is large enough to be cut
+    elif kind == "flexq-advice-inline":
+        from flexq.load import write
+
+        setattr(write, "AdviceThread", _InlineAdvice)  # noqa: B010 (a module, not typed)
     waited = [0.0]
     real = sources.DirectSource.boxes
 
@@ -112,6 +119,17 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
 
     sources.DirectSource.boxes = timed  # type: ignore[method-assign]
     return {**fresh.child_flexq(ckpt, n, side), "read_wait_s": waited[0]}
+
+
+class _InlineAdvice:
+    """The read-ahead window's advice given at once on the load's thread, as before the
+    adviser thread (:class:`flexq.load.readahead.AdviceThread`)."""
+
+    def __init__(self, source: Any) -> None:
+        self.prefetch = source.prefetch
+
+    def close(self) -> None:
+        return None
 
 
 def _load(kind: str, path: Path, n: int, side: int) -> dict[str, Any]:
@@ -233,7 +251,9 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         f"threads (the default runs it only beside a spare core; spare here: "
         f"{f.get('spare_cores', 'not recorded')}), and `flexq-one-read`, with each box read "
         "in one call on the load's thread instead of in row bands on the worker threads "
-        "(`flexq.load.sources.READ_PART_BYTES`). "
+        "(`flexq.load.sources.READ_PART_BYTES`), and `flexq-advice-inline`, with the "
+        "read-ahead window's `WILLNEED` advice given on the load's thread instead of the "
+        "adviser thread (`flexq.load.readahead.AdviceThread`). "
         f"Figures in `{json_name}` (`nox -s bench -- physical`). Load average when the "
         f"series started: {f.get('load_average', 'not recorded')} on 2 cores (a shared "
         "machine: expect +-20% and more).",
