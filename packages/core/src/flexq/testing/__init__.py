@@ -2,11 +2,12 @@
 
 - :class:`FormatConformance`: subclass it in a format's tests (three class names) and
   pytest runs the checks the core promises of every format (:mod:`.conformance`);
-- :func:`decode_box`, :func:`source_to_paddle`, :func:`local_and_whole`,
-  :func:`check_local_box`, :func:`planned_box`: decode one box of a logical tensor as a
-  load does, with numpy or Paddle sources, or beside the slice of the whole tensor with
-  the bytes read, or check a box's plan, read count and bits at once, or its bits and
-  hand back its reads (:mod:`.boxes`);
+- :func:`decode_box`, :func:`decode_into_target`, :func:`source_to_paddle`,
+  :func:`local_and_whole`, :func:`check_local_box`, :func:`planned_box`: decode one box
+  of a logical tensor as a load does, with numpy or Paddle sources, or into an array
+  standing for a host target's memory (a bfloat16 target's as ``BoxSources.rounded_out``),
+  or beside the slice of the whole tensor with the bytes read, or check a box's plan,
+  read count and bits at once, or its bits and hand back its reads (:mod:`.boxes`);
 - :func:`round_to`, :func:`same_bits`, :func:`same_bfloat16`, :func:`load_script`,
   :func:`helpers`, :func:`fixture_of`, :func:`write_checkpoint`: the oracle's one
   rounding, bit equality (of bfloat16 bits too, NaN payloads aside), a bench script
@@ -25,6 +26,7 @@ from __future__ import annotations
 from flexq.testing.boxes import (
     check_local_box,
     decode_box,
+    decode_into_target,
     local_and_whole,
     planned_box,
     source_to_paddle,
@@ -46,6 +48,7 @@ __all__ = [
     "check_conformance",
     "check_local_box",
     "decode_box",
+    "decode_into_target",
     "fixture_of",
     "helpers",
     "load_script",

@@ -90,7 +90,8 @@ def check_local_box(
     """A property test's check of one box: its plan comes from headers and config alone (no
     byte read), is local and for ``target``; its sources take exactly ``read`` bytes (the
     format's own count of the words, blocks and groups that cover the box) and decode to
-    the bits of the float32 ``whole`` tensor's slice, rounded once to the target's dtype."""
+    the bits of the float32 ``whole`` tensor's slice, rounded once to the target's dtype,
+    both as a returned array and into target memory (:func:`decode_into_target`)."""
     from flexq.testing.oracles import round_to, same_bits
 
     before = ct.checkpoint.bytes_read
@@ -113,7 +114,8 @@ def planned_box(
     ct: Composition | ComposedTransform, logical_key: str, target: TargetSlice, whole: np.ndarray
 ) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
     """A plan test's check: the box ``target`` decodes, through its owner's plan, to the
-    bits of the float32 ``whole`` tensor's slice rounded once to the target's dtype.
+    bits of the float32 ``whole`` tensor's slice rounded once to the target's dtype (as a
+    returned array and into target memory, :func:`decode_into_target`).
 
     :return: the plan's source slices (source key -> (offset, shape)), for the test to
         compare with the reads it expects.
