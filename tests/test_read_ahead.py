@@ -221,19 +221,23 @@ def test_the_window_slides_by_bytes_and_always_holds_the_next_piece() -> None:
 def test_a_load_gives_its_window_advice_on_the_adviser_thread_while_it_decodes(
     fp8_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each WILLNEED of the window takes 50 ms here (a cold disk's queueing): the load's
-    decodes run meanwhile, on its own thread, and the load ends with no advice running."""
+    """Each WILLNEED of the window takes 200 ms here (a cold disk's queueing): the load's
+    decodes run meanwhile, on its own thread, and the load ends with no advice running.
+    (The first decode waits until the adviser is in a call: a thread started on a busy
+    machine may not run before a tiny load ends, its advice then rightly dropped.)"""
     import threading
     import time
 
     real_advise = os.posix_fadvise
     calls: list[tuple[str, float, float]] = []  # (thread, start, end)
     applies: list[float] = []
+    advising = threading.Event()
 
     def slow(fd: int, offset: int, length: int, advice: int) -> None:
         start = time.perf_counter()
         if threading.current_thread().name == "flexq-read-ahead":
-            time.sleep(0.05)
+            advising.set()
+            time.sleep(0.2)
         real_advise(fd, offset, length, advice)
         calls.append((threading.current_thread().name, start, time.perf_counter()))
 
@@ -246,6 +250,7 @@ def test_a_load_gives_its_window_advice_on_the_adviser_thread_while_it_decodes(
     function = impl.function
 
     def marked(*args: Any, **kwargs: Any) -> Any:
+        assert advising.wait(10)
         applies.append(time.perf_counter())
         return function(*args, **kwargs)
 
@@ -266,12 +271,16 @@ class Asked:
     """A source whose prefetch records the pieces asked for, slowly, failing on ``bad``."""
 
     def __init__(self, delay: float = 0.0, bad: int | None = None) -> None:
+        import threading
+
         self.asked: list[int] = []
         self.delay, self.bad = delay, bad
+        self.started = threading.Event()  # set when the first prefetch begins
 
     def prefetch(self, index: int, keys: Any = None) -> None:
         import time
 
+        self.started.set()
         time.sleep(self.delay)
         if index == self.bad:
             raise CheckpointError(f"piece {index}: the file was cut")
@@ -300,7 +309,7 @@ def test_closing_the_adviser_drops_what_it_has_not_given() -> None:
     adviser = readahead.AdviceThread(src)
     for i in range(5):
         adviser.prefetch(i)
-    time.sleep(0.05)  # piece 0's advice is being given
+    assert src.started.wait(10)  # piece 0's advice is being given
     adviser.close()  # waits for that one call, drops the rest
     given = list(src.asked)
     assert given == [0]
