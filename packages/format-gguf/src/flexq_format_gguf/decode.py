@@ -36,19 +36,18 @@ import numpy as np
 
 from flexq.formatkit import (
     RUNS_PER_TASK,
+    fill_band,
     nibble_pairs,
     pair_items,
-    round_in_cache,
     run_on_threads,
 )
 from flexq_format_gguf.ggml import BY_NAME
 from flexq_format_gguf.lanes import CRUMBS, NIBBLES, Field, field_planes, or_into, rows, scratch
 
 #: Decode of one run of blocks: (blocks ``[n, nbytes]`` uint8, C-contiguous; out
-#: ``[n, block]`` float32, C-contiguous, filled in place; or, as a third argument, a
-#: C-contiguous uint16 ``[n, block]`` that takes the bfloat16 bits instead, each band
-#: rounded while in cache, ``out`` then unused and may be None).
-Decoder = Callable[..., None]
+#: ``[n, block]``, C-contiguous: float32 filled in place, or uint16, a bfloat16 target's
+#: bits, each band rounded into it while in cache).
+Decoder = Callable[[np.ndarray, np.ndarray], None]
 #: Per-block arrays of a run (scales, mins; leading dim the blocks), from its struct view.
 Sides = Callable[[np.ndarray], tuple[np.ndarray, ...]]
 #: One band's element passes: (blocks, out, that band's rows of each side array).
@@ -136,19 +135,12 @@ def _banded(name: str, sides: Sides, band: Band, doc: str) -> Decoder:
     ``band`` on each band of :data:`BAND_ELEMENTS` values with its rows of them."""
     block = BY_NAME[name].block
 
-    def decode(
-        blocks: np.ndarray, out: np.ndarray | None, rounded: np.ndarray | None = None
-    ) -> None:
+    def decode(blocks: np.ndarray, out: np.ndarray) -> None:
         side = sides(_struct(name, blocks))
         step = max(1, BAND_ELEMENTS // block)
         for a in range(0, blocks.shape[0], step):
             run = slice(a, a + step)
-            here, parts = blocks[run], [x[run] for x in side]
-            if rounded is None:
-                assert out is not None
-                band(here, out[run], *parts)
-            else:
-                round_in_cache(partial(_into, band, here, parts), rounded[run])
+            fill_band(partial(_into, band, blocks[run], [x[run] for x in side]), out[run])
 
     decode.__name__ = decode.__qualname__ = name.lower()
     decode.__doc__ = doc
@@ -156,7 +148,7 @@ def _banded(name: str, sides: Sides, band: Band, doc: str) -> Decoder:
 
 
 def _into(band: Band, blocks: np.ndarray, parts: list[np.ndarray], values: np.ndarray) -> None:
-    """``band`` of ``blocks`` into ``values`` (a buffer :func:`round_in_cache` hands out)."""
+    """``band`` of ``blocks`` into ``values`` (for :func:`fill_band`)."""
     band(blocks, values, *parts)
 
 
@@ -519,11 +511,9 @@ def decode_rows(
                 f"decode_rows({type_name!r}): out= / rounded= must be C-contiguous "
                 f"{np.dtype(dtype)} {shape}, not {given.dtype} {given.shape}"
             )
-    if rounded is not None:
-        result, values, bits = rounded, None, rounded.reshape(-1, t.block)
-    else:
-        result = np.empty(shape, _F32) if out is None else out
-        values, bits = result.reshape(-1, t.block), None  # views: C-contiguous
+    # the bfloat16 target's bits, else float32 (the given array, or a new one)
+    result = rounded if rounded is not None else (np.empty(shape, _F32) if out is None else out)
+    values = result.reshape(-1, t.block)  # a view: C-contiguous
     decoder = DECODERS[type_name]
     step = max(1, BAND_ELEMENTS // t.block)
 
@@ -531,11 +521,7 @@ def decode_rows(
         # One call per run: the decoder derives the run's scales once, then bands it.
         a, z = starts[0], starts[-1] + step
         with np.errstate(over="ignore", invalid="ignore"):
-            if bits is None:
-                assert values is not None
-                decoder(blocks[a:z], values[a:z])
-            else:
-                decoder(blocks[a:z], None, bits[a:z])
+            decoder(blocks[a:z], values[a:z])
 
     run_on_threads(work, range(0, blocks.shape[0], step), RUNS_PER_TASK)
     return result

@@ -22,12 +22,11 @@ from flexq.formatkit import (
     E2M1_PAIRS,
     E8M0_TO_FLOAT32,
     RUNS_PER_TASK,
+    fill_band,
     is_paddle,
+    lookup_scaled,
     ops_for,
-    round_in_cache,
     row_bands,
-    run_in_bands,
-    run_in_bands_rounded,
     run_on_threads,
 )
 from flexq_mxfp4.config import FORMAT_NAME
@@ -156,11 +155,11 @@ def _whole_blocks(
     scale = E8M0_TO_FLOAT32[np.asarray(scales)].reshape((*lead, nblk, 1))
     if rounded is not None and rounded.flags.c_contiguous:
         pairs16 = rounded.reshape((*lead, nblk, BLOCK)).view(np.uint32)
-        run_in_bands_rounded(_decode_band, codes, pairs16, scale)
+        lookup_scaled(_PAIR_ITEMS, codes, None, scale, pairs16)
         return rounded
     result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
     pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
-    run_in_bands(_decode_band, codes, pairs, scale)
+    lookup_scaled(_PAIR_ITEMS, codes, pairs, scale)
     return result
 
 
@@ -185,10 +184,9 @@ def _whole_blocks_transposed(
     scale = np.asarray(scales).reshape((mats, rows, nblk))
     paired = rows % 2 == 0 and rows * nblk > 0
     if paired and rounded is not None and rounded.flags.c_contiguous:
-        result, bits = rounded, rounded.reshape((mats, n, rows))
+        result = rounded  # the bfloat16 target's bits: each band rounded into them
     else:
         result = np.empty((*lead, n, rows), np.float32) if out is None else out
-        bits = None
     flat = result.reshape((mats, n, rows))
     if paired:
         # Bands of whole blocks (16 code bytes: 32 result rows) of about a band's size,
@@ -200,9 +198,7 @@ def _whole_blocks_transposed(
             for m in range(mats)
             for j in range(0, nbytes, wide)
         ]
-        run_on_threads(
-            lambda part: _row_pair_chunks(codes, scale, flat, part, per, bits), chunks, 1
-        )
+        run_on_threads(lambda part: _row_pair_chunks(codes, scale, flat, part, per), chunks, 1)
         return result
 
     blocks = codes.reshape((mats, rows, nblk, BLOCK // 2))
@@ -226,17 +222,14 @@ def _row_pair_chunks(
     flat: np.ndarray,
     part: Sequence[tuple[int, range]],
     per: int,
-    bits: np.ndarray | None = None,
 ) -> None:
     """For each (matrix, run of code bytes) of ``part``: its nibbles paired at once
-    (:func:`_paired_nibbles`), then :func:`_row_pair_band` of every ``per`` bytes (into
-    ``bits``, bfloat16 ``[mats, n, rows]``, when given; else into ``flat``)."""
+    (:func:`_paired_nibbles`), then :func:`_row_pair_band` of every ``per`` bytes."""
     for m, run in part:
         pairs = _paired_nibbles(codes[m, :, run.start : run.stop])
         for at in range(0, len(run), per):
             band = range(run.start + at, min(run.start + at + per, run.stop))
-            into = None if bits is None else bits[m]
-            _row_pair_band(pairs[:, :, at : at + per], scale[m], flat[m], band, into)
+            _row_pair_band(pairs[:, :, at : at + per], scale[m], flat[m], band)
 
 
 def _paired_nibbles(codes: np.ndarray) -> np.ndarray:
@@ -265,13 +258,7 @@ _LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
 _HIGH_NIBBLES = np.uint64(0xF0F0F0F0F0F0F0F0)
 
 
-def _row_pair_band(
-    pairs: np.ndarray,
-    scale: np.ndarray,
-    flat: np.ndarray,
-    run: range,
-    bits: np.ndarray | None = None,
-) -> None:
+def _row_pair_band(pairs: np.ndarray, scale: np.ndarray, flat: np.ndarray, run: range) -> None:
     """Result rows ``2j, 2j + 1`` for the code bytes ``j`` of ``run`` (whole blocks) of one
     matrix, from their :func:`_paired_nibbles` ``pairs`` [2, rows / 2, len(run)], E8M0
     ``scale`` [rows, n/32], into ``flat`` [n, rows]: a quarter less CPU time than
@@ -280,8 +267,8 @@ def _row_pair_band(
     Byte [0, k, j] of ``pairs`` looks up result row 2j, columns 2k and 2k+1 ([1, k, j]:
     row 2j + 1): the pairs, transposed as bytes, look up into contiguous result rows,
     and each block's 32 rows are multiplied by their scales, a row of them over the
-    stored rows. With ``bits`` (bfloat16 ``[n, rows]``) the band goes there instead,
-    rounded while in cache.
+    stored rows. A uint16 ``flat`` (a bfloat16 target's bits) gets the band rounded
+    while in cache (:func:`flexq.formatkit.fill_band`).
     """
     rows = 2 * pairs.shape[1]
     by_row = np.ascontiguousarray(pairs.transpose(2, 0, 1))  # [bytes, 2, rows / 2]
@@ -296,8 +283,4 @@ def _row_pair_band(
         with np.errstate(over="ignore", invalid="ignore"):
             blocks *= side[:, None, :]
 
-    band = slice(2 * run.start, 2 * run.stop)
-    if bits is None:
-        fill(flat[band])
-    else:
-        round_in_cache(fill, bits[band])
+    fill_band(fill, flat[2 * run.start : 2 * run.stop])

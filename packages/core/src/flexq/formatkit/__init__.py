@@ -10,7 +10,7 @@ from :mod:`flexq` and the rest from here:
   :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`pair_items`,
   :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads),
   :func:`lookup_rounded`, :func:`run_in_bands_rounded`, :func:`decode_in_row_bands`,
-  :func:`round_in_cache`, :func:`float32_to_bfloat16_bits`
+  :func:`round_in_cache`, :func:`fill_band`, :func:`float32_to_bfloat16_bits`
   (byte codes under one scale, or any banded decode, rounded straight into
   ``BoxSources.rounded_out``; the core's one rounding to bfloat16);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
@@ -87,6 +87,7 @@ if TYPE_CHECKING:
         RUNS_PER_TASK,
         code_pairs,
         decode_in_row_bands,
+        fill_band,
         lookup_into,
         lookup_rounded,
         lookup_scaled,
@@ -208,6 +209,7 @@ _WHERE = {
     "run_in_bands_rounded": "flexq.numerics.bands",
     "decode_in_row_bands": "flexq.numerics.bands",
     "round_in_cache": "flexq.numerics.bands",
+    "fill_band": "flexq.numerics.bands",
     "run_in_row_bands": "flexq.numerics.bands",
     "gather_codes": "flexq.numerics.words",
     "grouped_affine": "flexq.formatkit.groups",
@@ -293,6 +295,7 @@ __all__ = [
     "code_pairs",
     "code_table",
     "decode_in_row_bands",
+    "fill_band",
     "float32_to_bfloat16_bits",
     "gather_codes",
     "grouped_affine",

@@ -208,6 +208,28 @@ def round_in_cache(fill: Callable[[np.ndarray], None], rounded: np.ndarray) -> N
     round_band(values, rounded.reshape(-1).view(np.uint16))
 
 
+def banded_output(
+    shape: Sequence[int], out: np.ndarray | None, rounded: np.ndarray | None
+) -> np.ndarray:
+    """The one output a decode's bands are written into (each through :func:`fill_band`):
+    ``rounded`` (a bfloat16 target's bits) when given, else ``out``, else a new float32
+    array of ``shape``."""
+    if rounded is not None:
+        return rounded
+    return np.empty(tuple(shape), np.float32) if out is None else out
+
+
+def fill_band(fill: Callable[[np.ndarray], None], band: np.ndarray) -> None:
+    """``fill`` one band of an output: a float32 band directly, a band of a bfloat16
+    target's bits (uint16) through :func:`round_in_cache`. For decoders that write either
+    output through one loop (whole rows: :func:`decode_in_row_bands`; GGUF, MXFP4's
+    transposed experts)."""
+    if band.dtype == np.uint16:
+        round_in_cache(fill, band)
+    else:
+        fill(band)
+
+
 def _band_buffer(size: int) -> np.ndarray:
     """This thread's reused float32 buffer, its first ``size`` values, for a band decoded
     then rounded while in cache (a fresh array per
@@ -260,18 +282,12 @@ def decode_in_row_bands(
             f"decode_in_row_bands: rounded must be C-contiguous uint16 {shape}, "
             f"not {rounded.dtype} {rounded.shape}"
         )
-    result = rounded
-    if result is None:
-        result = out = np.empty(shape, np.float32) if out is None else out
+    result = banded_output(shape, out, rounded)
     row_elements = math.prod(shape[1:])
 
     def run(runs: Sequence[range]) -> None:
         for rows in runs:
-            if rounded is None:
-                assert out is not None
-                work(rows, out[rows.start : rows.stop])
-                continue
-            round_in_cache(partial(work, rows), rounded[rows.start : rows.stop])
+            fill_band(partial(work, rows), result[rows.start : rows.stop])
 
     run_in_row_bands(run, shape[0] if shape else 1, row_elements)
     return result
@@ -356,7 +372,7 @@ def lookup_scaled(
     """
 
     def work(c: np.ndarray, o: np.ndarray, s: np.ndarray) -> None:
-        np.take(items, c, out=o.view(items.dtype), mode="clip")
+        np.take(items, c, out=o, mode="clip")
         values = o.view(np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             values *= s

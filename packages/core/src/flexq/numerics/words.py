@@ -26,7 +26,7 @@ from typing import Any, TypeAlias, Union
 
 import numpy as np
 
-from flexq.numerics.bands import round_in_cache, run_in_row_bands
+from flexq.numerics.bands import banded_output, fill_band, run_in_row_bands
 
 #: Codes per byte -> a numpy item as wide as that many float32 (one gather copies them all).
 _ITEMS: dict[int, type[np.generic]] = {2: np.uint64, 4: np.complex128}
@@ -489,8 +489,7 @@ def decode_slot_groups(
     width = cols // groups if groups else 0
     codes = (zero >= 0) & (zero < (1 << bits)) & (zero == np.floor(zero))
     small = np.ascontiguousarray(zero.astype(np.uint32)) if bool(np.all(codes)) else None
-    if out is None and rounded is None:
-        out = np.empty((k * src.shape[1], cols), np.float32)
+    result = banded_output((k * src.shape[1], cols), out, rounded)
 
     def work(runs: Sequence[range]) -> None:
         for chunk in _word_chunks(runs, _CHUNK_WORDS):
@@ -509,15 +508,9 @@ def decode_slot_groups(
                     at = zero if small is None else None
                     _scale_groups(values, rows, at, scale, groups, width)
 
-                if rounded is None:
-                    assert out is not None
-                    fill(out[rows])
-                else:
-                    round_in_cache(fill, rounded[rows])
+                fill_band(fill, result[rows])
 
     run_in_row_bands(work, src.shape[1], k * cols)
-    result = out if rounded is None else rounded
-    assert result is not None
     return result
 
 
