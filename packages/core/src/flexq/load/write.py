@@ -60,108 +60,121 @@ def fill(
     adviser = AdviceThread(source)
     ahead = ReadAhead(adviser, [planned_bytes(ct.checkpoint, [p.plan]) for p in pieces])
     with closing(adviser):  # advice still queued is dropped when the load ends
-        ahead.before(0)
-        for i, p in enumerate(pieces):
-            # What scales can reveal fails here, before the first write: only the failures
-            # decoding itself finds need the undo copies of ``atomic``. A format that cannot
-            # decode at all (it raises, or returns the wrong shape or dtype) fails here too:
-            # the first rows of its smallest piece are decoded and dropped (a few MiB, so
-            # the check costs neither time nor memory at any size).
-            _decode(ct, source, i, p, p.probe, "float32", check=True)
-        source.release()
-        if options.before_write is not None:
-            options.before_write()  # the other checks of the same load (kept targets)
-        # Every check has passed: only now do lazy targets get their storage (filled below).
-        import paddle
+        return _checked_then_written(ct, pieces, batches, source, ahead, options)
 
-        for target in {id(p.target): p.target for p in pieces}.values():
-            if target.lazy:
-                target.tensor.set_value(paddle.zeros(list(target.local_shape), target.dtype))
-        undo: list[tuple[Piece, Any]] = []
-        scratch = Scratch()
-        # Once the last batch of an atomic load starts being written the load completes: an
-        # interrupt (Ctrl-C) then waits for its end and is raised after it, every target loaded.
-        finish = ExitStack()
-        try:
-            for n, batch in enumerate(batches):
-                staged = []
-                for i in batch:
-                    p = pieces[i]
-                    view = host_view(p.target.tensor) if p.target.dtype in FLOAT_DTYPES else None
-                    # Float host targets are written through a numpy view of their memory;
-                    # without atomicity a format may decode straight into it (a
-                    # C-contiguous region AOA does not transpose).
-                    into = None
-                    if view is not None and not options.atomic and not p.transposes:
-                        into = view[_target_box(p)]
-                        into = into if into.flags.c_contiguous else None
-                    # A tensor stored in the target's dtype is read straight into it.
-                    same = ct.unchanged(p.logical_key, p.plan, p.target.dtype)
-                    if (
-                        into is not None
-                        and same is not None
-                        and source.read_into(i, p.plan, same, into)
-                    ):
-                        source.release()
-                        continue
-                    # Host targets in another float dtype are rounded from one float32 buffer.
-                    work = None
-                    if view is not None and p.target.dtype != "float32":
-                        work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
-                    ahead.before(i)  # the next pieces are read from disk while this one decodes
-                    value = _decode(
-                        ct,
-                        source,
-                        i,
-                        p,
-                        p.plan,
-                        p.target.dtype,
-                        into,
-                        work,
-                        host=view is not None,
-                        then=_next_decoded(ct, pieces, i),
-                    )
-                    if into is not None and np.may_share_memory(value, into):
-                        source.release()
-                        continue
-                    if options.atomic:
-                        staged.append((p, value, view))
-                    else:
-                        write(p, value, view)
-                        # The piece is in its target: let its file pages go now, so memory
-                        # above the targets stays near one piece, not one batch.
-                        source.release()
-                # An atomic batch is staged whole before its first write, so only the
-                # batches written before a later failure need restoring; and it is written
-                # whole (an interrupt waits for the end of it), so no restore misses a piece.
-                keep = n < len(batches) - 1
-                if staged and not keep:
-                    finish.enter_context(uninterrupted())
-                with uninterrupted():
-                    for p, value, view in staged:
-                        if keep:
-                            undo.append((p, host_copy(region(p))))
-                        write(p, value, view)
-                del staged
-                source.release()
-        except BaseException:
-            with uninterrupted():  # a second Ctrl-C must not stop a restore half-way
-                for p, old in reversed(undo):
-                    write(p, old.to(p.target.tensor.place), None, transposed=False)
-            finish.close()
-            raise
+
+def _checked_then_written(
+    ct: Composition,
+    pieces: list[Piece],
+    batches: list[list[int]],
+    source: Source,
+    ahead: ReadAhead,
+    options: LoadOptions,
+) -> LoadReport:
+    """:func:`fill` once its source and read-ahead window are set up: every check, then
+    every piece decoded and written (restored on a failure when ``options.atomic``)."""
+    ahead.before(0)
+    for i, p in enumerate(pieces):
+        # What scales can reveal fails here, before the first write: only the failures
+        # decoding itself finds need the undo copies of ``atomic``. A format that cannot
+        # decode at all (it raises, or returns the wrong shape or dtype) fails here too:
+        # the first rows of its smallest piece are decoded and dropped (a few MiB, so
+        # the check costs neither time nor memory at any size).
+        _decode(ct, source, i, p, p.probe, "float32", check=True)
+    source.release()
+    if options.before_write is not None:
+        options.before_write()  # the other checks of the same load (kept targets)
+    # Every check has passed: only now do lazy targets get their storage (filled below).
+    import paddle
+
+    for target in {id(p.target): p.target for p in pieces}.values():
+        if target.lazy:
+            target.tensor.set_value(paddle.zeros(list(target.local_shape), target.dtype))
+    undo: list[tuple[Piece, Any]] = []
+    scratch = Scratch()
+    # Once the last batch of an atomic load starts being written the load completes: an
+    # interrupt (Ctrl-C) then waits for its end and is raised after it, every target loaded.
+    finish = ExitStack()
+    try:
+        for n, batch in enumerate(batches):
+            staged = []
+            for i in batch:
+                p = pieces[i]
+                view = host_view(p.target.tensor) if p.target.dtype in FLOAT_DTYPES else None
+                # Float host targets are written through a numpy view of their memory;
+                # without atomicity a format may decode straight into it (a
+                # C-contiguous region AOA does not transpose).
+                into = None
+                if view is not None and not options.atomic and not p.transposes:
+                    into = view[_target_box(p)]
+                    into = into if into.flags.c_contiguous else None
+                # A tensor stored in the target's dtype is read straight into it.
+                same = ct.unchanged(p.logical_key, p.plan, p.target.dtype)
+                if (
+                    into is not None
+                    and same is not None
+                    and source.read_into(i, p.plan, same, into)
+                ):
+                    source.release()
+                    continue
+                # Host targets in another float dtype are rounded from one float32 buffer.
+                work = None
+                if view is not None and p.target.dtype != "float32":
+                    work = scratch.get(tuple(int(d) for d in p.src_desc.local_shape))
+                ahead.before(i)  # the next pieces are read from disk while this one decodes
+                value = _decode(
+                    ct,
+                    source,
+                    i,
+                    p,
+                    p.plan,
+                    p.target.dtype,
+                    into,
+                    work,
+                    host=view is not None,
+                    then=_next_decoded(ct, pieces, i),
+                )
+                if into is not None and np.may_share_memory(value, into):
+                    source.release()
+                    continue
+                if options.atomic:
+                    staged.append((p, value, view))
+                else:
+                    write(p, value, view)
+                    # The piece is in its target: let its file pages go now, so memory
+                    # above the targets stays near one piece, not one batch.
+                    source.release()
+            # An atomic batch is staged whole before its first write, so only the
+            # batches written before a later failure need restoring; and it is written
+            # whole (an interrupt waits for the end of it), so no restore misses a piece.
+            keep = n < len(batches) - 1
+            if staged and not keep:
+                finish.enter_context(uninterrupted())
+            with uninterrupted():
+                for p, value, view in staged:
+                    if keep:
+                        undo.append((p, host_copy(region(p))))
+                    write(p, value, view)
+            del staged
+            source.release()
+    except BaseException:
+        with uninterrupted():  # a second Ctrl-C must not stop a restore half-way
+            for p, old in reversed(undo):
+                write(p, old.to(p.target.tensor.place), None, transposed=False)
         finish.close()
-        casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
-        return LoadReport(
-            source.name,
-            len(pieces),
-            len(batches),
-            source.bytes_read,
-            source.planned_bytes,
-            casts,
-            source.pages_read_bytes,
-            source.disk_read_bytes,
-        )
+        raise
+    finish.close()
+    casts = tuple(dict.fromkeys(p.cast for p in pieces if p.cast is not None))
+    return LoadReport(
+        source.name,
+        len(pieces),
+        len(batches),
+        source.bytes_read,
+        source.planned_bytes,
+        casts,
+        source.pages_read_bytes,
+        source.disk_read_bytes,
+    )
 
 
 def _decode(
