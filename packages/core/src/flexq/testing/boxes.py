@@ -92,8 +92,6 @@ def check_local_box(
     format's own count of the words, blocks and groups that cover the box) and decode to
     the bits of the float32 ``whole`` tensor's slice, rounded once to the target's dtype,
     both as a returned array and into target memory (:func:`decode_into_target`)."""
-    from flexq.testing.oracles import round_to, same_bits
-
     before = ct.checkpoint.bytes_read
     plan = ct.plan(logical_key, target)
     assert ct.checkpoint.bytes_read == before, "a plan read tensor bytes"
@@ -101,13 +99,7 @@ def check_local_box(
     assert plan.target == target
     sources = ct.read_sources(plan)
     assert ct.checkpoint.bytes_read - before == read
-    got = ct.decode(logical_key, sources, plan, target.dtype)
-    box = tuple(
-        slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
-    )
-    want = round_to(whole[box], target.dtype)
-    same_bits(got, want)
-    same_bits(decode_into_target(ct, logical_key, sources, plan), want)
+    _decodes_to_whole(ct, logical_key, target, sources, plan, whole)
 
 
 def planned_box(
@@ -120,18 +112,29 @@ def planned_box(
     :return: the plan's source slices (source key -> (offset, shape)), for the test to
         compare with the reads it expects.
     """
+    plan = ct.plan(logical_key, target)
+    _decodes_to_whole(ct, logical_key, target, ct.read_sources(plan), plan, whole)
+    return {k: (tuple(o), tuple(sh)) for k, (o, sh) in plan.source_slices.items()}
+
+
+def _decodes_to_whole(
+    ct: Composition | ComposedTransform,
+    logical_key: str,
+    target: TargetSlice,
+    sources: Mapping[str, Any],
+    plan: ReadPlan,
+    whole: np.ndarray,
+) -> None:
+    """``plan`` (of ``target``) decodes to the bits of the float32 ``whole`` tensor's slice
+    rounded once to the target's dtype, as a returned array and into target memory."""
     from flexq.testing.oracles import round_to, same_bits
 
-    plan = ct.plan(logical_key, target)
-    sources = ct.read_sources(plan)
-    got = ct.decode(logical_key, sources, plan, target.dtype)
     box = tuple(
         slice(o, o + s) for o, s in zip(target.global_offset, target.local_shape, strict=True)
     )
     want = round_to(whole[box], target.dtype)
-    same_bits(got, want)
+    same_bits(ct.decode(logical_key, sources, plan, target.dtype), want)
     same_bits(decode_into_target(ct, logical_key, sources, plan), want)
-    return {k: (tuple(o), tuple(sh)) for k, (o, sh) in plan.source_slices.items()}
 
 
 def local_and_whole(
