@@ -5,7 +5,8 @@ kit API 1.2) instead of filling the core's float32 scratch for the core to round
 installed format, over a checkpoint its own encoder wrote and for every box of a 2 x 2
 split of each of its tensors: the bits in the target are
 ``float32_to_bfloat16_bits`` of the float32 decode of that box, whichever way they got
-there. The formats named in :data:`ROUNDS_ITSELF` must take the direct way for those
+there; the float32 decode into a float32 target's memory gives its own bits; neither writes
+outside the box's memory (``flexq.testing.decode_into_target``'s guard zones). The formats named in :data:`ROUNDS_ITSELF` must take the direct way for those
 boxes (the core's rounding never runs for them): a change that quietly sent them back
 through a float32 array would fail here, not only in a benchmark.
 """
@@ -22,6 +23,7 @@ import flexq
 from flexq import TargetSlice, composition
 from flexq.formatkit import float32_to_bfloat16_bits
 from flexq.numerics import rounding
+from flexq.testing import decode_into_target
 
 from .conftest import installed_formats
 
@@ -71,17 +73,14 @@ def test_a_bfloat16_box_is_the_float32_box_rounded_once(
         shape = ct.entries[key].shape
         for offset, size in _boxes(shape):
             plan32 = ct.plan(key, TargetSlice(shape, size, offset, "float32"))
-            want = float32_to_bfloat16_bits(
-                np.asarray(ct.decode(key, ct.read_sources(plan32), plan32, "float32"))
-            )
+            whole32 = np.asarray(ct.decode(key, ct.read_sources(plan32), plan32, "float32"))
+            # into float32 target memory too (guarded: no write outside the box's memory)
+            into32 = decode_into_target(ct, key, ct.read_sources(plan32), plan32)
+            np.testing.assert_array_equal(into32.view(np.uint32), whole32.view(np.uint32))
+            want = float32_to_bfloat16_bits(whole32)
             plan16 = ct.plan(key, TargetSlice(shape, size, offset, "bfloat16"))
-            into = np.zeros(size, np.uint16)
-            scratch = np.empty(size, np.float32)
             before = len(rounded_by_core)
-            got = ct.decode(
-                key, ct.read_sources(plan16), plan16, "bfloat16", out=into, scratch=scratch
-            )
-            assert np.shares_memory(got, into), (key, offset, size)
+            into = decode_into_target(ct, key, ct.read_sources(plan16), plan16)
             np.testing.assert_array_equal(into, want, err_msg=f"{name} {key} {offset}+{size}")
             direct[key, offset, size == shape] = len(rounded_by_core) == before
     expected = ROUNDS_ITSELF.get(name)

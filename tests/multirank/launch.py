@@ -23,17 +23,26 @@ def launch_two_ranks(
 ) -> None:
     """``python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOG worker *args``.
 
+    A rank that crashes leaves its trace in its log: Python's fault handler prints every
+    thread's stack on a fatal signal, and glibc's fatal messages (a heap check's abort)
+    go to stderr instead of a terminal no one reads.
+
     :raises AssertionError: when it does not exit 0, with the last 3000 characters of
-        its stdout and stderr and the last 6000 of the ranks' logs.
+        its stdout and stderr and the last 3000 of each rank's log (the launcher's own
+        tail names the rank that failed).
     """
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env |= {"PYTHONFAULTHANDLER": "1", "LIBC_FATAL_STDERR_": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
          "--log_dir", str(log_dir), str(worker), *args],
         capture_output=True, text=True, env=env, timeout=timeout, check=False,
     )  # fmt: skip
-    logs = "".join(p.read_text() for p in sorted(log_dir.glob("*")) if p.is_file())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs[-6000:]
+    logs = "".join(
+        f"\n--- {p.name} ---\n{p.read_text(errors='replace')[-3000:]}"
+        for p in sorted(log_dir.glob("workerlog.*"))
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs
 
 
 def rank_arrays(out: Path) -> list[dict[str, np.ndarray]]:

@@ -27,9 +27,6 @@ parameters are compared.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +37,7 @@ pytest.importorskip("paddleformers")
 
 import flexq.paddleformers
 
+from ..multirank.launch import launch_two_ranks
 from .conftest import Checkpoints, model_class
 from .test_paddleformers import NO_CPU_FORWARD, logits
 
@@ -69,28 +67,8 @@ CASES = {
 
 
 def launch(tmp_path: Path, spec: dict[str, Any]) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    logs = tmp_path / "log"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paddle.distributed.launch",
-            "--nproc_per_node",
-            "2",
-            "--log_dir",
-            str(logs),
-            str(WORKER),
-            json.dumps(spec),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    text = "".join(p.read_text() for p in sorted(logs.glob("*")) if p.is_file())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + text[-5000:]
+    """tp_worker.py on two ranks with ``spec``, its logs in ``tmp_path/log``."""
+    launch_two_ranks(WORKER, [json.dumps(spec)], tmp_path / "log", timeout=600)
 
 
 def one_rank(checkpoints: Checkpoints, name: str, fmt: str, dtype: str) -> Any:

@@ -70,14 +70,40 @@ def decode_into_target(
     scratch array for a target of another dtype. A format may fill the memory itself (a
     float32 target's, or a bfloat16 target's as ``BoxSources.rounded_out``) or leave the
     rounding to the core; either way the result must land in that memory, which is
-    returned."""
+    returned. Both arrays sit between guard zones as long as themselves: a write outside
+    them (a band at a wrong offset, one row too many) fails here, where in a load it
+    would land in another tensor's memory or the allocator's."""
     dtype = plan.target.dtype
     shape = tuple(plan.target.local_shape)
-    into = np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.dtype(dtype))
-    scratch = None if dtype == "float32" else np.empty(shape, np.float32)
+    into, into_guards = _guarded(shape, np.dtype(np.uint16 if dtype == "bfloat16" else dtype))
+    scratch, scratch_guards = (
+        (None, None) if dtype == "float32" else _guarded(shape, np.dtype(np.float32))
+    )
     got = ct.decode(logical_key, sources, plan, dtype, out=into, scratch=scratch)
     assert np.shares_memory(got, into) or into.size == 0, "the result is not in the target"
+    for guards, name in ((into_guards, "target"), (scratch_guards, "scratch")):
+        assert guards is None or not any(
+            np.any(g != _GUARD) for g in guards
+        ), f"{logical_key}: a decode wrote outside its {name} memory"
     return into
+
+
+#: The byte a guard zone holds (:func:`_guarded`).
+_GUARD = 0xA5
+
+
+def _guarded(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """A zeroed array of ``shape`` inside a buffer with a guard zone of :data:`_GUARD` bytes
+    on each side, at least as long as the array (64 elements for a tiny one); the zones as
+    byte views."""
+    size = int(np.prod(shape))
+    pad = max(64, size)
+    buffer = np.zeros(size + 2 * pad, dtype)
+    data = buffer.view(np.uint8)
+    data[: pad * dtype.itemsize] = _GUARD
+    data[(pad + size) * dtype.itemsize :] = _GUARD
+    head, tail = data[: pad * dtype.itemsize], data[(pad + size) * dtype.itemsize :]
+    return buffer[pad : pad + size].reshape(shape), (head, tail)
 
 
 def check_local_box(
