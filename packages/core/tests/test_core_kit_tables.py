@@ -16,7 +16,9 @@ from flexq.formatkit import (
     NumpyOps,
     PaddleOps,
     code_table,
+    float32_to_bfloat16_bits,
     gather_codes,
+    lookup_blocks,
     lookup_scaled,
     nibble_block_boxes,
     nibble_pairs,
@@ -70,6 +72,51 @@ def test_lookup_scaled_equals_lookup_then_block_multiply(
     assert lookup_scaled(pair_items(pairs), codes, items, scale) is items
     want = pairs[codes].reshape(lead, blocks, 2 * width) * scale
     np.testing.assert_array_equal(result, want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lead=st.integers(0, 3),
+    blocks=st.integers(0, 9),
+    width=st.sampled_from([1, 2, 4]),
+    quads=st.booleans(),
+    into=st.sampled_from(["new", "out", "rounded", "rounded-strided"]),
+    seed=st.integers(0, 2**16),
+)
+def test_lookup_blocks_gives_every_output_the_lookup_then_block_multiply(
+    lead: int, blocks: int, width: int, quads: bool, into: str, seed: int
+) -> None:
+    """Two or four values per code item, into a new array, the given float32 ``out``, a
+    bfloat16 target's bits (rounded once), or (not C-contiguous) float32 for the core."""
+    rng = np.random.default_rng(seed)
+    pairs = nibble_pairs(BOOK)
+    per = 4 if quads else 2
+    if quads:  # a uint16 code: its two bytes' pairs, four values in one 16-byte item
+        table = np.concatenate([pairs[np.arange(65536) & 0xFF], pairs[np.arange(65536) >> 8]], 1)
+        items = np.ascontiguousarray(table).view(np.complex128).reshape(65536)
+        codes = rng.integers(0, 65536, (lead, blocks, width), dtype=np.uint16)
+        values = table[codes]
+    else:
+        items = pair_items(pairs)
+        codes = rng.integers(0, 256, (lead, blocks, width), dtype=np.uint8)
+        values = pairs[codes]
+    scale = rng.standard_normal((lead, blocks, 1)).astype(np.float32)
+    want = (values.reshape(lead, blocks, per * width) * scale).reshape(lead, blocks * per * width)
+    out = np.empty((lead, blocks * per * width), np.float32) if into == "out" else None
+    rounded = None
+    if into == "rounded":
+        rounded = np.empty((lead, blocks * per * width), np.uint16)
+    elif into == "rounded-strided":
+        rounded = np.empty((lead, 2 * blocks * per * width), np.uint16)[:, ::2]
+    got = lookup_blocks(items, codes, scale, out, rounded)
+    assert got.shape == want.shape
+    assert out is None or got is out
+    if rounded is not None and rounded.flags.c_contiguous:  # a strided 1 x 1 is contiguous
+        assert got is rounded
+        np.testing.assert_array_equal(got, float32_to_bfloat16_bits(want))
+        return
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
 
 
 def test_lookup_scaled_makes_overflow_inf_without_a_warning() -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from flexq.formatkit import (
     ArrayOps,
     is_paddle,
-    lookup_scaled,
+    lookup_blocks,
     nibble_pairs,
     ops_for,
     pair_items,
@@ -198,14 +198,7 @@ def _banded(
     """
     codes = np.ascontiguousarray(packed).reshape(blocks, bs // 2)
     side = np.ascontiguousarray(scale, dtype=np.float32).reshape(blocks, 1)
-    if rounded is not None and rounded.flags.c_contiguous:
-        pairs16 = rounded.reshape(blocks, bs).view(np.uint32)
-        lookup_scaled(_PAIR_ITEMS[quant_type], codes, None, side, pairs16)
-        return rounded.reshape(-1)
-    result = np.empty(blocks * bs, np.float32) if out is None else out.reshape(-1)
-    items = result.reshape(blocks, bs).view(np.uint64)
-    lookup_scaled(_PAIR_ITEMS[quant_type], codes, items, side)
-    return result
+    return lookup_blocks(_PAIR_ITEMS[quant_type], codes, side, out, rounded).reshape(-1)
 
 
 def dequantize_int8(codes: Any, scb: Any, out: Any = None) -> Any:

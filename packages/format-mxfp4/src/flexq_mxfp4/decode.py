@@ -24,7 +24,7 @@ from flexq.formatkit import (
     RUNS_PER_TASK,
     fill_band,
     is_paddle,
-    lookup_scaled,
+    lookup_blocks,
     ops_for,
     row_bands,
     run_on_threads,
@@ -153,14 +153,7 @@ def _whole_blocks(
     lead, nblk = tuple(packed.shape[:-1]), int(scales.shape[-1])
     codes = packed.reshape((*lead, nblk, BLOCK // 2))
     scale = E8M0_TO_FLOAT32[np.asarray(scales)].reshape((*lead, nblk, 1))
-    if rounded is not None and rounded.flags.c_contiguous:
-        pairs16 = rounded.reshape((*lead, nblk, BLOCK)).view(np.uint32)
-        lookup_scaled(_PAIR_ITEMS, codes, None, scale, pairs16)
-        return rounded
-    result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
-    pairs = result.reshape((*lead, nblk, BLOCK)).view(np.uint64)
-    lookup_scaled(_PAIR_ITEMS, codes, pairs, scale)
-    return result
+    return lookup_blocks(_PAIR_ITEMS, codes, scale, out, rounded)
 
 
 def _whole_blocks_transposed(

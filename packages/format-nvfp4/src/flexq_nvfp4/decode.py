@@ -33,7 +33,7 @@ from flexq.formatkit import (
     BoxSources,
     check_scales,
     is_paddle,
-    lookup_scaled,
+    lookup_blocks,
     nibble_block_boxes,
     nibble_pairs,
     ops_for,
@@ -297,17 +297,6 @@ def _whole_blocks(
     codes = packed.reshape((*lead, nblk, BLOCK // 2))
     side = np.ascontiguousarray(scale, dtype=np.float32).reshape((*lead, nblk, 1))
     quad = _quads(pairs, packed.size)
-    if rounded is not None and rounded.flags.c_contiguous:
-        bits = rounded.reshape((*lead, nblk, BLOCK))
-        if quad is None:
-            lookup_scaled(pair_items(pairs), codes, None, side, bits.view(np.uint32))
-        else:
-            lookup_scaled(quad, codes.view(np.uint16), None, side, bits.view(np.uint64))
-        return rounded
-    result = np.empty((*lead, nblk * BLOCK), np.float32) if out is None else out
-    blocks = result.reshape((*lead, nblk, BLOCK))
     if quad is None:
-        lookup_scaled(pair_items(pairs), codes, blocks.view(np.uint64), side)
-    else:
-        lookup_scaled(quad, codes.view(np.uint16), blocks.view(np.complex128), side)
-    return result
+        return lookup_blocks(pair_items(pairs), codes, side, out, rounded)
+    return lookup_blocks(quad, codes.view(np.uint16), side, out, rounded)

@@ -28,8 +28,8 @@ from flexq.formatkit import (
     block_cover,
     grouped_affine,
     is_paddle,
+    lookup_blocks,
     lookup_rounded,
-    lookup_scaled,
     ops_for,
     pair_items,
     scale_to_float32,
@@ -104,14 +104,7 @@ def _mxfp4_banded(
     s = scale_to_float32(ops_for(codes), scale, linear.scale_dtype)
     shaped = np.asarray(s, np.float32).reshape(rows, blocks, 1)
     bytes3 = codes.reshape(rows, blocks, b // 2)
-    if rounded is not None and rounded.flags.c_contiguous:
-        bits = rounded.reshape(rows, blocks, b).view(np.uint32)
-        lookup_scaled(_E2M1_ITEMS, bytes3, None, shaped, bits)
-        return rounded
-    result = np.empty((rows, blocks * b), np.float32) if out is None else out
-    pairs = result.reshape(rows, blocks, b).view(np.uint64)
-    lookup_scaled(_E2M1_ITEMS, bytes3, pairs, shaped)
-    return result
+    return lookup_blocks(_E2M1_ITEMS, bytes3, shaped, out, rounded)
 
 
 def _mxfp4(ops: ArrayOps, linear: QuarkLinear, codes: Any, scale: Any, i0: int, ni: int) -> Any:

@@ -7,8 +7,9 @@ from :mod:`flexq` and the rest from here:
   numpy arrays and Paddle tensors, so the math is written once), :func:`is_paddle`,
   :func:`to_numpy`;
 - fast CPU decoding: :func:`run_in_bands`, :func:`row_bands`, :func:`run_in_row_bands`,
-  :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`pair_items`,
-  :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on worker threads),
+  :func:`lookup_into`, :func:`code_pairs`, :func:`lookup_scaled`, :func:`lookup_blocks`,
+  :func:`pair_items`, :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on
+  worker threads),
   :func:`lookup_rounded`, :func:`run_in_bands_rounded`, :func:`decode_in_row_bands`,
   :func:`round_in_cache`, :func:`fill_band`, :func:`float32_to_bfloat16_bits`
   (byte codes under one scale, or any banded decode, rounded straight into
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
         code_pairs,
         decode_in_row_bands,
         fill_band,
+        lookup_blocks,
         lookup_into,
         lookup_rounded,
         lookup_scaled,
@@ -219,6 +221,7 @@ _WHERE = {
     "code_pairs": "flexq.numerics.bands",
     "float32_to_bfloat16_bits": "flexq.numerics.rounding",
     "lookup_scaled": "flexq.numerics.bands",
+    "lookup_blocks": "flexq.numerics.bands",
     "natural_dtype": "flexq.quantconfig.base",
     "nibble_block_boxes": "flexq.formatkit.blocks",
     "nibble_pairs": "flexq.numerics.elements",
@@ -300,6 +303,7 @@ __all__ = [
     "gather_codes",
     "grouped_affine",
     "is_paddle",
+    "lookup_blocks",
     "lookup_into",
     "lookup_rounded",
     "lookup_scaled",

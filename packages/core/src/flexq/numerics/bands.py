@@ -383,6 +383,39 @@ def lookup_scaled(
     return run_in_bands(work, codes, out, scale)
 
 
+#: :func:`lookup_blocks`: a table item's size in bytes -> the item type of a bfloat16
+#: target's bits holding as many values (two float32 per uint64: two bfloat16 per uint32).
+_ROUNDED_ITEMS = {8: np.uint32, 16: np.uint64}
+
+
+def lookup_blocks(
+    items: np.ndarray,
+    codes: np.ndarray,
+    scale: np.ndarray,
+    out: np.ndarray | None,
+    rounded: np.ndarray | None = None,
+) -> np.ndarray:
+    """:func:`lookup_scaled` into a decode's own output, for block-scaled codes
+    ``[..., blocks, m]`` of ``items`` (two or four float32 values each): the values,
+    ``[..., blocks * block]`` (``block`` = ``m`` times the values per item), go into
+    ``rounded`` as bfloat16 bits when it is given and C-contiguous (a bfloat16 target's
+    memory, ``BoxSources.rounded_out``), else as float32 into ``out`` (C-contiguous, of
+    any shape of that size) or a new ``[..., blocks * block]`` array. Returns the array
+    filled, as given: the one call of bitsandbytes, NVFP4, MXFP4 and Quark's MXFP4
+    whole-block decodes, with the views each output needs.
+    """
+    lead, per = tuple(codes.shape[:-1]), items.dtype.itemsize // 4
+    shape = (*lead, codes.shape[-1] * per)
+    flat = (*lead[:-1], math.prod(shape[-2:]))
+    if rounded is not None and rounded.flags.c_contiguous:
+        bits = rounded.reshape(shape).view(_ROUNDED_ITEMS[items.dtype.itemsize])
+        lookup_scaled(items, codes, None, scale, bits)
+        return rounded
+    result = np.empty(flat, np.float32) if out is None else out
+    lookup_scaled(items, codes, result.reshape(shape).view(items.dtype), scale)
+    return result
+
+
 def banded_lookup(
     table: np.ndarray, codes: np.ndarray, scale: np.ndarray | None, out: np.ndarray | None
 ) -> np.ndarray:

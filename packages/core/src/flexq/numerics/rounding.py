@@ -100,7 +100,7 @@ def round_band(values: np.ndarray, out: np.ndarray) -> None:
     rounded >>= 16
     np.copyto(out, rounded, casting="unsafe")
     # max is NaN exactly when some value is: one read instead of a mask and a scan.
-    if np.isnan(np.max(values)):
+    if values.size and np.isnan(np.max(values)):
         nan = np.isnan(values)
         # Rounding a NaN's payload could carry into the sign or give an infinity.
         out[nan] = np.where(np.signbit(values[nan]), BF16_NEGATIVE_NAN, BF16_QUIET_NAN)

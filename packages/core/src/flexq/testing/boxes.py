@@ -82,9 +82,9 @@ def decode_into_target(
     got = ct.decode(logical_key, sources, plan, dtype, out=into, scratch=scratch)
     assert np.shares_memory(got, into) or into.size == 0, "the result is not in the target"
     for guards, name in ((into_guards, "target"), (scratch_guards, "scratch")):
-        assert guards is None or not any(
-            np.any(g != _GUARD) for g in guards
-        ), f"{logical_key}: a decode wrote outside its {name} memory"
+        assert guards is None or not any(np.any(g != _GUARD) for g in guards), (
+            f"{logical_key}: a decode wrote outside its {name} memory"
+        )
     return into
 
 
