@@ -309,6 +309,19 @@ def test_bands_write_into_a_0d_output() -> None:
     assert int(rounded) == 0x3F80
 
 
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 5), (2, 0, 4)])
+def test_bands_rounded_take_an_empty_box(shape: tuple[int, ...]) -> None:
+    """A zero-size box into a bfloat16 target: nothing to write, and no error (the NaN
+    check of an empty band once asked numpy for the maximum of nothing)."""
+    from flexq.numerics.bands import run_in_bands_rounded
+
+    def work(c: np.ndarray, out: np.ndarray) -> None:
+        out[...] = c
+
+    rounded = np.zeros(shape, np.uint16)
+    assert run_in_bands_rounded(work, np.zeros(shape, np.uint8), rounded) is rounded
+
+
 def test_bands_rounded_refuse_a_rounded_array_unlike_the_codes() -> None:
     from flexq.formatkit import run_in_bands_rounded
 
