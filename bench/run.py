@@ -411,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
+    _log(f"bytecode written for {fresh.compile_workspace()} workspace files (as installed)")
     started = time.perf_counter()
     date = datetime.date.today().isoformat()
     if args.only == "scale":
