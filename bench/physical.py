@@ -18,9 +18,11 @@ files), every figure one fresh process (:mod:`bench.fresh`) or one ``dd`` per fi
   (:mod:`flexq.load.fetch_ahead`) switched off, with it forced on (the default runs
   it only where a core is spare beside the worker threads), with each box read in one
   call on the load's thread instead of in row bands on the workers, and with the read-ahead
-  window's advice given on the load's thread (the baselines each is measured against, in
-  the same run); each load also reports the seconds it waited in its
-  reads (``read_wait_s``), the part of a cold load that did not overlap decoding;
+  window's advice given on the load's thread or (after the first call) on the adviser
+  thread, whatever the calls take (the default moves it to the thread once a call shows
+  the pages on disk) (the baselines each is measured against, in the same run); each
+  load also reports the seconds it waited in its reads (``read_wait_s``), the part of a
+  cold load that did not overlap decoding;
 - cold-system: the default load after the whole page cache is dropped (``sync; echo 3 >
   /proc/sys/vm/drop_caches``: the modules a load imports late, pydantic's among them,
   come from disk too), for reference;
@@ -54,7 +56,8 @@ CASES = {"1gib": (16, BIG_SIDE), "x1": (BASE_TENSORS, SIDE)}
 #: The default load and its baselines: kernel read-ahead off, fetch-ahead thread off,
 #: the fetch-ahead thread on though no core is spare (the default leaves it off then),
 #: each box read in one call on the load's thread (not in row bands on the workers), and
-#: the read-ahead window's advice given on the load's thread (not the adviser thread).
+#: the read-ahead window's advice always on the load's thread, or always (after the first
+#: call) on the adviser thread (the default chooses by what the calls take).
 LOADS = (
     "flexq",
     "flexq-no-readahead",
@@ -62,6 +65,7 @@ LOADS = (
     "flexq-fetch-ahead-forced",
     "flexq-one-read",
     "flexq-advice-inline",
+    "flexq-advice-thread",
 )
 COLD = ("read-buffered", "read-direct", *LOADS)
 WARM = (*LOADS, "memcpy")
@@ -103,10 +107,10 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
         sources.spare_cores = lambda: 1  # type: ignore[attr-defined]
     elif kind == "flexq-one-read":
         sources.READ_PART_BYTES = 1 << 62  # no box is large enough to be cut
-    elif kind == "flexq-advice-inline":
-        from flexq.load import write
+    elif kind in ("flexq-advice-inline", "flexq-advice-thread"):
+        from flexq.load import readahead
 
-        setattr(write, "AdviceThread", _InlineAdvice)  # noqa: B010 (a module, not typed)
+        readahead.COLD_CALL_S = float("inf") if kind == "flexq-advice-inline" else 0.0
     waited = [0.0]
     real = sources.DirectSource.boxes
 
@@ -119,17 +123,6 @@ def child(ckpt: str, n: int, side: int, kind: str) -> dict[str, Any]:
 
     sources.DirectSource.boxes = timed  # type: ignore[method-assign]
     return {**fresh.child_flexq(ckpt, n, side), "read_wait_s": waited[0]}
-
-
-class _InlineAdvice:
-    """The read-ahead window's advice given at once on the load's thread, as before the
-    adviser thread (:class:`flexq.load.readahead.AdviceThread`)."""
-
-    def __init__(self, source: Any) -> None:
-        self.prefetch = source.prefetch
-
-    def close(self) -> None:
-        return None
 
 
 def _load(kind: str, path: Path, n: int, side: int) -> dict[str, Any]:
@@ -251,9 +244,11 @@ def markdown(f: dict[str, Any], json_name: str) -> list[str]:
         f"threads (the default runs it only beside a spare core; spare here: "
         f"{f.get('spare_cores', 'not recorded')}), and `flexq-one-read`, with each box read "
         "in one call on the load's thread instead of in row bands on the worker threads "
-        "(`flexq.load.sources.READ_PART_BYTES`), and `flexq-advice-inline`, with the "
-        "read-ahead window's `WILLNEED` advice given on the load's thread instead of the "
-        "adviser thread (`flexq.load.readahead.AdviceThread`). "
+        "(`flexq.load.sources.READ_PART_BYTES`), and `flexq-advice-inline` and "
+        "`flexq-advice-thread`, with the read-ahead window's `WILLNEED` advice always given "
+        "on the load's thread, or always (after the first call) on the adviser thread, "
+        "where the default (`flexq.load.readahead.AdviceThread`) moves it to the thread once "
+        "a call takes `COLD_CALL_S` (the pages on disk). "
         f"Figures in `{json_name}` (`nox -s bench -- physical`). Load average when the "
         f"series started: {f.get('load_average', 'not recorded')} on 2 cores (a shared "
         "machine: expect +-20% and more).",

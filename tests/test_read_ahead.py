@@ -74,26 +74,14 @@ def ranges(events: list[Event], kind: str) -> list[tuple[str, int, int]]:
     return [r for k, r in events if k == kind]
 
 
-class Inline:
-    """An :class:`~flexq.load.readahead.AdviceThread` that gives each advice at once, on
-    the load's thread: the window's order against the reads, without the adviser's timing
-    (its own tests are below)."""
-
-    def __init__(self, source: Any) -> None:
-        self.prefetch = source.prefetch
-
-    def close(self) -> None:
-        return None
-
-
 def load_recorded(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Event], list[str]]:
     """A default load's events, and the keys its pieces were written in (last applies),
-    the window's advice given inline (:class:`Inline`)."""
-    from flexq.load import write
-
+    the window's advice all given on the load's thread, however long its calls take: the
+    window's order against the reads, without the adviser thread's timing (its own tests
+    are below)."""
     events: list[Event] = []
     record_advice(monkeypatch, events)
-    monkeypatch.setattr(write, "AdviceThread", Inline)
+    monkeypatch.setattr(readahead, "COLD_CALL_S", float("inf"))
     real = flexq.plugin.manager.registry.manager.hook.flexq_apply.get_hookimpls()
     impl = next(i for i in real if i.plugin_name == "fp8")
     function = impl.function
@@ -221,10 +209,11 @@ def test_the_window_slides_by_bytes_and_always_holds_the_next_piece() -> None:
 def test_a_load_gives_its_window_advice_on_the_adviser_thread_while_it_decodes(
     fp8_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each WILLNEED of the window takes 200 ms here (a cold disk's queueing): the load's
-    decodes run meanwhile, on its own thread, and the load ends with no advice running.
-    (The first decode waits until the adviser is in a call: a thread started on a busy
-    machine may not run before a tiny load ends, its advice then rightly dropped.)"""
+    """Each WILLNEED of the window takes 200 ms here (a cold disk's queueing): the first
+    call, on the load's thread, shows the pages on disk, and the later advice goes to the
+    adviser thread while the load's decodes run on its own, which ends with no advice
+    running. (The first decode waits until the adviser is in a call: a thread started on a
+    busy machine may not run before a tiny load ends, its advice then rightly dropped.)"""
     import threading
     import time
 
@@ -234,12 +223,15 @@ def test_a_load_gives_its_window_advice_on_the_adviser_thread_while_it_decodes(
     advising = threading.Event()
 
     def slow(fd: int, offset: int, length: int, advice: int) -> None:
-        start = time.perf_counter()
-        if threading.current_thread().name == "flexq-read-ahead":
+        if advice != os.POSIX_FADV_WILLNEED:
+            return real_advise(fd, offset, length, advice)
+        start, name = time.perf_counter(), threading.current_thread().name
+        if name == "flexq-read-ahead":
             advising.set()
-            time.sleep(0.2)
+        time.sleep(0.2)
         real_advise(fd, offset, length, advice)
-        calls.append((threading.current_thread().name, start, time.perf_counter()))
+        calls.append((name, start, time.perf_counter()))
+        return None
 
     monkeypatch.setattr(os, "posix_fadvise", slow)
     impl = next(
@@ -261,6 +253,8 @@ def test_a_load_gives_its_window_advice_on_the_adviser_thread_while_it_decodes(
     assert_loaded_as_composed(sd, fp8_path)
     advised = [(a, b) for name, a, b in calls if name == "flexq-read-ahead"]
     assert advised, calls  # the window's advice came from the adviser thread
+    # after the first, on the load's thread: the call that showed the cache cold
+    assert calls[0][0] == "MainThread"
     # a decode ran while the adviser was in a call: the load did not wait for the advice
     assert any(a < t < b for t in applies for a, b in advised)
     assert max(b for _, b in advised) <= ended  # none was left running after the load
@@ -268,51 +262,103 @@ def test_a_load_gives_its_window_advice_on_the_adviser_thread_while_it_decodes(
 
 
 class Asked:
-    """A source whose prefetch records the pieces asked for, slowly, failing on ``bad``."""
+    """A source whose prefetch records the pieces asked for and the thread each was given
+    on, taking ``slow`` seconds for the pieces in ``slow_pieces`` (every piece when None),
+    failing on ``bad``."""
 
-    def __init__(self, delay: float = 0.0, bad: int | None = None) -> None:
+    def __init__(
+        self, slow: float = 0.0, bad: int | None = None, slow_pieces: set[int] | None = None
+    ) -> None:
         import threading
 
         self.asked: list[int] = []
-        self.delay, self.bad = delay, bad
-        self.started = threading.Event()  # set when the first prefetch begins
+        self.threads: list[str] = []
+        self.slow, self.bad, self.slow_pieces = slow, bad, slow_pieces
+        self.on_adviser = threading.Event()  # set when a prefetch begins on the adviser
 
     def prefetch(self, index: int, keys: Any = None) -> None:
+        import threading
         import time
 
-        self.started.set()
-        time.sleep(self.delay)
+        name = threading.current_thread().name
+        if name == "flexq-read-ahead":
+            self.on_adviser.set()
+        if self.slow_pieces is None or index in self.slow_pieces:
+            time.sleep(self.slow)
         if index == self.bad:
             raise CheckpointError(f"piece {index}: the file was cut")
         self.asked.append(index)
+        self.threads.append(name)
+
+    def wait_for(self, pieces: int) -> None:
+        """Until ``pieces`` pieces were given (at most 10 s: the adviser may start late)."""
+        import time
+
+        deadline = time.monotonic() + 10
+        while len(self.asked) < pieces and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
-def test_the_adviser_gives_advice_in_order_and_outlives_a_failed_hint() -> None:
+def adviser_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "flexq-read-ahead"]
+
+
+def test_quick_advice_is_given_on_the_load_s_thread_and_starts_no_thread() -> None:
+    """Cached pages: each call returns at once, so each is made where it is asked for, in
+    order; a failed hint is only lost."""
     src = Asked(bad=1)
     adviser = readahead.AdviceThread(src)
     for i in range(4):
         adviser.prefetch(i)
-    import time
-
-    deadline = time.monotonic() + 10
-    while len(src.asked) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    adviser.close()
-    # piece 1's failure is only a hint lost: its read reports it, on the load's thread
     assert src.asked == [0, 2, 3]
+    assert set(src.threads) == {"MainThread"}
+    assert not adviser_threads()
+    adviser.close()
+
+
+def test_advice_moves_to_the_adviser_thread_from_the_first_slow_call() -> None:
+    """Pieces 0 and 1 quick, piece 2 slow (its pages on disk): 0-2 are given on the load's
+    thread, the later ones on the adviser thread, still in order."""
+    src = Asked(slow=2 * readahead.COLD_CALL_S, slow_pieces={2})
+    adviser = readahead.AdviceThread(src)
+    for i in range(5):
+        adviser.prefetch(i)
+    src.wait_for(5)
+    adviser.close()
+    assert src.asked == [0, 1, 2, 3, 4]
+    assert src.threads == ["MainThread"] * 3 + ["flexq-read-ahead"] * 2
+    assert not adviser_threads()
+
+
+def test_the_adviser_gives_advice_in_order_and_outlives_a_failed_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(readahead, "COLD_CALL_S", 0.0)  # every call counts as slow
+    src = Asked(bad=2)
+    adviser = readahead.AdviceThread(src)
+    for i in range(5):
+        adviser.prefetch(i)
+    src.wait_for(4)
+    adviser.close()
+    # piece 2's failure is only a hint lost: its read reports it, on the load's thread
+    assert src.asked == [0, 1, 3, 4]
+    assert src.threads == ["MainThread"] + ["flexq-read-ahead"] * 3
 
 
 def test_closing_the_adviser_drops_what_it_has_not_given() -> None:
     import time
 
-    src = Asked(delay=0.2)
+    src = Asked(slow=0.2)
     adviser = readahead.AdviceThread(src)
     for i in range(5):
-        adviser.prefetch(i)
-    assert src.started.wait(10)  # piece 0's advice is being given
+        adviser.prefetch(i)  # piece 0 on the load's thread (slow), the rest queued
+    assert src.on_adviser.wait(10)  # piece 1's advice is being given
     adviser.close()  # waits for that one call, drops the rest
     given = list(src.asked)
-    assert given == [0]
+    assert given == [0, 1]
     adviser.prefetch(5)  # a closed adviser takes nothing more
     time.sleep(0.3)
     assert src.asked == given
+    assert not adviser_threads()

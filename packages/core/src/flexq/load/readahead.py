@@ -10,21 +10,32 @@ read, so the kernel fetches them, many requests at once, while piece k decodes, 
 the reads then copy from the page cache. The window lives in the kernel's page cache,
 never in the process: memory above the targets stays near one piece.
 
-The window's advice is given on a thread of its own (:class:`AdviceThread`): on a cold
-cache ``POSIX_FADV_WILLNEED`` returns only once the kernel has queued the reads, which
-took a fifth of the disk's read time of a 1 GiB block-FP8 load here (50-57 ms of the
-load's thread, measured), time it would otherwise not decode. The call holds no GIL.
+The window's advice is given where it costs least (:class:`AdviceThread`). On a cold
+cache ``POSIX_FADV_WILLNEED`` returns only once the kernel has queued the reads (2.8-4.0 ms
+a 16 MiB piece of a 1 GiB block-FP8 load here; 50-57 ms of the load's thread in all, a
+fifth of the disk's read time), time the load would otherwise decode: that advice goes to
+a thread of its own, where the call holds no GIL. With the pages cached the same call takes
+0.2-0.45 ms, less than handing it to another thread costs a fresh process (warm loads,
+alternating fresh processes: 333 ms with every call on the thread, 295 ms with every call
+on the load's thread): advice is given on the load's thread until one call shows the
+pages are on disk.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+#: An advice call on the load's thread that takes this long found its pages on disk (the
+#: kernel queued their reads before it returned): that call's successors go to the adviser
+#: thread. Between the two cases measured per piece above, well above a cached call's
+#: time on a loaded machine.
+COLD_CALL_S = 1e-3
 #: Source bytes queued ahead of the reads, the piece being read included: enough to keep
 #: a disk's queue full while a piece decodes (NVMe and virtio disks reach their rate with
 #: a few MiB in flight), small enough that nothing queued is evicted before it is read.
@@ -69,8 +80,10 @@ class ReadAhead:
 
 
 class AdviceThread:
-    """``source``'s prefetches made in order on a thread of their own (started on the
-    first), so the load's thread never waits for the kernel to queue its reads.
+    """``source``'s prefetches made in order: on the caller's (the load's) thread while
+    they are quick (the pages cached), then, from the first that takes
+    :data:`COLD_CALL_S` or more (the kernel queued reads from disk), on a thread of their
+    own, so the load's thread no longer waits for the kernel to queue its reads.
     :meth:`close` it when the load ends (``contextlib.closing``): advice not yet given is
     dropped, and the call being made ends before the files can close."""
 
@@ -80,11 +93,18 @@ class AdviceThread:
             queue.SimpleQueue()
         )
         self._thread: threading.Thread | None = None
+        self._cold = False  # a call found its pages on disk: advice goes to the thread
         self._closed = False
 
     def prefetch(self, index: int, keys: Sequence[str] | None = None) -> None:
-        """Queue piece ``index``'s prefetch (of ``keys``, or all its boxes)."""
+        """Give piece ``index``'s prefetch (of ``keys``, or all its boxes) now, or queue it
+        for the adviser thread once the cache has shown itself cold."""
         if self._closed:
+            return
+        if not self._cold:
+            start = time.perf_counter()
+            self._give(index, keys)
+            self._cold = time.perf_counter() - start >= COLD_CALL_S
             return
         if self._thread is None:
             self._thread = threading.Thread(
@@ -103,11 +123,13 @@ class AdviceThread:
 
     def _give_advice(self) -> None:
         while (item := self._advice.get()) is not None:
-            if self._closed:
-                continue
-            try:
-                self._source.prefetch(*item)
-            except Exception:
-                # Only a hint: the read of the same box fails on the load's thread with
-                # the file and tensor named (a file cut or changed since compose).
-                continue
+            if not self._closed:
+                self._give(*item)
+
+    def _give(self, index: int, keys: Sequence[str] | None) -> None:
+        try:
+            self._source.prefetch(index, keys)
+        except Exception:
+            # Only a hint: the read of the same box fails on the load's thread with the
+            # file and tensor named (a file cut or changed since compose).
+            return
