@@ -57,6 +57,16 @@ def keep_sections(doc: Path, before: str) -> None:
             replace_section(doc, lines)
 
 
+def kept_section(kept: dict[str, Any]) -> list[str]:
+    """The keep-quantized section of a whole run's page, after a blank line; none when the
+    run skipped the PaddleFormers models (the bench session has no paddleformers): the
+    section the kept series run alone wrote, with them, then stays on the page
+    (:func:`keep_sections`)."""
+    if "skipped" in (kept.get("paddleformers") or {}):
+        return []
+    return ["", *kept_load.markdown(kept)]
+
+
 def write_chart(results: dict[str, Any], out: Path) -> Path:
     """Four panels: format throughput vs memcpy, default load vs DCP and memcpy, the
     scale series (time and memory), and the cold start of a fresh process."""
@@ -329,7 +339,7 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
         for g in goals.values():
             lines.append(f"| {g['goal']} | {g['target']} | {g['measured']} | {g['met']} |")
     if r.get("kept"):
-        lines += ["", *kept_load.markdown(r["kept"])]
+        lines += kept_section(r["kept"])
     if r.get("physical"):
         from bench import physical
 

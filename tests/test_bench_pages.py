@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import discovery, physical, report  # noqa: E402
+from bench import discovery, kept_load, physical, report  # noqa: E402
 
 
 @pytest.mark.parametrize(("series", "key"), [(physical, "physical"), (discovery, "discovery")])
@@ -38,3 +38,10 @@ def test_a_page_regenerated_from_a_run_keeps_the_sections_series_wrote(tmp_path:
     assert doc.read_text() == (
         "# P\n\n## Main\n\nnew main\n\n## Verify\n\nv\n\n## Decoders\n\nd\n\n## Notes\n\n- m\n"
     )
+
+
+def test_a_whole_run_without_paddleformers_leaves_the_kept_section_to_its_own_run() -> None:
+    flat = {"cases": {}}
+    assert report.kept_section({**flat, "paddleformers": {"skipped": "not installed"}}) == []
+    section = report.kept_section(flat)
+    assert section[:2] == ["", kept_load.HEADING]
