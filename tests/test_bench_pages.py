@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_a_page_regenerated_from_a_run_keeps_the_sections_series_wrote(tmp_path:
 
 
 def test_a_whole_run_without_paddleformers_leaves_the_kept_section_to_its_own_run() -> None:
-    flat = {"cases": {}}
+    flat: dict[str, Any] = {"cases": {}}
     assert report.kept_section({**flat, "paddleformers": {"skipped": "not installed"}}) == []
     section = report.kept_section(flat)
     assert section[:2] == ["", kept_load.HEADING]
