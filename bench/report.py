@@ -235,7 +235,9 @@ def _fresh_lines(r: dict[str, Any]) -> list[str]:
 
 
 def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Path:
-    """docs/performance.md from this run's figures (regenerated, never hand-edited)."""
+    """docs/performance.md from this run's figures (regenerated, never hand-edited); the
+    sections this run does not write (those the series run alone write: verify, decoders,
+    kept without its PaddleFormers models, ...) stay as they were (:func:`keep_sections`)."""
     r = results
     lines = [
         "# Performance",
@@ -363,7 +365,9 @@ def write_markdown(results: dict[str, Any], json_path: Path, chart: Path) -> Pat
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     out = ROOT / "docs" / "performance.md"
+    before = out.read_text() if out.exists() else ""
     out.write_text("\n".join(lines) + "\n")
+    keep_sections(out, before)
     return out
 
 
@@ -374,7 +378,4 @@ if __name__ == "__main__":
 
     source = Path(sys.argv[1]).resolve()
     figures = json.loads(source.read_text())
-    page = ROOT / "docs" / "performance.md"
-    before = page.read_text() if page.exists() else ""
     write_markdown(figures, source, write_chart(figures, ROOT / "docs" / "performance.png"))
-    keep_sections(page, before)  # the series' own sections stay as their runs wrote them

@@ -484,10 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     results["run_seconds"] = time.perf_counter() - started
     json_path = report.write_json(results, date)
     chart = report.write_chart(results, ROOT / "docs" / "performance.png")
-    page = ROOT / "docs" / "performance.md"
-    before = page.read_text() if page.exists() else ""
     doc = report.write_markdown(results, json_path, chart)
-    report.keep_sections(doc, before)  # the sections this run does not write (kept's, alone)
     _log(f"wrote {json_path.relative_to(ROOT)}, {chart.relative_to(ROOT)}, {doc.relative_to(ROOT)}")
     for g in results["goals"].values():
         _log(f"goal {g['goal']}: {g['measured']} (target {g['target']}, met: {g['met']})")
