@@ -36,6 +36,7 @@ import numpy as np
 
 from flexq.formatkit import (
     RUNS_PER_TASK,
+    banded_output,
     fill_band,
     nibble_pairs,
     pair_items,
@@ -511,8 +512,7 @@ def decode_rows(
                 f"decode_rows({type_name!r}): out= / rounded= must be C-contiguous "
                 f"{np.dtype(dtype)} {shape}, not {given.dtype} {given.shape}"
             )
-    # the bfloat16 target's bits, else float32 (the given array, or a new one)
-    result = rounded if rounded is not None else (np.empty(shape, _F32) if out is None else out)
+    result = banded_output(shape, out, rounded)
     values = result.reshape(-1, t.block)  # a view: C-contiguous
     decoder = DECODERS[type_name]
     step = max(1, BAND_ELEMENTS // t.block)

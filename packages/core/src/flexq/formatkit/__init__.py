@@ -11,7 +11,8 @@ from :mod:`flexq` and the rest from here:
   :func:`pair_items`, :func:`run_on_threads`, :data:`RUNS_PER_TASK` (cache-sized bands on
   worker threads),
   :func:`lookup_rounded`, :func:`run_in_bands_rounded`, :func:`decode_in_row_bands`,
-  :func:`round_in_cache`, :func:`fill_band`, :func:`float32_to_bfloat16_bits`
+  :func:`round_in_cache`, :func:`fill_band`, :func:`banded_output`,
+  :func:`float32_to_bfloat16_bits`
   (byte codes under one scale, or any banded decode, rounded straight into
   ``BoxSources.rounded_out``; the core's one rounding to bfloat16);
 - elements and scales: :data:`E2M1_VALUES`, :data:`E2M1_PAIRS`, :func:`nibble_pairs`,
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
     )
     from flexq.numerics.bands import (
         RUNS_PER_TASK,
+        banded_output,
         code_pairs,
         decode_in_row_bands,
         fill_band,
@@ -212,6 +214,7 @@ _WHERE = {
     "decode_in_row_bands": "flexq.numerics.bands",
     "round_in_cache": "flexq.numerics.bands",
     "fill_band": "flexq.numerics.bands",
+    "banded_output": "flexq.numerics.bands",
     "run_in_row_bands": "flexq.numerics.bands",
     "gather_codes": "flexq.numerics.words",
     "grouped_affine": "flexq.formatkit.groups",
@@ -289,6 +292,7 @@ __all__ = [
     "QLinearKeys",
     "QuantArgs",
     "QuantConfig",
+    "banded_output",
     "block_cover",
     "cached_per_checkpoint",
     "ceil_div",
